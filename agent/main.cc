@@ -1,0 +1,86 @@
+// sbx-agent: PID 1 of every sandbox. Wiring only; see src/agent/.
+//   sbx-agent --sandbox-init   set up a container sandbox (config on fd 3, readiness on fd 4)
+//   sbx-agent --serve PATH     serve on a unix socket at PATH, without isolation (tests)
+//   sbx-agent --version
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "agent/agent_server.h"
+#include "agent/protocol.h"
+#include "agent/sandbox_init.h"
+#include "base/unique_fd.h"
+
+namespace {
+
+std::string ReadAll(int fd) {
+  std::string s;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) s.append(buf, n);
+  return s;
+}
+
+void Report(int fd, const std::string& line) {
+  std::string l = line + "\n";
+  ssize_t unused = write(fd, l.data(), l.size());
+  (void)unused;
+}
+
+int SandboxInit() {
+  std::string raw = ReadAll(3);
+  close(3);
+  auto cfg = sbx::agent::SandboxConfig::FromJson(raw);
+  if (!cfg.ok()) {
+    Report(4, "ERR " + cfg.error().message);
+    return 1;
+  }
+  auto lfd = sbx::agent::InitSandbox(*cfg);
+  if (!lfd.ok()) {
+    Report(4, "ERR " + lfd.error().message);
+    return 1;
+  }
+  Report(4, "OK");
+  close(4);
+  auto st = sbx::agent::Serve(lfd->get(), /*is_init=*/true);
+  std::fprintf(stderr, "sbx-agent: %s\n", st.error().message.c_str());
+  return 1;
+}
+
+int ServeAt(const char* path) {
+  sbx::UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (std::strlen(path) >= sizeof addr.sun_path) {
+    std::fprintf(stderr, "sbx-agent: socket path too long\n");
+    return 2;
+  }
+  std::strcpy(addr.sun_path, path);
+  unlink(path);
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(fd.get(), 128) != 0) {
+    std::perror("sbx-agent: bind");
+    return 1;
+  }
+  auto st = sbx::agent::Serve(fd.get(), /*is_init=*/false);
+  std::fprintf(stderr, "sbx-agent: %s\n", st.error().message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "--sandbox-init") == 0) return SandboxInit();
+  if (argc >= 3 && std::strcmp(argv[1], "--serve") == 0) return ServeAt(argv[2]);
+  if (argc >= 2 && std::strcmp(argv[1], "--version") == 0) {
+    std::printf("sbx-agent %s (protocol %u)\n", SBX_VERSION, sbx::agent::kProtocolVersion);
+    return 0;
+  }
+  std::fprintf(stderr, "usage: sbx-agent --sandbox-init | --serve PATH | --version\n");
+  return 2;
+}

@@ -1,0 +1,237 @@
+// `sbx bench`: create-to-ready, exec round trip (HTTP keep-alive) and delete, with
+// min/median/p99 over many runs, beside the same work done in the same run by a plain
+// fork+exec (the floor) and by peer tools (unshare, bubblewrap, crun) where installed.
+#include <spawn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/fs.h"
+#include "cli.h"
+
+extern char** environ;
+
+namespace sbx::cli {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+struct Row {
+  std::string name;
+  std::vector<double> ms;
+  std::string floor;  // which floor row it is compared to
+};
+
+double Pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * (v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+// Runs argv quietly; returns its duration in ms, or -1 if it failed.
+double TimeSpawn(const std::vector<std::string>& argv) {
+  std::vector<char*> a;
+  for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+  a.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  auto t0 = Clock::now();
+  pid_t pid;
+  int rc = posix_spawnp(&pid, a[0], &fa, nullptr, a.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int st;
+  while (waitpid(pid, &st, 0) < 0) {
+  }
+  auto t1 = Clock::now();
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return -1;
+  return Ms(t0, t1);
+}
+
+bool Have(const char* tool) {
+  std::string cmd = std::string("command -v ") + tool + " >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+Row SpawnRow(const std::string& name, const std::vector<std::string>& argv, int runs) {
+  Row r{name, {}, "true"};
+  if (TimeSpawn(argv) < 0) return r;  // warm-up, and a check that it works here
+  for (int i = 0; i < runs; ++i) {
+    double ms = TimeSpawn(argv);
+    if (ms < 0) {
+      r.ms.clear();
+      return r;
+    }
+    r.ms.push_back(ms);
+  }
+  return r;
+}
+
+// A minimal OCI bundle (the host's static busybox) for crun.
+std::string MakeCrunBundle() {
+  char tmpl[] = "/var/tmp/sbx-bench-XXXXXX";
+  if (!mkdtemp(tmpl)) return "";
+  std::string b = tmpl;
+  fs::MkdirAll(b + "/rootfs/bin");
+  fs::MkdirAll(b + "/rootfs/proc");
+  fs::MkdirAll(b + "/rootfs/dev");
+  fs::MkdirAll(b + "/rootfs/tmp");
+  auto bin = fs::ReadFile("/bin/busybox", 16 << 20);
+  if (!bin.ok() || !fs::WriteFile(b + "/rootfs/bin/busybox", *bin, true, 0755).ok()) return "";
+  for (const char* a : {"true", "sleep", "sh"}) symlink("busybox", (b + "/rootfs/bin/" + a).c_str());
+  std::string spec = "cd " + b + " && crun spec >/dev/null 2>&1";
+  if (std::system(spec.c_str()) != 0) return "";
+  auto cfg = json::parse(fs::ReadFile(b + "/config.json").value(), nullptr, false);
+  if (cfg.is_discarded()) return "";
+  cfg["process"]["terminal"] = false;
+  cfg["process"]["args"] = {"/bin/true"};
+  cfg["process"]["rlimits"] = json::array();
+  cfg["root"]["readonly"] = true;
+  fs::WriteFile(b + "/config.json", cfg.dump());
+  return b;
+}
+
+}  // namespace
+
+int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
+  if (runs < 5) runs = 5;
+  std::vector<Row> rows;
+  std::fprintf(stderr, "measuring the floor (fork+exec /bin/true)...\n");
+  rows.push_back(SpawnRow("host fork+exec /bin/true (floor)", {"/bin/true"}, runs));
+  std::string crun_bundle;
+  if (peers) {
+    if (Have("unshare"))
+      rows.push_back(SpawnRow("unshare, 7 namespaces, /bin/true",
+                              {"unshare", "--fork", "--pid", "--mount", "--net", "--ipc", "--uts",
+                               "--cgroup", "--mount-proc", "/bin/true"}, runs));
+    if (Have("bwrap")) {
+      std::vector<std::string> bw = {"bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+                                     "--ro-bind", "/bin", "/bin", "--ro-bind", "/lib", "/lib"};
+      if (fs::Exists("/lib64")) bw.insert(bw.end(), {"--ro-bind", "/lib64", "/lib64"});
+      bw.insert(bw.end(), {"--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"});
+      std::fprintf(stderr, "measuring bubblewrap...\n");
+      rows.push_back(SpawnRow("bubblewrap: new sandbox, /bin/true", bw, runs));
+    }
+    if (Have("crun") && !(crun_bundle = MakeCrunBundle()).empty()) {
+      std::fprintf(stderr, "measuring crun...\n");
+      rows.push_back(SpawnRow("crun run /bin/true (create-to-exit)",
+                              {"crun", "--cgroup-manager=disabled", "run", "--bundle", crun_bundle, "sbx-bench-run"}, runs));
+      // exec into a running container
+      auto cfg = json::parse(fs::ReadFile(crun_bundle + "/config.json").value());
+      cfg["process"]["args"] = {"/bin/sleep", "100000"};
+      fs::WriteFile(crun_bundle + "/config.json", cfg.dump());
+      std::string id = "sbx-bench-exec-" + std::to_string(getpid());
+      if (TimeSpawn({"crun", "--cgroup-manager=disabled", "run", "--detach", "--bundle", crun_bundle, id}) >= 0) {
+        rows.push_back(SpawnRow("crun exec /bin/true into a running container",
+                                {"crun", "--cgroup-manager=disabled", "exec", id, "/bin/true"}, runs));
+        TimeSpawn({"crun", "delete", "--force", id});
+      }
+      fs::RemoveTree(crun_bundle);
+    }
+  }
+
+  HttpClient c(g.url, g.api_key);
+  json create_body = {{"type", "small"}, {"image", image}, {"no_env", true}, {"ttl_seconds", 600}};
+  Row create{"sbx create to ready (" + image + ")", {}, "true"};
+  Row exec{"sbx exec argv true, HTTP keep-alive round trip", {}, "true"};
+  Row exec_sh{"sbx exec \"true\" via /bin/sh -c", {}, "true"};
+  Row del{"sbx delete (answer)", {}, "true"};
+  Row cycle{"sbx create+exec+delete (fresh sandbox per call)", {}, "true"};
+  std::vector<std::string> ids;
+  std::fprintf(stderr, "measuring sbx (%d runs each)...\n", runs);
+  auto call = [&](const std::string& m, const std::string& t, const json& body, double* ms) -> std::optional<json> {
+    auto t0 = Clock::now();
+    auto r = c.Call(m, t, body.is_null() ? "" : body.dump());
+    auto t1 = Clock::now();
+    if (!r.ok() || r->status >= 300) {
+      std::fprintf(stderr, "sbx bench: %s %s: %s\n", m.c_str(), t.c_str(),
+                   r.ok() ? ErrorMessage(*r).c_str() : r.error().message.c_str());
+      return std::nullopt;
+    }
+    if (ms) *ms = Ms(t0, t1);
+    return json::parse(r->body, nullptr, false);
+  };
+  // warm-up
+  auto w = call("POST", "/v1/sandboxes", create_body, nullptr);
+  if (!w) return 1;
+  call("DELETE", "/v1/sandboxes/" + (*w)["id"].get<std::string>(), nullptr, nullptr);
+  for (int i = 0; i < runs; ++i) {
+    double ms;
+    auto j = call("POST", "/v1/sandboxes", create_body, &ms);
+    if (!j) return 1;
+    create.ms.push_back(ms);
+    ids.push_back((*j)["id"].get<std::string>());
+  }
+  std::string id = ids.front();
+  json argv_true = {{"cmd", {"true"}}};
+  json sh_true = {{"cmd", "true"}};
+  call("POST", "/v1/sandboxes/" + id + "/exec", argv_true, nullptr);
+  for (int i = 0; i < runs; ++i) {
+    double ms;
+    auto j = call("POST", "/v1/sandboxes/" + id + "/exec", argv_true, &ms);
+    if (!j || (*j)["exit_code"] != 0) return 1;
+    exec.ms.push_back(ms);
+  }
+  for (int i = 0; i < runs; ++i) {
+    double ms;
+    auto j = call("POST", "/v1/sandboxes/" + id + "/exec", sh_true, &ms);
+    if (!j || (*j)["exit_code"] != 0) return 1;
+    exec_sh.ms.push_back(ms);
+  }
+  for (const auto& s : ids) {
+    double ms;
+    if (!call("DELETE", "/v1/sandboxes/" + s, nullptr, &ms)) return 1;
+    del.ms.push_back(ms);
+  }
+  for (int i = 0; i < runs; ++i) {
+    auto t0 = Clock::now();
+    auto j = call("POST", "/v1/sandboxes", create_body, nullptr);
+    if (!j) return 1;
+    std::string sid = (*j)["id"].get<std::string>();
+    auto e = call("POST", "/v1/sandboxes/" + sid + "/exec", argv_true, nullptr);
+    if (!e || !call("DELETE", "/v1/sandboxes/" + sid, nullptr, nullptr)) return 1;
+    cycle.ms.push_back(Ms(t0, Clock::now()));
+  }
+  rows.push_back(create);
+  rows.push_back(exec);
+  rows.push_back(exec_sh);
+  rows.push_back(del);
+  rows.push_back(cycle);
+
+  double floor = Pct(rows.front().ms, 0.5);
+  json out = json::array();
+  if (!g.json) std::printf("| operation | n | min ms | median ms | p99 ms | x floor |\n|---|--:|--:|--:|--:|--:|\n");
+  for (const auto& r : rows) {
+    if (r.ms.empty()) {
+      if (!g.json) std::printf("| %s | 0 | - | - | - | not available here |\n", r.name.c_str());
+      continue;
+    }
+    double mn = *std::min_element(r.ms.begin(), r.ms.end()), med = Pct(r.ms, 0.5), p99 = Pct(r.ms, 0.99);
+    if (g.json)
+      out.push_back({{"operation", r.name}, {"n", r.ms.size()}, {"min_ms", mn}, {"median_ms", med}, {"p99_ms", p99},
+                     {"x_floor", floor > 0 ? med / floor : 0}});
+    else
+      std::printf("| %s | %zu | %.2f | %.2f | %.2f | %.1f |\n", r.name.c_str(), r.ms.size(), mn, med, p99,
+                  floor > 0 ? med / floor : 0);
+  }
+  if (g.json) std::printf("%s\n", out.dump(1).c_str());
+  return 0;
+}
+
+}  // namespace sbx::cli

@@ -1,0 +1,41 @@
+// A small blocking HTTP/1.1 client for the CLI (keep-alive, NDJSON streaming, file
+// uploads). One instance per thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/result.h"
+
+namespace sbx::cli {
+
+struct HttpResult {
+  int status = 0;
+  std::string body;
+};
+
+class HttpClient {
+ public:
+  // url: http://HOST:PORT
+  HttpClient(std::string url, std::string api_key);
+  ~HttpClient();
+  Result<HttpResult> Call(const std::string& method, const std::string& target,
+                          const std::string& body = "", const std::string& accept = "application/json");
+  // Streams the response body line by line to `on_line` (status and error body returned).
+  Result<HttpResult> Stream(const std::string& method, const std::string& target,
+                            const std::string& body, const std::function<void(const std::string&)>& on_line);
+  // Sends a file as the body.
+  Result<HttpResult> Upload(const std::string& target, const std::string& path,
+                            const std::function<void(uint64_t, uint64_t)>& progress);
+  void Close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The message of an API error body, or the raw body.
+std::string ErrorMessage(const HttpResult& r);
+
+}  // namespace sbx::cli

@@ -1,0 +1,266 @@
+// sbx: the command-line client. Wiring only: parses arguments, calls the HTTP API, prints.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "base/fs.h"
+#include "cli.h"
+#include "http_client.h"
+
+using nlohmann::json;
+using namespace sbx;
+using namespace sbx::cli;
+
+namespace {
+
+std::string DefaultKey(const std::string& data_dir) {
+  if (const char* k = std::getenv("SBX_API_KEY"); k && *k) return k;
+  auto f = fs::ReadFile(data_dir + "/api-key", 4096);
+  if (!f.ok()) return "";
+  std::string k = *f;
+  while (!k.empty() && (k.back() == '\n' || k.back() == '\r')) k.pop_back();
+  return k;
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "sbx: %s\n", msg.c_str());
+  return 1;
+}
+
+// Calls the API; on success returns the parsed body, else prints the error.
+std::optional<json> Api(HttpClient& c, const std::string& method, const std::string& target,
+                        const json& body = nullptr) {
+  auto r = c.Call(method, target, body.is_null() ? "" : body.dump());
+  if (!r.ok()) {
+    Fail(r.error().message);
+    return std::nullopt;
+  }
+  if (r->status >= 300) {
+    Fail(ErrorMessage(*r));
+    return std::nullopt;
+  }
+  auto j = json::parse(r->body, nullptr, false);
+  if (j.is_discarded()) {
+    Fail("sbxd sent a body that is not JSON");
+    return std::nullopt;
+  }
+  return j;
+}
+
+std::string Str(const json& j, const char* k) {
+  return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : "-";
+}
+
+void PrintSandboxes(const json& list) {
+  std::printf("%-20s %-16s %-9s %-8s %-10s %-21s %s\n", "ID", "NAME", "STATE", "TYPE", "IMAGE",
+              "CREATED", "EXPIRES");
+  for (const auto& s : list)
+    std::printf("%-20s %-16s %-9s %-8s %-10s %-21s %s\n", Str(s, "id").c_str(), Str(s, "name").c_str(),
+                Str(s, "state").c_str(), Str(s, "type").c_str(), Str(s, "image").c_str(),
+                Str(s, "created_at").c_str(), Str(s, "expires_at").c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sbx: run AI agents' tool calls in isolated sandboxes"};
+  app.require_subcommand(1);
+  Globals g;
+  std::string data_dir = "/var/lib/sbx";
+  g.url = std::getenv("SBX_URL") ? std::getenv("SBX_URL") : "http://127.0.0.1:7070";
+  app.add_option("--url", g.url, "sbxd address (env SBX_URL)");
+  app.add_option("--data-dir", data_dir, "where to find the admin key when SBX_API_KEY is unset");
+  app.add_flag("--json", g.json, "print JSON for scripts");
+
+  auto* create = app.add_subcommand("create", "create a sandbox and wait until it is ready");
+  std::string type = "small", image, from, name;
+  int64_t ttl = 0, memory_mb = 0;
+  int cpus = 0, pids = 0;
+  bool no_env = false;
+  std::vector<std::string> env_kv, md_kv;
+  create->add_option("--type", type, "small, default or large");
+  create->add_option("--image", image, "image to start from (default: default)");
+  create->add_option("--from", from, "named snapshot to start from");
+  create->add_option("--ttl", ttl, "seconds until it stops by itself (default 3600)");
+  create->add_flag("--no-env", no_env, "inject none of the daemon's secrets");
+  create->add_option("--name", name, "a unique name");
+  create->add_option("--env,-e", env_kv, "KEY=VALUE");
+  create->add_option("--metadata,-m", md_kv, "KEY=VALUE");
+  create->add_option("--memory-mb", memory_mb, "override the type's memory");
+  create->add_option("--cpus", cpus, "override the type's vCPUs");
+  create->add_option("--pids", pids, "override the type's process limit");
+
+  auto* exec = app.add_subcommand("exec", "run a command in a sandbox, streaming its output");
+  std::string exec_id, cwd;
+  int64_t timeout = 60;
+  std::vector<std::string> cmd, exec_env;
+  exec->add_option("id", exec_id, "sandbox id")->required();
+  exec->add_option("--timeout", timeout, "seconds before the command's tree is killed (default 60)");
+  exec->add_option("--cwd", cwd, "working directory");
+  exec->add_option("--env,-e", exec_env, "KEY=VALUE");
+  exec->add_option("cmd", cmd, "the command and its arguments (after --)")->required();
+
+  auto* ls = app.add_subcommand("ls", "list sandboxes");
+  std::string ls_state;
+  ls->add_option("--state", ls_state, "only this state");
+  auto* get = app.add_subcommand("get", "show one sandbox");
+  std::string get_id;
+  get->add_option("id", get_id)->required();
+  auto* rm = app.add_subcommand("rm", "delete sandboxes");
+  std::vector<std::string> rm_ids;
+  rm->add_option("ids", rm_ids)->required();
+  auto* stop = app.add_subcommand("stop", "stop a sandbox (files kept)");
+  auto* start = app.add_subcommand("start", "start a stopped sandbox");
+  std::string life_id;
+  stop->add_option("id", life_id)->required();
+  start->add_option("id", life_id)->required();
+
+  auto* img = app.add_subcommand("image", "images");
+  img->require_subcommand(1);
+  auto* img_ls = img->add_subcommand("ls", "list images");
+  auto* img_import = img->add_subcommand("import", "import a rootfs tarball or docker export");
+  std::string img_name, img_file;
+  img_import->add_option("name", img_name)->required();
+  img_import->add_option("file", img_file)->required();
+  auto* img_build = img->add_subcommand("build", "build a built-in image (default)");
+  std::string build_name, cache_dir = std::getenv("SBX_CACHE_DIR") ? std::getenv("SBX_CACHE_DIR") : "/var/cache/sbx";
+  img_build->add_option("name", build_name)->required();
+  img_build->add_option("--cache-dir", cache_dir, "where slow artefacts are cached (env SBX_CACHE_DIR)");
+
+  auto* bench = app.add_subcommand("bench", "measure create, exec and delete against peer tools");
+  int runs = 50;
+  std::string bench_image = "busybox";
+  bool no_peers = false;
+  bench->add_option("--runs", runs, "samples per row (default 50)");
+  bench->add_option("--image", bench_image, "image for sandboxes (default busybox)");
+  bench->add_flag("--no-peers", no_peers, "skip the peer tools");
+  auto* health = app.add_subcommand("health", "check that sbxd answers");
+
+  CLI11_PARSE(app, argc, argv);
+  g.api_key = DefaultKey(data_dir);
+  HttpClient c(g.url, g.api_key);
+
+  if (*health) {
+    auto j = Api(c, "GET", "/v1/health");
+    if (!j) return 1;
+    std::printf("%s\n", g.json ? j->dump().c_str() : ("ok, sbxd " + Str(*j, "version")).c_str());
+    return 0;
+  }
+  if (*create) {
+    json body = {{"type", type}, {"no_env", no_env}};
+    if (!image.empty()) body["image"] = image;
+    if (!from.empty()) body["from"] = from;
+    if (!name.empty()) body["name"] = name;
+    if (ttl) body["ttl_seconds"] = ttl;
+    for (auto [list, key] : {std::pair{&env_kv, "env"}, std::pair{&md_kv, "metadata"}}) {
+      json m = json::object();
+      for (const auto& kv : *list) {
+        auto eq = kv.find('=');
+        if (eq == std::string::npos) return Fail(std::string("--") + key + " wants KEY=VALUE");
+        m[kv.substr(0, eq)] = kv.substr(eq + 1);
+      }
+      if (!m.empty()) body[key] = m;
+    }
+    json res = json::object();
+    if (memory_mb) res["memory_mb"] = memory_mb;
+    if (cpus) res["cpus"] = cpus;
+    if (pids) res["pids"] = pids;
+    if (!res.empty()) body["resources"] = res;
+    auto j = Api(c, "POST", "/v1/sandboxes", body);
+    if (!j) return 1;
+    if (g.json) std::printf("%s\n", j->dump().c_str());
+    else std::printf("%s\n", Str(*j, "id").c_str());
+    return 0;
+  }
+  if (*exec) {
+    json body = {{"cmd", cmd}, {"timeout_seconds", timeout}};
+    if (!cwd.empty()) body["cwd"] = cwd;
+    json e = json::object();
+    for (const auto& kv : exec_env) {
+      auto eq = kv.find('=');
+      if (eq == std::string::npos) return Fail("--env wants KEY=VALUE");
+      e[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    if (!e.empty()) body["env"] = e;
+    int exit_code = 1;
+    json last;
+    auto r = c.Stream("POST", "/v1/sandboxes/" + exec_id + "/exec", body.dump(), [&](const std::string& line) {
+      auto j = json::parse(line, nullptr, false);
+      if (!j.is_object()) return;
+      std::string t = j.value("type", "");
+      if (t == "stdout" || t == "stderr") {
+        std::string d = j.value("data", "");
+        ssize_t w = ::write(t == "stdout" ? 1 : 2, d.data(), d.size());
+        (void)w;
+      } else if (t == "exit") {
+        last = j;
+        exit_code = j.value("exit_code", 1);
+      } else if (t == "error") {
+        last = j;
+      }
+    });
+    if (!r.ok()) return Fail(r.error().message);
+    if (r->status >= 300) return Fail(ErrorMessage(*r));
+    if (last.contains("error")) return Fail(last["error"].value("message", "exec failed"));
+    if (last.value("timed_out", false)) std::fprintf(stderr, "sbx: the command timed out after %lld s\n", static_cast<long long>(timeout));
+    if (g.json) std::fprintf(stderr, "%s\n", last.dump().c_str());
+    return exit_code;
+  }
+  if (*ls) {
+    auto j = Api(c, "GET", "/v1/sandboxes" + (ls_state.empty() ? "" : "?state=" + ls_state));
+    if (!j) return 1;
+    if (g.json) std::printf("%s\n", (*j)["sandboxes"].dump().c_str());
+    else PrintSandboxes((*j)["sandboxes"]);
+    return 0;
+  }
+  if (*get) {
+    auto j = Api(c, "GET", "/v1/sandboxes/" + get_id);
+    if (!j) return 1;
+    std::printf("%s\n", j->dump(g.json ? -1 : 2).c_str());
+    return 0;
+  }
+  if (*rm) {
+    int rc = 0;
+    for (const auto& id : rm_ids) {
+      auto j = Api(c, "DELETE", "/v1/sandboxes/" + id);
+      if (!j) rc = 1;
+      else if (!g.json) std::printf("%s\n", id.c_str());
+    }
+    return rc;
+  }
+  if (*stop || *start) {
+    auto j = Api(c, "POST", "/v1/sandboxes/" + life_id + (*stop ? "/stop" : "/start"), json::object());
+    if (!j) return 1;
+    std::printf("%s\n", g.json ? j->dump().c_str() : (Str(*j, "id") + " " + Str(*j, "state")).c_str());
+    return 0;
+  }
+  if (*img_ls) {
+    auto j = Api(c, "GET", "/v1/images");
+    if (!j) return 1;
+    if (g.json) {
+      std::printf("%s\n", (*j)["images"].dump().c_str());
+      return 0;
+    }
+    std::printf("%-20s %12s %s\n", "NAME", "SIZE_MB", "CREATED");
+    for (const auto& i : (*j)["images"])
+      std::printf("%-20s %12.1f %s\n", Str(i, "name").c_str(), i.value("size_bytes", 0) / 1048576.0,
+                  Str(i, "created_at").c_str());
+    return 0;
+  }
+  if (*img_import) {
+    auto r = c.Upload("/v1/images/" + img_name, img_file, [](uint64_t s, uint64_t t) {
+      if (isatty(2)) std::fprintf(stderr, "\rimporting: %3d%%", t ? static_cast<int>(s * 100 / t) : 100);
+    });
+    if (isatty(2)) std::fprintf(stderr, "\n");
+    if (!r.ok()) return Fail(r.error().message);
+    if (r->status >= 300) return Fail(ErrorMessage(*r));
+    std::printf("%s\n", r->body.c_str());
+    return 0;
+  }
+  if (*img_build) return RunImageBuild(g, build_name, cache_dir);
+  if (*bench) return RunBench(g, runs, bench_image, !no_peers);
+  return 0;
+}

@@ -1,0 +1,299 @@
+// sbxd: the sandbox daemon. Wiring only: flags and config, state, runtime, API.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <utility>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include "api/handlers.h"
+#include "api/server.h"
+#include "base/fs.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/reaper.h"
+#include "core/sandbox_manager.h"
+#include "layers/images.h"
+#include "runtime/runtime.h"
+#include "storage/store.h"
+
+namespace {
+
+using namespace sbx;
+namespace asio = boost::asio;
+
+struct Flags {
+  std::string listen = "127.0.0.1:7070";
+  std::string socket = "/run/sbx/sbxd.sock";
+  std::string data_dir = "/var/lib/sbx";
+  std::string config = "/etc/sbx/sbxd.toml";
+  bool config_given = false;
+  std::string agent;
+  std::string default_image = "default";
+  int64_t uid_base = 100000;
+  int64_t output_cap = 16 << 20;
+  std::string log_level = "info";
+};
+
+void Usage() {
+  std::fprintf(stderr,
+               "usage: sbxd [--listen HOST:PORT] [--socket PATH] [--data-dir DIR] [--config FILE]\n"
+               "            [--agent PATH] [--default-image NAME] [--uid-base N]\n"
+               "            [--output-cap BYTES] [--log-level debug|info|warn|error]\n");
+}
+
+// A small subset of TOML: top-level `key = "string"` and `key = integer` lines.
+Status ReadConfig(const std::string& path, std::map<std::string, std::string>* out) {
+  std::ifstream in(path);
+  if (!in) return MakeError(Code::kNotFound, "cannot read config " + path);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    auto hash = line.find('#');
+    if (hash != std::string::npos) line = line.substr(0, hash);
+    auto trim = [](std::string s) {
+      size_t a = s.find_first_not_of(" \t\r"), b = s.find_last_not_of(" \t\r");
+      return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+    };
+    line = trim(line);
+    if (line.empty()) continue;
+    auto eq = line.find('=');
+    if (eq == std::string::npos)
+      return MakeError(Code::kInvalidArgument, path + ":" + std::to_string(n) + ": expected key = value");
+    std::string k = trim(line.substr(0, eq)), v = trim(line.substr(eq + 1));
+    if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+    (*out)[k] = v;
+  }
+  return OkStatus();
+}
+
+Status ParseFlags(int argc, char** argv, Flags* f) {
+  std::map<std::string, std::string> given;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      Usage();
+      std::exit(0);
+    }
+    if (a == "--version") {
+      std::printf("sbxd %s\n", SBX_VERSION);
+      std::exit(0);
+    }
+    std::string key, val;
+    auto eq = a.find('=');
+    if (a.rfind("--", 0) != 0) return MakeError(Code::kInvalidArgument, "unexpected argument " + a);
+    if (eq != std::string::npos) {
+      key = a.substr(2, eq - 2);
+      val = a.substr(eq + 1);
+    } else {
+      key = a.substr(2);
+      if (i + 1 >= argc) return MakeError(Code::kInvalidArgument, "--" + key + " needs a value");
+      val = argv[++i];
+    }
+    given[key] = val;
+  }
+  if (given.count("config")) {
+    f->config = given["config"];
+    f->config_given = true;
+  }
+  std::map<std::string, std::string> cfg;
+  if (f->config_given || fs::Exists(f->config)) SBX_RETURN_IF_ERROR(ReadConfig(f->config, &cfg));
+  for (auto& [k, v] : given) cfg[k == "data-dir" ? "data_dir" : k == "default-image" ? "default_image"
+                                 : k == "uid-base" ? "uid_base" : k == "output-cap" ? "output_cap"
+                                 : k == "log-level" ? "log_level" : k] = v;
+  for (auto& [k, v] : cfg) {
+    try {
+      if (k == "listen") f->listen = v;
+      else if (k == "socket") f->socket = v;
+      else if (k == "data_dir") f->data_dir = v;
+      else if (k == "agent") f->agent = v;
+      else if (k == "default_image") f->default_image = v;
+      else if (k == "uid_base") f->uid_base = std::stoll(v);
+      else if (k == "output_cap") f->output_cap = std::stoll(v);
+      else if (k == "log_level") f->log_level = v;
+      else if (k == "config") continue;
+      else return MakeError(Code::kInvalidArgument, "unknown option " + k);
+    } catch (const std::exception&) {
+      return MakeError(Code::kInvalidArgument, "bad value for " + k + ": " + v);
+    }
+  }
+  if (f->uid_base < 1 || f->uid_base > (int64_t{1} << 31))
+    return MakeError(Code::kInvalidArgument, "uid_base out of range");
+  if (f->output_cap < 1024) return MakeError(Code::kInvalidArgument, "output_cap must be at least 1024");
+  return OkStatus();
+}
+
+// Sandboxes' root (an unprivileged host uid) must be able to walk to the data dir.
+Status CheckTraversable(const std::string& dir) {
+  char real[PATH_MAX];
+  if (!::realpath(dir.c_str(), real)) return ErrnoError("realpath " + dir);
+  std::string p = real;
+  while (!p.empty()) {
+    struct stat st;
+    if (::stat(p.c_str(), &st) != 0) return ErrnoError("stat " + p);
+    if (!(st.st_mode & S_IXOTH))
+      return MakeError(Code::kFailedPrecondition,
+                       "the data dir must be reachable by the sandboxes' unprivileged uid: " + p +
+                           " lacks the execute bit for others (chmod o+x " + p + ")");
+    auto slash = p.rfind('/');
+    if (slash == 0 || slash == std::string::npos) break;
+    p = p.substr(0, slash);
+  }
+  return OkStatus();
+}
+
+Result<std::string> EnsureAdminKey(const std::string& data_dir, storage::Store* store) {
+  std::string path = data_dir + "/api-key";
+  std::string key;
+  auto existing = fs::ReadFile(path, 4096);
+  if (existing.ok()) {
+    key = *existing;
+    while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
+  }
+  if (key.empty()) {
+    key = "sbx_" + RandomHex(24);
+    SBX_RETURN_IF_ERROR(fs::WriteFileAtomic(path, key + "\n", 0600));
+  }
+  ::chmod(path.c_str(), 0600);
+  std::string hash = Sha256Hex(key);
+  SBX_RETURN_IF_ERROR(store->SetSetting("admin_key_sha256", hash));
+  return hash;
+}
+
+int Run(int argc, char** argv) {
+  Flags f;
+  if (auto st = ParseFlags(argc, argv, &f); !st.ok()) {
+    std::fprintf(stderr, "sbxd: %s\n", st.error().message.c_str());
+    Usage();
+    return 2;
+  }
+  log::SetLevel(f.log_level == "debug" ? log::Level::kDebug : f.log_level == "warn" ? log::Level::kWarn
+                : f.log_level == "error" ? log::Level::kError : log::Level::kInfo);
+  if (::geteuid() != 0) {
+    std::fprintf(stderr, "sbxd: must run as root (it creates namespaces and cgroups)\n");
+    return 1;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  // SIGCHLD is blocked in every thread and handled by the reaper: start it before others.
+  if (auto st = Reaper::Get().Start(); !st.ok()) {
+    std::fprintf(stderr, "sbxd: %s\n", st.error().message.c_str());
+    return 1;
+  }
+  auto fail = [](const Error& e) {
+    SBX_LOG(kError) << e.message;
+    std::fprintf(stderr, "sbxd: %s\n", e.message.c_str());
+    return 1;
+  };
+  if (auto st = fs::MkdirAll(f.data_dir, 0711); !st.ok()) return fail(st.error());
+  ::chmod(f.data_dir.c_str(), 0711);
+  for (const char* d : {"sandboxes", "images", "tmp"}) {
+    std::string p = f.data_dir + "/" + d;
+    if (auto st = fs::MkdirAll(p, 0711); !st.ok()) return fail(st.error());
+    ::chmod(p.c_str(), d[0] == 't' ? 0700 : 0711);
+  }
+  if (auto st = CheckTraversable(f.data_dir); !st.ok()) return fail(st.error());
+  char real[PATH_MAX];
+  std::string data_dir = ::realpath(f.data_dir.c_str(), real) ? real : f.data_dir;
+  if (f.agent.empty()) {
+    char self[PATH_MAX];
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+      self[n] = 0;
+      std::string dir = self;
+      f.agent = dir.substr(0, dir.rfind('/')) + "/sbx-agent";
+    }
+  }
+  if (::access(f.agent.c_str(), X_OK) != 0)
+    return fail(MakeError(Code::kFailedPrecondition, "sbx-agent not found at " + f.agent + " (use --agent)"));
+
+  auto store = storage::Store::Open(data_dir + "/sbxd.db");
+  if (!store.ok()) return fail(store.error());
+  auto key_hash = EnsureAdminKey(data_dir, store->get());
+  if (!key_hash.ok()) return fail(key_hash.error());
+
+  runtime::ContainerOptions co;
+  co.agent_path = f.agent;
+  co.instance = Sha256Hex(data_dir).substr(0, 8);
+  co.uid_base = static_cast<uid_t>(f.uid_base);
+  auto rt = runtime::NewContainerRuntime(co);
+  layers::ImageStore images(data_dir, store->get(), co.uid_base);
+  {
+    auto bb = images.Get("busybox");
+    if (!bb.ok()) {
+      auto built = images.BuildBusybox();
+      if (!built.ok()) SBX_LOG(kWarn) << "cannot build the busybox image: " << built.error().message;
+    }
+  }
+  core::ManagerOptions mo;
+  mo.data_dir = data_dir;
+  mo.default_image = f.default_image;
+  mo.output_cap = static_cast<uint64_t>(f.output_cap);
+  core::SandboxManager manager(mo, store->get(), &images, rt.get());
+  if (auto st = manager.Recover(); !st.ok()) return fail(st.error().Wrap("recovering state"));
+
+  asio::io_context io;
+  asio::thread_pool pool(8);
+  api::Api api(&manager, &images, *key_hash, &pool, data_dir + "/tmp");
+  api::ServerOptions so;
+  auto colon = f.listen.rfind(':');
+  if (colon == std::string::npos) return fail(MakeError(Code::kInvalidArgument, "--listen wants HOST:PORT"));
+  so.listen_host = f.listen.substr(0, colon);
+  try {
+    so.listen_port = std::stoi(f.listen.substr(colon + 1));
+  } catch (...) {
+    return fail(MakeError(Code::kInvalidArgument, "--listen wants HOST:PORT"));
+  }
+  so.socket_path = f.socket;
+  if (!so.socket_path.empty()) {
+    auto slash = so.socket_path.rfind('/');
+    if (slash != std::string::npos && slash > 0) (void)fs::MkdirAll(so.socket_path.substr(0, slash), 0755);
+  }
+  api::Server server(so, &api, &io);
+  if (auto st = server.Start(); !st.ok()) return fail(st.error());
+  SBX_LOG(kInfo) << "sbxd " << SBX_VERSION << " listening on " << so.listen_host << ":"
+                 << server.bound_port() << (so.socket_path.empty() ? "" : " and " + so.socket_path)
+                 << ", data in " << data_dir;
+
+  // TTLs: a tick a second, on the blocking pool (stopping a sandbox waits for it).
+  asio::steady_timer ticker(io);
+  std::function<void()> arm = [&] {
+    ticker.expires_after(std::chrono::seconds(1));
+    ticker.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      asio::post(pool, [&] { manager.Tick(); });
+      arm();
+    });
+  };
+  arm();
+
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code&, int sig) {
+    SBX_LOG(kInfo) << "signal " << sig << ": stopping (sandboxes keep running and are re-adopted)";
+    io.stop();
+  });
+  std::vector<std::thread> threads;
+  unsigned n = std::max(2u, std::thread::hardware_concurrency());
+  for (unsigned i = 1; i < n; ++i) threads.emplace_back([&] { io.run(); });
+  io.run();
+  for (auto& t : threads) t.join();
+  pool.join();
+  manager.DrainTeardowns();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return Run(argc, argv); }

@@ -1,0 +1,558 @@
+#include "agent/agent_server.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/protocol.h"
+#include "base/unique_fd.h"
+
+namespace sbx::agent {
+namespace {
+
+// After the command's leader exits, output still arriving from descendants that hold the
+// pipes is collected until the pipes close or stay quiet this long.
+constexpr int kDrainQuietMs = 250;
+constexpr size_t kOutBufferHigh = 4 << 20;  // stop reading pipes past this much unsent data
+
+int64_t MonoUs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+void SetNonBlock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+bool WriteAllBlocking(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        struct pollfd p = {fd, POLLOUT, 0};
+        ::poll(&p, 1, 1000);
+        continue;
+      }
+      return false;
+    }
+    off += n;
+  }
+  return true;
+}
+
+// All processes below `root` (children, grandchildren...), from /proc.
+std::vector<pid_t> Descendants(pid_t root) {
+  std::map<pid_t, std::vector<pid_t>> children;
+  DIR* d = opendir("/proc");
+  if (!d) return {};
+  while (struct dirent* e = readdir(d)) {
+    char* end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end || pid <= 0) continue;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char buf[512];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) continue;
+    buf[n] = 0;
+    char* rp = strrchr(buf, ')');
+    if (!rp) continue;
+    int ppid = 0;
+    char state;
+    if (sscanf(rp + 2, "%c %d", &state, &ppid) != 2) continue;
+    children[ppid].push_back(static_cast<pid_t>(pid));
+  }
+  closedir(d);
+  std::vector<pid_t> out, stack = {root};
+  while (!stack.empty()) {
+    pid_t p = stack.back();
+    stack.pop_back();
+    auto it = children.find(p);
+    if (it == children.end()) continue;
+    for (pid_t c : it->second) {
+      out.push_back(c);
+      stack.push_back(c);
+    }
+  }
+  return out;
+}
+
+// Kills every descendant of this process (which is a child subreaper, so orphans of the
+// tree stay below it) until none is left, reaping them.
+void KillTree() {
+  for (int round = 0; round < 1000; ++round) {
+    std::vector<pid_t> all = Descendants(getpid());
+    for (pid_t p : all) kill(p, SIGKILL);
+    int status;
+    while (waitpid(-1, &status, WNOHANG) > 0) {
+    }
+    if (all.empty()) {
+      // Nothing visible; reap whatever is left and stop when there is no child.
+      if (waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD) return;
+    }
+    if (round > 0) usleep(1000);
+  }
+}
+
+// Finds `name` on PATH (from the request's env) unless it holds a '/'.
+std::string Resolve(const std::string& name, const std::vector<std::string>& env) {
+  if (name.find('/') != std::string::npos) return name;
+  std::string path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  for (const auto& e : env)
+    if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
+  size_t i = 0;
+  while (i <= path.size()) {
+    size_t j = path.find(':', i);
+    if (j == std::string::npos) j = path.size();
+    std::string dir = path.substr(i, j - i);
+    if (dir.empty()) dir = ".";
+    std::string cand = dir + "/" + name;
+    struct stat st;
+    if (stat(cand.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(cand.c_str(), X_OK) == 0)
+      return cand;
+    i = j + 1;
+  }
+  return "";
+}
+
+class Handler {
+ public:
+  explicit Handler(int sock) : sock_(sock) {}
+  void Run();
+
+ private:
+  bool ReadFrame(Frame* f);  // blocking read of the first frames
+  void SendError(const std::string& msg) {
+    WriteAllBlocking(sock_, EncodeFrame(FrameType::kError, nlohmann::json{{"message", msg}}.dump()));
+  }
+  void RunExec(const ExecRequest& req);
+  void Queue(FrameType t, const char* data, size_t n) {
+    out_ += EncodeHeader(t, static_cast<uint32_t>(n));
+    out_.append(data, n);
+  }
+  bool Flush();  // non-blocking; false if the peer is gone
+
+  int sock_;
+  std::string out_;
+  FrameDecoder in_;
+};
+
+bool Handler::ReadFrame(Frame* f) {
+  while (true) {
+    auto next = in_.Next();
+    if (!next.ok()) return false;
+    if (next->has_value()) {
+      *f = std::move(**next);
+      return true;
+    }
+    char buf[65536];
+    ssize_t n = read(sock_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    in_.Feed(buf, n);
+  }
+}
+
+bool Handler::Flush() {
+  while (!out_.empty()) {
+    ssize_t n = send(sock_, out_.data(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return true;
+      return false;
+    }
+    out_.erase(0, n);
+  }
+  return true;
+}
+
+void Handler::Run() {
+  Frame f;
+  while (ReadFrame(&f)) {
+    if (f.type == FrameType::kPing) {
+      nlohmann::json j = {{"version", kProtocolVersion}, {"agent", "sbx-agent " SBX_VERSION}};
+      if (!WriteAllBlocking(sock_, EncodeFrame(FrameType::kPong, j.dump()))) return;
+      continue;
+    }
+    if (f.type != FrameType::kExec) {
+      SendError("expected an exec or ping frame");
+      return;
+    }
+    auto req = ExecRequest::FromJson(f.payload);
+    if (!req.ok()) {
+      SendError(req.error().message);
+      return;
+    }
+    RunExec(*req);
+    return;
+  }
+}
+
+struct Stream {
+  int fd = -1;
+  uint64_t sent = 0;
+  uint64_t cap = 0;
+  bool truncated = false;
+  FrameType type;
+};
+
+void Handler::RunExec(const ExecRequest& req) {
+  // Everything the child needs is built here, before fork: the child may not allocate.
+  std::string path = Resolve(req.argv[0], req.env);
+  std::vector<char*> argv, envp;
+  for (const auto& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : req.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const char* cwd = req.cwd.empty() ? nullptr : req.cwd.c_str();  // empty: the agent's own
+
+  int in[2] = {-1, -1}, outp[2], errp[2], rep[2];
+  if (pipe2(outp, O_CLOEXEC) || pipe2(errp, O_CLOEXEC) || pipe2(rep, O_CLOEXEC) ||
+      (req.stdin_open && pipe2(in, O_CLOEXEC))) {
+    SendError(std::string("pipe: ") + strerror(errno));
+    return;
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, &old);
+  int64_t start_us = MonoUs();
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until execve.
+    struct {
+      int step;
+      int err;
+    } report;
+    for (int s = 1; s < NSIG; ++s) signal(s, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    setsid();
+    // The agent protects itself from the OOM killer; its commands do not inherit that.
+    int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (oom >= 0) {
+      ssize_t w = write(oom, "0", 1);
+      (void)w;
+      close(oom);
+    }
+    int devnull = -1;
+    if (!req.stdin_open) devnull = open("/dev/null", O_RDONLY);
+    if (dup2(req.stdin_open ? in[0] : devnull, 0) < 0 || dup2(outp[1], 1) < 0 ||
+        dup2(errp[1], 2) < 0) {
+      report = {1, errno};
+    } else if (cwd && chdir(cwd) != 0) {
+      report = {2, errno};
+    } else if (path.empty()) {
+      report = {3, ENOENT};
+    } else {
+      execve(path.c_str(), argv.data(), envp.data());
+      report = {3, errno};
+    }
+    ssize_t unused = write(rep[1], &report, sizeof report);
+    (void)unused;
+    _exit(127);
+  }
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  close(outp[1]);
+  close(errp[1]);
+  close(rep[1]);
+  if (req.stdin_open) close(in[0]);
+  if (pid < 0) {
+    SendError(std::string("fork: ") + strerror(errno));
+    return;
+  }
+  UniqueFd stdin_w(req.stdin_open ? in[1] : -1);
+  UniqueFd report_r(rep[0]);
+  Stream streams[2];
+  streams[0] = {outp[0], 0, req.stdout_cap, false, FrameType::kStdout};
+  streams[1] = {errp[0], 0, req.stderr_cap, false, FrameType::kStderr};
+  SetNonBlock(outp[0]);
+  SetNonBlock(errp[0]);
+  if (stdin_w.valid()) SetNonBlock(stdin_w.get());
+  SetNonBlock(sock_);
+
+  // SIGCHLD through a signalfd (blocked in this process: the agent's main set the mask).
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  UniqueFd sfd(signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK));
+  UniqueFd tfd(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+  if (req.timeout_ms > 0) {
+    struct itimerspec its = {};
+    its.it_value.tv_sec = req.timeout_ms / 1000;
+    its.it_value.tv_nsec = (req.timeout_ms % 1000) * 1000000;
+    timerfd_settime(tfd.get(), 0, &its, nullptr);
+  }
+
+  std::string stdin_buf;
+  bool stdin_eof = false, peer_gone = false, timed_out = false, leader_done = false;
+  int status = 0;
+  int64_t end_us = 0;
+  std::string exec_failure;
+  char buf[65536];
+  int64_t last_sent_us = MonoUs();
+
+  auto open_streams = [&] { return (streams[0].fd >= 0) + (streams[1].fd >= 0); };
+  while (true) {
+    if (leader_done && open_streams() == 0) break;
+    struct pollfd p[7];
+    int n = 0;
+    int i_sock = n;
+    p[n++] = {sock_, static_cast<short>(POLLIN | (out_.empty() ? 0 : POLLOUT)), 0};
+    int i_s[2] = {-1, -1};
+    if (out_.size() < kOutBufferHigh)
+      for (int k = 0; k < 2; ++k)
+        if (streams[k].fd >= 0) {
+          i_s[k] = n;
+          p[n++] = {streams[k].fd, POLLIN, 0};
+        }
+    int i_sig = n;
+    p[n++] = {sfd.get(), POLLIN, 0};
+    int i_tmr = n;
+    p[n++] = {tfd.get(), POLLIN, 0};
+    int i_in = -1;
+    if (stdin_w.valid() && !stdin_buf.empty()) {
+      i_in = n;
+      p[n++] = {stdin_w.get(), POLLOUT, 0};
+    }
+    int i_rep = -1;
+    if (report_r.valid()) {
+      i_rep = n;
+      p[n++] = {report_r.get(), POLLIN, 0};
+    }
+    int64_t quiet_ms = (MonoUs() - last_sent_us) / 1000;
+    int wait_ms = leader_done ? kDrainQuietMs
+                              : static_cast<int>(std::max<int64_t>(0, req.keepalive_ms - quiet_ms));
+    int rc = poll(p, n, wait_ms);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (rc == 0 && leader_done) {
+      // Descendants hold the pipes but are quiet: answer now; they keep running.
+      break;
+    }
+    if (!leader_done && (MonoUs() - last_sent_us) / 1000 >= req.keepalive_ms) {
+      Queue(FrameType::kKeepalive, "", 0);
+      last_sent_us = MonoUs();
+    }
+    if (i_rep >= 0 && p[i_rep].revents) {
+      struct {
+        int step;
+        int err;
+      } r;
+      ssize_t got = read(report_r.get(), &r, sizeof r);
+      if (got == sizeof r) {
+        const char* what = r.step == 1 ? "set up stdio" : r.step == 2 ? "chdir to " : "exec ";
+        exec_failure = std::string("sbx: ") + what +
+                       (r.step == 2 ? std::string(cwd ? cwd : "") : r.step == 3 ? req.argv[0] : "") + ": " +
+                       strerror(r.err) + "\n";
+      }
+      report_r.Reset();
+    }
+    if (p[i_sock].revents & (POLLERR | POLLHUP)) peer_gone = true;
+    if (p[i_sock].revents & POLLIN) {
+      ssize_t got = read(sock_, buf, sizeof buf);
+      if (got <= 0) {
+        if (!(got < 0 && (errno == EAGAIN || errno == EINTR))) peer_gone = true;
+      } else {
+        in_.Feed(buf, got);
+      }
+    }
+    if (in_.buffered() > 0) {
+        while (true) {
+          auto fr = in_.Next();
+          if (!fr.ok()) {
+            peer_gone = true;
+            break;
+          }
+          if (!fr->has_value()) break;
+          Frame& f = **fr;
+          if (f.type == FrameType::kStdin && stdin_w.valid() && !stdin_eof) {
+            stdin_buf += f.payload;
+          } else if (f.type == FrameType::kStdinEof) {
+            stdin_eof = true;
+          } else if (f.type == FrameType::kSignal) {
+            auto j = nlohmann::json::parse(f.payload, nullptr, false);
+            int sig = j.is_object() ? j.value("signal", 0) : 0;
+            if (sig > 0 && sig < NSIG) kill(-pid, sig);
+          }
+        }
+    }
+    if (peer_gone) {
+      // Nobody will read the answer: the exec is cancelled.
+      KillTree();
+      return;
+    }
+    if (stdin_w.valid() && !stdin_buf.empty()) {
+      ssize_t w = write(stdin_w.get(), stdin_buf.data(), stdin_buf.size());
+      if (w > 0) stdin_buf.erase(0, w);
+      else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+        stdin_buf.clear();
+        stdin_w.Reset();
+      }
+    }
+    if (stdin_eof && stdin_buf.empty() && stdin_w.valid()) stdin_w.Reset();
+    for (int k = 0; k < 2; ++k) {
+      if (i_s[k] < 0 || !(p[i_s[k]].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Stream& s = streams[k];
+      ssize_t got = read(s.fd, buf, sizeof buf);
+      if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (got <= 0) {
+        close(s.fd);
+        s.fd = -1;
+        continue;
+      }
+      uint64_t room = s.sent < s.cap ? s.cap - s.sent : 0;
+      size_t take = static_cast<size_t>(std::min<uint64_t>(room, got));
+      if (take > 0) {
+        Queue(s.type, buf, take);
+        last_sent_us = MonoUs();
+      }
+      s.sent += take;
+      if (take < static_cast<size_t>(got)) s.truncated = true;
+    }
+    if (p[i_sig].revents & POLLIN) {
+      struct signalfd_siginfo si;
+      while (read(sfd.get(), &si, sizeof si) > 0) {
+      }
+      int st;
+      pid_t r;
+      while ((r = waitpid(-1, &st, WNOHANG)) > 0) {
+        if (r == pid) {
+          status = st;
+          leader_done = true;
+          end_us = MonoUs();
+        }
+      }
+    }
+    if (p[i_tmr].revents & POLLIN) {
+      timed_out = true;
+      KillTree();
+      if (!leader_done) {
+        leader_done = true;
+        end_us = MonoUs();
+      }
+      // Collect what is still in the pipes, then stop.
+      for (auto& s : streams) {
+        if (s.fd < 0) continue;
+        ssize_t got;
+        while ((got = read(s.fd, buf, sizeof buf)) > 0) {
+          uint64_t room = s.sent < s.cap ? s.cap - s.sent : 0;
+          size_t take = static_cast<size_t>(std::min<uint64_t>(room, got));
+          if (take > 0) Queue(s.type, buf, take);
+          s.sent += take;
+          if (take < static_cast<size_t>(got)) s.truncated = true;
+        }
+        close(s.fd);
+        s.fd = -1;
+      }
+    }
+    if (!Flush()) {
+      KillTree();
+      return;
+    }
+  }
+  for (auto& s : streams)
+    if (s.fd >= 0) close(s.fd);
+  if (report_r.valid()) {
+    // The child reports an exec failure before it exits; read it if not yet seen.
+    struct {
+      int step;
+      int err;
+    } r;
+    if (read(report_r.get(), &r, sizeof r) == sizeof r)
+      exec_failure = std::string("sbx: exec ") + req.argv[0] + ": " + strerror(r.err) + "\n";
+  }
+  if (!exec_failure.empty()) Queue(FrameType::kStderr, exec_failure.data(), exec_failure.size());
+
+  ExitInfo info;
+  info.timed_out = timed_out;
+  info.stdout_truncated = streams[0].truncated;
+  info.stderr_truncated = streams[1].truncated;
+  info.execute_us = (end_us ? end_us : MonoUs()) - start_us;
+  if (timed_out) {
+    info.exit_code = 124;
+  } else if (WIFEXITED(status)) {
+    info.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    info.signal = WTERMSIG(status);
+    info.exit_code = 128 + info.signal;
+  }
+  if (!exec_failure.empty() && !timed_out) info.exit_code = 127;
+  std::string exit = info.ToJson();
+  Queue(FrameType::kExit, exit.data(), exit.size());
+  // Blocking from here: the answer must go out whole.
+  int fl = fcntl(sock_, F_GETFL);
+  fcntl(sock_, F_SETFL, fl & ~O_NONBLOCK);
+  WriteAllBlocking(sock_, out_);
+  out_.clear();
+}
+
+}  // namespace
+
+Status Serve(int listen_fd, bool is_init) {
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  UniqueFd sfd(signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!sfd.valid()) return ErrnoError("signalfd");
+  // Outside a sandbox (development and unit tests) the agent is no PID 1: it still
+  // collects the orphans of its commands.
+  if (!is_init) prctl(PR_SET_CHILD_SUBREAPER, 1);
+  while (true) {
+    struct pollfd p[2] = {{listen_fd, POLLIN, 0}, {sfd.get(), POLLIN, 0}};
+    int rc = poll(p, 2, -1);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("poll");
+    }
+    if (p[1].revents & POLLIN) {
+      struct signalfd_siginfo si;
+      while (read(sfd.get(), &si, sizeof si) > 0) {
+      }
+      int st;
+      while (waitpid(-1, &st, WNOHANG) > 0) {
+      }
+    }
+    if (p[0].revents & POLLIN) {
+      int c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      pid_t h = fork();
+      if (h == 0) {
+        close(listen_fd);
+        sfd.Reset();
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        Handler(c).Run();
+        _exit(0);
+      }
+      close(c);
+    }
+  }
+}
+
+}  // namespace sbx::agent

@@ -1,0 +1,14 @@
+// The in-sandbox agent's server: accepts connections on a listening unix socket and runs
+// one request per connection in a forked handler process. Called from sbx-agent's main
+// thread only (the agent is single-threaded).
+#pragma once
+
+#include "base/result.h"
+
+namespace sbx::agent {
+
+// Serves forever on `listen_fd`. When `is_init` is true the agent is PID 1 of its sandbox:
+// it reaps every orphan. Returns only on a fatal error.
+Status Serve(int listen_fd, bool is_init);
+
+}  // namespace sbx::agent

@@ -1,0 +1,97 @@
+#include "agent/client.h"
+
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
+#include <cstring>
+#include <memory>
+
+
+namespace sbx::agent {
+
+namespace asio = boost::asio;
+using asio::use_awaitable;
+using boost::system::error_code;
+
+asio::awaitable<Result<ExitInfo>> Exec(asio::any_io_executor ex, std::string socket_path,
+                                       ExecRequest req, std::string stdin_data,
+                                       OutputFn on_output, int64_t grace_ms) {
+  auto sock = std::make_shared<asio::local::stream_protocol::socket>(ex);
+  error_code ec;
+  co_await sock->async_connect(asio::local::stream_protocol::endpoint(socket_path),
+                               asio::redirect_error(use_awaitable, ec));
+  if (ec) co_return MakeError(Code::kUnavailable, "cannot reach the sandbox's agent: " + ec.message());
+
+  // The watchdog closes the connection if the agent does not answer in time.
+  auto timer = std::make_shared<asio::steady_timer>(ex);
+  if (req.timeout_ms > 0) {
+    timer->expires_after(std::chrono::milliseconds(req.timeout_ms + grace_ms));
+    timer->async_wait([sock](const error_code& e) {
+      if (!e) {
+        error_code ignored;
+        sock->close(ignored);
+      }
+    });
+  }
+  struct Cancel {
+    std::shared_ptr<asio::steady_timer> t;
+    ~Cancel() { t->cancel(); }
+  } cancel{timer};
+
+  std::string out = EncodeFrame(FrameType::kExec, req.ToJson());
+  if (req.stdin_open) {
+    size_t off = 0;
+    while (off < stdin_data.size()) {
+      size_t n = std::min<size_t>(kMaxPayload, stdin_data.size() - off);
+      out += EncodeFrame(FrameType::kStdin, std::string_view(stdin_data).substr(off, n));
+      off += n;
+    }
+    out += EncodeFrame(FrameType::kStdinEof, "");
+  }
+  co_await asio::async_write(*sock, asio::buffer(out), asio::redirect_error(use_awaitable, ec));
+  if (ec) co_return MakeError(Code::kUnavailable, "sending to the sandbox's agent: " + ec.message());
+
+  unsigned char header[kHeaderSize];
+  std::string payload;
+  while (true) {
+    co_await asio::async_read(*sock, asio::buffer(header),
+                              asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (!sock->is_open())
+        co_return MakeError(Code::kDeadlineExceeded, "the sandbox's agent did not answer in time");
+      co_return MakeError(Code::kUnavailable,
+                          "the sandbox's agent closed the connection: " + ec.message());
+    }
+    auto h = DecodeHeader(header);
+    if (!h.ok()) co_return h.error().Wrap("reading from the sandbox's agent");
+    auto [type, len] = *h;
+    payload.resize(len);
+    if (len > 0) {
+      co_await asio::async_read(*sock, asio::buffer(payload),
+                                asio::redirect_error(use_awaitable, ec));
+      if (ec) co_return MakeError(Code::kUnavailable, "reading from the sandbox's agent: " + ec.message());
+    }
+    switch (type) {
+      case FrameType::kStdout:
+      case FrameType::kStderr:
+        co_await on_output(type, payload);
+        break;
+      case FrameType::kExit:
+        co_return ExitInfo::FromJson(payload);
+      case FrameType::kError: {
+        co_return MakeError(Code::kInvalidArgument, "the sandbox's agent refused the command: " + payload);
+      }
+      case FrameType::kKeepalive:
+        co_await on_output(type, payload);
+        break;
+      default:
+        co_return MakeError(Code::kInternal, "unexpected frame from the sandbox's agent");
+    }
+  }
+}
+
+}  // namespace sbx::agent

@@ -1,0 +1,152 @@
+#include "agent/protocol.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "base/unique_fd.h"
+
+namespace sbx::agent {
+
+using nlohmann::json;
+
+std::string EncodeHeader(FrameType type, uint32_t len) {
+  std::string h(kHeaderSize, '\0');
+  h[0] = static_cast<char>(len & 0xff);
+  h[1] = static_cast<char>((len >> 8) & 0xff);
+  h[2] = static_cast<char>((len >> 16) & 0xff);
+  h[3] = static_cast<char>((len >> 24) & 0xff);
+  h[4] = static_cast<char>(type);
+  return h;
+}
+
+std::string EncodeFrame(FrameType type, std::string_view payload) {
+  std::string f = EncodeHeader(type, static_cast<uint32_t>(payload.size()));
+  f.append(payload);
+  return f;
+}
+
+Result<std::pair<FrameType, uint32_t>> DecodeHeader(const unsigned char* h) {
+  uint32_t len = h[0] | (h[1] << 8) | (h[2] << 16) | (static_cast<uint32_t>(h[3]) << 24);
+  uint8_t t = h[4];
+  if (t < 1 || t > static_cast<uint8_t>(FrameType::kKeepalive))
+    return MakeError(Code::kInvalidArgument, "agent protocol: unknown frame type " + std::to_string(t));
+  if (h[5] || h[6] || h[7])
+    return MakeError(Code::kInvalidArgument, "agent protocol: reserved header bytes set");
+  if (len > kMaxPayload)
+    return MakeError(Code::kInvalidArgument, "agent protocol: frame of " + std::to_string(len) +
+                                                 " bytes exceeds the limit");
+  return std::make_pair(static_cast<FrameType>(t), len);
+}
+
+Result<std::optional<Frame>> FrameDecoder::Next() {
+  if (buf_.size() < kHeaderSize) return std::optional<Frame>();
+  auto h = DecodeHeader(reinterpret_cast<const unsigned char*>(buf_.data()));
+  if (!h.ok()) return h.error();
+  auto [type, len] = *h;
+  if (buf_.size() < kHeaderSize + len) return std::optional<Frame>();
+  Frame f{type, buf_.substr(kHeaderSize, len)};
+  buf_.erase(0, kHeaderSize + len);
+  return std::optional<Frame>(std::move(f));
+}
+
+std::string ExecRequest::ToJson() const {
+  json j = {{"v", version},         {"argv", argv},           {"env", env},
+            {"cwd", cwd},           {"timeout_ms", timeout_ms}, {"stdout_cap", stdout_cap},
+            {"stderr_cap", stderr_cap}, {"stdin_open", stdin_open}, {"keepalive_ms", keepalive_ms}};
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<ExecRequest> ExecRequest::FromJson(std::string_view s) {
+  json j = json::parse(s, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return MakeError(Code::kInvalidArgument, "exec request is not a JSON object");
+  ExecRequest r;
+  try {
+    r.version = j.value("v", 0u);
+    if (r.version != kProtocolVersion)
+      return MakeError(Code::kInvalidArgument,
+                       "unsupported protocol version " + std::to_string(r.version));
+    r.argv = j.at("argv").get<std::vector<std::string>>();
+    r.env = j.value("env", std::vector<std::string>{});
+    r.cwd = j.value("cwd", std::string());
+    r.timeout_ms = j.value("timeout_ms", int64_t{0});
+    r.stdout_cap = j.value("stdout_cap", uint64_t{16 << 20});
+    r.stderr_cap = j.value("stderr_cap", uint64_t{16 << 20});
+    r.stdin_open = j.value("stdin_open", false);
+    r.keepalive_ms = j.value("keepalive_ms", int64_t{15000});
+    if (r.keepalive_ms < 10) r.keepalive_ms = 10;
+  } catch (const std::exception& e) {
+    return MakeError(Code::kInvalidArgument, std::string("bad exec request: ") + e.what());
+  }
+  if (r.argv.empty() || r.argv[0].empty())
+    return MakeError(Code::kInvalidArgument, "exec request has an empty argv");
+  for (const auto& a : r.argv)
+    if (a.find('\0') != std::string::npos)
+      return MakeError(Code::kInvalidArgument, "argv holds a NUL byte");
+  for (const auto& e : r.env)
+    if (e.find('\0') != std::string::npos || e.find('=') == std::string::npos || e[0] == '=')
+      return MakeError(Code::kInvalidArgument, "bad environment entry");
+  return r;
+}
+
+std::string ExitInfo::ToJson() const {
+  json j = {{"exit_code", exit_code},     {"signal", signal},
+            {"timed_out", timed_out},     {"stdout_truncated", stdout_truncated},
+            {"stderr_truncated", stderr_truncated}, {"execute_us", execute_us}};
+  return j.dump();
+}
+
+Result<ExitInfo> ExitInfo::FromJson(std::string_view s) {
+  json j = json::parse(s, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return MakeError(Code::kInternal, "agent sent a malformed exit frame");
+  ExitInfo e;
+  try {
+    e.exit_code = j.at("exit_code").get<int>();
+    e.signal = j.value("signal", 0);
+    e.timed_out = j.value("timed_out", false);
+    e.stdout_truncated = j.value("stdout_truncated", false);
+    e.stderr_truncated = j.value("stderr_truncated", false);
+    e.execute_us = j.value("execute_us", int64_t{0});
+  } catch (const std::exception& ex) {
+    return MakeError(Code::kInternal, std::string("agent sent a bad exit frame: ") + ex.what());
+  }
+  return e;
+}
+
+Status PingBlocking(const std::string& socket_path, int timeout_ms) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoError("socket");
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof addr.sun_path)
+    return MakeError(Code::kInvalidArgument, "agent socket path too long");
+  std::strcpy(addr.sun_path, socket_path.c_str());
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return ErrnoError("connect to agent");
+  std::string ping = EncodeFrame(FrameType::kPing, "");
+  if (::send(fd.get(), ping.data(), ping.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(ping.size()))
+    return ErrnoError("send ping");
+  FrameDecoder dec;
+  char buf[4096];
+  while (true) {
+    struct pollfd p = {fd.get(), POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return MakeError(Code::kDeadlineExceeded, "agent did not answer a ping");
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n <= 0) return MakeError(Code::kUnavailable, "agent closed the connection");
+    dec.Feed(buf, n);
+    auto f = dec.Next();
+    if (!f.ok()) return f.error();
+    if (f->has_value()) {
+      if ((*f)->type != FrameType::kPong) return MakeError(Code::kInternal, "agent answered a ping with another frame");
+      return OkStatus();
+    }
+  }
+}
+
+}  // namespace sbx::agent

@@ -1,0 +1,91 @@
+// The agent wire protocol, version 1: shared by the daemon (client) and sbx-agent (server).
+// It knows nothing of containers, so the same frames serve every isolation kind.
+//
+// A connection carries one request. Each frame is an 8-byte header, then the payload:
+//   u32 little-endian payload length (at most kMaxPayload), u8 type, 3 zero bytes.
+// Requests: kExec (JSON ExecRequest) then any number of kStdin / kStdinEof / kSignal;
+// or kPing (answered by kPong with JSON {"version", "agent"}).
+// Answers to kExec: kStdout / kStderr (raw bytes) in order, then one kExit (JSON ExitInfo),
+// or one kError (JSON {"message"}) if the request itself was refused.
+// Any thread may use these functions; they hold no state.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+
+namespace sbx::agent {
+
+constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kHeaderSize = 8;
+constexpr uint32_t kMaxPayload = 1 << 20;
+
+enum class FrameType : uint8_t {
+  kExec = 1,
+  kStdin = 2,
+  kStdinEof = 3,
+  kStdout = 4,
+  kStderr = 5,
+  kExit = 6,
+  kError = 7,
+  kSignal = 8,
+  kPing = 9,
+  kPong = 10,
+  kKeepalive = 11,
+};
+
+struct Frame {
+  FrameType type;
+  std::string payload;
+};
+
+std::string EncodeHeader(FrameType type, uint32_t len);
+std::string EncodeFrame(FrameType type, std::string_view payload);
+// Parses a header; fails on an unknown type or an oversized length.
+Result<std::pair<FrameType, uint32_t>> DecodeHeader(const unsigned char* h);
+
+// Accumulates bytes and yields whole frames.
+class FrameDecoder {
+ public:
+  void Feed(const char* data, size_t n) { buf_.append(data, n); }
+  // A frame, nothing yet (nullopt), or an error for a malformed stream.
+  Result<std::optional<Frame>> Next();
+  size_t buffered() const { return buf_.size(); }
+
+ private:
+  std::string buf_;
+};
+
+struct ExecRequest {
+  uint32_t version = kProtocolVersion;
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // "KEY=VALUE"
+  std::string cwd;               // empty: "/"
+  int64_t timeout_ms = 0;        // 0: none
+  uint64_t stdout_cap = 16 << 20;
+  uint64_t stderr_cap = 16 << 20;
+  bool stdin_open = false;  // false: stdin is /dev/null
+  int64_t keepalive_ms = 15000;  // a kKeepalive frame after this long without output
+  std::string ToJson() const;
+  static Result<ExecRequest> FromJson(std::string_view s);
+};
+
+struct ExitInfo {
+  int exit_code = 0;
+  int signal = 0;  // the signal that killed the command, 0 if none
+  bool timed_out = false;
+  bool stdout_truncated = false;
+  bool stderr_truncated = false;
+  int64_t execute_us = 0;  // command start to its end
+  std::string ToJson() const;
+  static Result<ExitInfo> FromJson(std::string_view s);
+};
+
+// A blocking round trip to check that the agent at `socket_path` answers (any thread).
+Status PingBlocking(const std::string& socket_path, int timeout_ms);
+
+}  // namespace sbx::agent

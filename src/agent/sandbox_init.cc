@@ -1,0 +1,284 @@
+#include "agent/sandbox_init.h"
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <net/if.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+namespace sbx::agent {
+namespace {
+
+Status Mount(const char* src, const std::string& target, const char* type, unsigned long flags,
+             const std::string& data = "") {
+  if (::mount(src, target.c_str(), type, flags, data.empty() ? nullptr : data.c_str()) != 0)
+    return ErrnoError(std::string("mount ") + (type ? type : src ? src : "") + " on " + target);
+  return OkStatus();
+}
+
+// Makes `path` (inside the new root) a real directory; refuses symlinks and other types,
+// so a hostile image cannot redirect a mount.
+Status EnsureDir(const std::string& path, mode_t mode = 0755) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      return MakeError(Code::kFailedPrecondition, "image: " + path + " is not a directory");
+    return OkStatus();
+  }
+  if (::mkdir(path.c_str(), mode) != 0) return ErrnoError("mkdir " + path);
+  return OkStatus();
+}
+
+Status EnsureFile(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode))
+      return MakeError(Code::kFailedPrecondition, path + " is not a regular file");
+    return OkStatus();
+  }
+  int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return ErrnoError("create " + path);
+  ::close(fd);
+  return OkStatus();
+}
+
+Status BindReadOnly(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return OkStatus();  // absent on this kernel
+  SBX_RETURN_IF_ERROR(Mount(path.c_str(), path, nullptr, MS_BIND | MS_REC));
+  return Mount(nullptr, path, nullptr,
+               MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC);
+}
+
+// Hides a file behind /dev/null, or a directory behind an empty read-only tmpfs.
+Status Mask(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return OkStatus();
+  if (S_ISDIR(st.st_mode))
+    return Mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0");
+  return Mount("/dev/null", path, nullptr, MS_BIND);
+}
+
+Status SetUpDev(const std::string& root) {
+  std::string dev = root + "/dev";
+  SBX_RETURN_IF_ERROR(EnsureDir(dev));
+  SBX_RETURN_IF_ERROR(
+      Mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536,nr_inodes=1024"));
+  for (const char* n : {"null", "zero", "full", "random", "urandom", "tty"}) {
+    std::string target = dev + "/" + n;
+    SBX_RETURN_IF_ERROR(EnsureFile(target));
+    SBX_RETURN_IF_ERROR(Mount((std::string("/dev/") + n).c_str(), target, nullptr, MS_BIND));
+    SBX_RETURN_IF_ERROR(Mount(nullptr, target, nullptr,
+                              MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC));
+  }
+  SBX_RETURN_IF_ERROR(EnsureDir(dev + "/pts"));
+  SBX_RETURN_IF_ERROR(Mount("devpts", dev + "/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+                            "newinstance,ptmxmode=0666,mode=0620"));
+  SBX_RETURN_IF_ERROR(EnsureDir(dev + "/shm", 01777));
+  SBX_RETURN_IF_ERROR(Mount("tmpfs", dev + "/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                            "mode=1777,size=67108864"));
+  const std::pair<const char*, const char*> links[] = {{"pts/ptmx", "ptmx"},
+                                                       {"/proc/self/fd", "fd"},
+                                                       {"/proc/self/fd/0", "stdin"},
+                                                       {"/proc/self/fd/1", "stdout"},
+                                                       {"/proc/self/fd/2", "stderr"}};
+  for (auto [to, name] : links)
+    if (::symlink(to, (dev + "/" + name).c_str()) != 0) return ErrnoError("symlink /dev/" + std::string(name));
+  return OkStatus();
+}
+
+Status LoopbackUp() {
+  int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return ErrnoError("socket");
+  struct ifreq ifr;
+  std::memset(&ifr, 0, sizeof ifr);
+  std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  int rc = ::ioctl(s, SIOCGIFFLAGS, &ifr);
+  if (rc == 0) {
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    rc = ::ioctl(s, SIOCSIFFLAGS, &ifr);
+  }
+  int err = errno;
+  ::close(s);
+  if (rc != 0) return ErrnoError("bring up loopback", err);
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<SandboxConfig> SandboxConfig::FromJson(const std::string& s) {
+  auto j = nlohmann::json::parse(s, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return MakeError(Code::kInvalidArgument, "sandbox config is not a JSON object");
+  SandboxConfig c;
+  try {
+    c.lower = j.at("lower").get<std::vector<std::string>>();
+    c.upper = j.at("upper").get<std::string>();
+    c.work = j.at("work").get<std::string>();
+    c.rootfs = j.at("rootfs").get<std::string>();
+    c.socket_path = j.at("socket").get<std::string>();
+    c.hostname = j.value("hostname", std::string("sandbox"));
+    c.tmp_bytes = j.value("tmp_bytes", uint64_t{0});
+  } catch (const std::exception& e) {
+    return MakeError(Code::kInvalidArgument, std::string("sandbox config: ") + e.what());
+  }
+  return c;
+}
+
+std::string SandboxConfig::ToJson() const {
+  nlohmann::json j = {{"lower", lower},   {"upper", upper},       {"work", work},
+                      {"rootfs", rootfs}, {"socket", socket_path}, {"hostname", hostname},
+                      {"tmp_bytes", tmp_bytes}};
+  return j.dump();
+}
+
+Status DropCapabilities() {
+  for (int cap = 0; cap <= 63; ++cap) {
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+      return ErrnoError("drop capability " + std::to_string(cap) + " from the bounding set");
+  }
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+    return ErrnoError("clear ambient capabilities");
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+  std::memset(data, 0, sizeof data);
+  if (::syscall(SYS_capset, &hdr, data) != 0) return ErrnoError("capset");
+  return OkStatus();
+}
+
+Status LoadSeccomp() {
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (!ctx) return MakeError(Code::kInternal, "seccomp_init failed");
+  struct Guard {
+    scmp_filter_ctx c;
+    ~Guard() { seccomp_release(c); }
+  } guard{ctx};
+  // Other architectures' entry points (i386 int 0x80, x32) are not in this filter: any
+  // such syscall kills the process.
+  if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) != 0)
+    return MakeError(Code::kInternal, "seccomp: cannot set the bad-arch action");
+  auto deny = [&](int nr, int err = EPERM) -> Status {
+    if (nr < 0) return OkStatus();  // not on this architecture
+    int rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 0);
+    if (rc != 0) return MakeError(Code::kInternal, "seccomp rule " + std::to_string(nr) + ": " + std::strerror(-rc));
+    return OkStatus();
+  };
+  const char* blocked[] = {
+      "unshare",       "setns",          "mount",           "umount2",      "pivot_root",
+      "chroot",        "move_mount",     "open_tree",       "fsopen",       "fsconfig",
+      "fsmount",       "fspick",         "mount_setattr",   "io_uring_setup", "io_uring_enter",
+      "io_uring_register", "bpf",        "perf_event_open", "userfaultfd",  "keyctl",
+      "add_key",       "request_key",    "kexec_load",      "kexec_file_load", "init_module",
+      "finit_module",  "delete_module",  "acct",            "swapon",       "swapoff",
+      "reboot",        "syslog",         "open_by_handle_at", "name_to_handle_at",
+      "lookup_dcookie", "quotactl",      "quotactl_fd",     "iopl",         "ioperm",
+      "settimeofday",  "clock_settime",  "clock_adjtime",   "adjtimex",     "vhangup",
+      "nfsservctl",    "uselib",         "fanotify_init",   "create_module", "get_kernel_syms",
+      "query_module",  "_sysctl",        "ustat",           "sysfs",
+  };
+  for (const char* name : blocked) SBX_RETURN_IF_ERROR(deny(seccomp_syscall_resolve_name(name)));
+  // clone3 passes its flags in memory that a filter cannot read: make it look absent so
+  // libc falls back to clone, whose flags are checked below.
+  SBX_RETURN_IF_ERROR(deny(SCMP_SYS(clone3), ENOSYS));
+  const uint64_t ns_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   CLONE_NEWUSER,
+                               CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP, 0x80 /*NEWTIME*/};
+  for (uint64_t f : ns_flags) {
+    if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                         SCMP_A0(SCMP_CMP_MASKED_EQ, f, f)) != 0)
+      return MakeError(Code::kInternal, "seccomp: clone rule");
+  }
+  // Address families that reach the host's kernel crypto, raw links or its hypervisor.
+  for (scmp_datum_t family : {38ULL /*AF_ALG*/, 17ULL /*AF_PACKET*/, 40ULL /*AF_VSOCK*/}) {
+    if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
+                         SCMP_A0(SCMP_CMP_EQ, family)) != 0)
+      return MakeError(Code::kInternal, "seccomp: socket rule");
+  }
+  // personality: only the plain Linux personalities (and the query) are allowed.
+  const uint64_t bad_persona[] = {0x0040000 /*ADDR_NO_RANDOMIZE*/, 0x0100000 /*MMAP_PAGE_ZERO*/,
+                                  0x0200000 /*ADDR_COMPAT_LAYOUT*/, 0x0400000 /*READ_IMPLIES_EXEC*/,
+                                  0x0800000 /*ADDR_LIMIT_32BIT*/,  0x8000000 /*ADDR_LIMIT_3GB*/};
+  for (uint64_t f : bad_persona) {
+    if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(personality), 2,
+                         SCMP_A0(SCMP_CMP_MASKED_EQ, f, f),
+                         SCMP_A0(SCMP_CMP_NE, 0xffffffffULL)) != 0) {
+      // Older libseccomp refuses two comparisons on one argument: block the flag outright.
+      if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(personality), 1,
+                           SCMP_A0(SCMP_CMP_MASKED_EQ, f, f)) != 0)
+        return MakeError(Code::kInternal, "seccomp: personality rule");
+    }
+  }
+  int rc = seccomp_load(ctx);
+  if (rc != 0) return MakeError(Code::kInternal, std::string("seccomp_load: ") + std::strerror(-rc));
+  return OkStatus();
+}
+
+Result<UniqueFd> InitSandbox(const SandboxConfig& cfg) {
+  if (::unshare(CLONE_NEWCGROUP) != 0) return ErrnoError("unshare cgroup namespace");
+  SBX_RETURN_IF_ERROR(Mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE));
+
+  // The listening socket lives in a host directory the sandbox never sees.
+  UniqueFd lfd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!lfd.valid()) return ErrnoError("socket");
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (cfg.socket_path.size() >= sizeof addr.sun_path)
+    return MakeError(Code::kInvalidArgument, "agent socket path is too long: " + cfg.socket_path);
+  std::strcpy(addr.sun_path, cfg.socket_path.c_str());
+  ::unlink(cfg.socket_path.c_str());
+  if (::bind(lfd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return ErrnoError("bind " + cfg.socket_path);
+  if (::listen(lfd.get(), 128) != 0) return ErrnoError("listen");
+
+  std::string lower;
+  for (const auto& l : cfg.lower) lower += (lower.empty() ? "" : ":") + l;
+  const std::string& root = cfg.rootfs;
+  SBX_RETURN_IF_ERROR(Mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV,
+                            "lowerdir=" + lower + ",upperdir=" + cfg.upper + ",workdir=" +
+                                cfg.work + ",userxattr"));
+  SBX_RETURN_IF_ERROR(EnsureDir(root + "/proc"));
+  SBX_RETURN_IF_ERROR(Mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  SBX_RETURN_IF_ERROR(EnsureDir(root + "/sys"));
+  SBX_RETURN_IF_ERROR(
+      Mount("sysfs", root + "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  SBX_RETURN_IF_ERROR(SetUpDev(root));
+  std::string tmp_size = cfg.tmp_bytes ? ",size=" + std::to_string(cfg.tmp_bytes) : "";
+  SBX_RETURN_IF_ERROR(EnsureDir(root + "/tmp", 01777));
+  SBX_RETURN_IF_ERROR(
+      Mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777" + tmp_size));
+
+  for (const char* p : {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
+                        "/proc/latency_stats", "/proc/acpi", "/proc/scsi", "/sys/firmware",
+                        "/proc/kallsyms", "/proc/kpagecount", "/proc/kpageflags", "/proc/config.gz"})
+    SBX_RETURN_IF_ERROR(Mask(root + p));
+  for (const char* p : {"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"})
+    SBX_RETURN_IF_ERROR(BindReadOnly(root + p));
+
+  if (!cfg.hostname.empty() && ::sethostname(cfg.hostname.data(), cfg.hostname.size()) != 0)
+    return ErrnoError("sethostname");
+  SBX_RETURN_IF_ERROR(LoopbackUp());
+
+  if (::chdir(root.c_str()) != 0) return ErrnoError("chdir " + root);
+  if (::syscall(SYS_pivot_root, ".", ".") != 0) return ErrnoError("pivot_root");
+  if (::umount2(".", MNT_DETACH) != 0) return ErrnoError("detach the old root");
+  if (::chdir("/") != 0) return ErrnoError("chdir /");
+
+  // The agent's own memory and /proc entries are closed to the sandbox's code.
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return ErrnoError("PR_SET_DUMPABLE");
+  SBX_RETURN_IF_ERROR(DropCapabilities());
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return ErrnoError("PR_SET_NO_NEW_PRIVS");
+  SBX_RETURN_IF_ERROR(LoadSeccomp());
+  return lfd;
+}
+
+}  // namespace sbx::agent

@@ -1,0 +1,35 @@
+// Sets up a container sandbox from inside: sbx-agent runs this as PID 1 of fresh user,
+// pid, mount, net, ipc and uts namespaces (the daemon has written the id maps and placed
+// it in its cgroup). Main thread of sbx-agent only, before any sandbox code runs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "base/unique_fd.h"
+
+namespace sbx::agent {
+
+struct SandboxConfig {
+  std::vector<std::string> lower;  // read-only layers, topmost first
+  std::string upper, work;         // overlay upper and work dirs
+  std::string rootfs;              // empty dir to mount the root on
+  std::string socket_path;         // host path of the agent's listening socket
+  std::string hostname;
+  uint64_t tmp_bytes = 0;  // size of /tmp and /dev/shm (0: half of memory)
+  static Result<SandboxConfig> FromJson(const std::string& s);
+  std::string ToJson() const;
+};
+
+// Mounts the root and the pseudo filesystems, binds the agent socket, pivots into the
+// root, drops every capability, sets no_new_privs and loads the seccomp filter.
+// Returns the listening socket.
+Result<UniqueFd> InitSandbox(const SandboxConfig& cfg);
+
+// Loads the sandbox's seccomp filter into the calling thread (inherited by children).
+Status LoadSeccomp();
+// Drops every capability (bounding, ambient, effective, permitted, inheritable).
+Status DropCapabilities();
+
+}  // namespace sbx::agent

@@ -1,0 +1,500 @@
+#include "api/handlers.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "api/errors.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/proc.h"
+
+namespace sbx::api {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+const std::vector<RouteInfo> kRoutes = {
+    {"GET", "/v1/health", false},
+    {"GET", "/v1/openapi.json", false},
+    {"GET", "/metrics", false},
+    {"POST", "/v1/sandboxes", false},
+    {"GET", "/v1/sandboxes", false},
+    {"GET", "/v1/sandboxes/{id}", false},
+    {"DELETE", "/v1/sandboxes/{id}", false},
+    {"POST", "/v1/sandboxes/{id}/exec", false},
+    {"POST", "/v1/sandboxes/{id}/stop", false},
+    {"POST", "/v1/sandboxes/{id}/start", false},
+    {"GET", "/v1/images", false},
+    {"POST", "/v1/images/{name}", true},
+};
+
+std::vector<std::string> Split(const std::string& path) {
+  std::vector<std::string> out;
+  std::stringstream ss(path);
+  std::string seg;
+  while (std::getline(ss, seg, '/'))
+    if (!seg.empty()) out.push_back(seg);
+  return out;
+}
+
+Response Json(int status, const json& j) {
+  Response r;
+  r.status = status;
+  r.body = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+Response Bad(const std::string& msg) { return ErrorResponse(MakeError(Code::kInvalidArgument, msg)); }
+
+// Runs a blocking call on the pool and resumes the caller's coroutine on its executor.
+template <typename F>
+asio::awaitable<std::invoke_result_t<F>> RunBlocking(asio::thread_pool& pool, F f) {
+  using R = std::invoke_result_t<F>;
+  auto holder = std::make_shared<std::optional<R>>();
+  co_await asio::co_spawn(
+      pool,
+      [holder, f = std::move(f)]() mutable -> asio::awaitable<void> {
+        holder->emplace(f());
+        co_return;
+      },
+      asio::use_awaitable);
+  co_return std::move(**holder);
+}
+
+// Strict body parsing: an object with only known fields.
+Result<json> ParseObject(const std::string& body, const std::set<std::string>& allowed) {
+  if (body.empty()) return json::object();
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded()) return MakeError(Code::kInvalidArgument, "the body is not valid JSON");
+  if (!j.is_object()) return MakeError(Code::kInvalidArgument, "the body must be a JSON object");
+  for (auto& [k, _] : j.items())
+    if (!allowed.count(k)) return MakeError(Code::kInvalidArgument, "unknown field \"" + k + "\"");
+  return j;
+}
+
+Result<std::string> GetString(const json& j, const char* key, const std::string& def = "") {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  if (!j[key].is_string()) return MakeError(Code::kInvalidArgument, std::string(key) + " must be a string");
+  return j[key].get<std::string>();
+}
+
+Result<std::optional<int64_t>> GetInt(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return std::optional<int64_t>();
+  const json& v = j[key];
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      return MakeError(Code::kInvalidArgument, std::string(key) + " is out of range");
+    return std::optional<int64_t>(static_cast<int64_t>(v.get<uint64_t>()));
+  }
+  if (v.is_number_integer()) return std::optional<int64_t>(v.get<int64_t>());
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (d == static_cast<double>(static_cast<int64_t>(d)) && d > -9e15 && d < 9e15)
+      return std::optional<int64_t>(static_cast<int64_t>(d));
+  }
+  return MakeError(Code::kInvalidArgument, std::string(key) + " must be an integer");
+}
+
+Result<bool> GetBool(const json& j, const char* key, bool def) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  if (!j[key].is_boolean()) return MakeError(Code::kInvalidArgument, std::string(key) + " must be a boolean");
+  return j[key].get<bool>();
+}
+
+Result<std::map<std::string, std::string>> GetStringMap(const json& j, const char* key) {
+  std::map<std::string, std::string> out;
+  if (!j.contains(key) || j[key].is_null()) return out;
+  if (!j[key].is_object())
+    return MakeError(Code::kInvalidArgument, std::string(key) + " must be an object of strings");
+  for (auto& [k, v] : j[key].items()) {
+    if (!v.is_string())
+      return MakeError(Code::kInvalidArgument, std::string(key) + "." + k + " must be a string");
+    out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+json SandboxJson(const core::SandboxView& v) {
+  const auto& r = v.rec;
+  json j = {{"id", r.id},
+            {"name", r.name.empty() ? json(nullptr) : json(r.name)},
+            {"state", r.state},
+            {"type", r.type},
+            {"isolation", r.isolation},
+            {"image", r.image},
+            {"created_at", FormatRfc3339(r.created_ms)},
+            {"expires_at", r.expires_ms && r.state == "running" ? json(FormatRfc3339(r.expires_ms)) : json(nullptr)},
+            {"ttl_seconds", r.ttl_seconds},
+            {"ttl_action", r.ttl_action},
+            {"idle_timeout_seconds", r.idle_timeout_seconds},
+            {"no_env", r.no_env},
+            {"resources", {{"cpus", r.cpus}, {"memory_mb", r.memory_mb}, {"disk_mb", r.disk_mb}, {"pids", r.pids}}},
+            {"billed_seconds", v.billed_seconds},
+            {"cost_usd", v.cost_usd}};
+  auto md = json::parse(r.metadata_json, nullptr, false);
+  j["metadata"] = md.is_object() ? md : json::object();
+  auto net = json::parse(r.network_json, nullptr, false);
+  j["network"] = net.is_object() ? net : json::object();
+  j["error"] = r.error.empty() ? json(nullptr) : json(r.error);
+  return j;
+}
+
+// Splits off a trailing incomplete UTF-8 sequence so a streamed chunk never cuts a
+// character in two; it is kept in `carry` for the next chunk.
+std::string TakeUtf8(std::string& carry, std::string_view data) {
+  std::string s = carry;
+  s.append(data);
+  size_t n = s.size();
+  size_t i = n;
+  int back = 0;
+  while (i > 0 && back < 3 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) {
+    --i;
+    ++back;
+  }
+  if (i > 0) {
+    unsigned char lead = static_cast<unsigned char>(s[i - 1]);
+    int need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (need > 1 && need > back + 1) {
+      carry = s.substr(i - 1);
+      s.resize(i - 1);
+      return s;
+    }
+  }
+  carry.clear();
+  return s;
+}
+
+json ExitJson(const core::ExecResult& r) {
+  json j = {{"exit_code", r.exit.exit_code},
+            {"timed_out", r.exit.timed_out},
+            {"stdout_truncated", r.exit.stdout_truncated},
+            {"stderr_truncated", r.exit.stderr_truncated},
+            {"timing", {{"queue_ms", std::round(r.queue_ms_exact * 1000) / 1000},
+                        {"execute_ms", std::round(r.execute_ms_exact * 1000) / 1000}}},
+            {"cost_usd", r.cost_usd}};
+  if (r.exit.signal) j["signal"] = r.exit.signal;
+  return j;
+}
+
+}  // namespace
+
+const std::vector<RouteInfo>& Routes() { return kRoutes; }
+
+Api::Api(core::SandboxManager* manager, layers::ImageStore* images, std::string admin_key_hash,
+         asio::thread_pool* pool, std::string tmp_dir)
+    : manager_(manager), images_(images), admin_key_hash_(std::move(admin_key_hash)), pool_(pool),
+      tmp_dir_(std::move(tmp_dir)) {}
+
+const RouteInfo* Api::Match(Request& req) const {
+  auto segs = Split(req.path);
+  for (const auto& r : kRoutes) {
+    if (req.method != r.method) continue;
+    auto pat = Split(r.pattern);
+    if (pat.size() != segs.size()) continue;
+    std::map<std::string, std::string> params;
+    bool ok = true;
+    for (size_t i = 0; i < pat.size() && ok; ++i) {
+      if (pat[i].front() == '{') params[pat[i].substr(1, pat[i].size() - 2)] = segs[i];
+      else ok = pat[i] == segs[i];
+    }
+    if (ok) {
+      req.params = std::move(params);
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+bool Api::Authorized(const Request& req) const {
+  std::string h = req.Header("authorization");
+  const std::string prefix = "Bearer ";
+  if (h.size() <= prefix.size() || h.compare(0, prefix.size(), prefix) != 0) return false;
+  std::string got = Sha256Hex(h.substr(prefix.size()));
+  if (got.size() != admin_key_hash_.size()) return false;
+  unsigned char diff = 0;  // constant time
+  for (size_t i = 0; i < got.size(); ++i) diff |= got[i] ^ admin_key_hash_[i];
+  return diff == 0;
+}
+
+asio::awaitable<Response> Api::Handle(Request& req) {
+  const RouteInfo* route = Match(req);
+  if (!route) co_return ErrorResponse(404, "not_found", "no route for " + req.method + " " + req.path);
+  std::string pat = route->pattern;
+  bool open = pat == "/v1/health" || pat == "/v1/openapi.json";
+  if (!open && !Authorized(req))
+    co_return ErrorResponse(401, "unauthorized", "a valid API key is required (Authorization: Bearer KEY)");
+  for (const auto& [k, v] : req.params)
+    if (!ValidName(v)) co_return Bad("invalid " + k + ": ids and names match [a-z0-9][a-z0-9._-]{0,62}");
+  try {
+    co_return co_await Dispatch(*route, req);
+  } catch (const std::exception& e) {
+    SBX_LOG(kError) << "handler for " << req.method << " " << req.path << " threw: " << e.what();
+    co_return ErrorResponse(500, "internal", "internal error");
+  }
+}
+
+asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
+  const std::string pat = route.pattern;
+  const std::string& m = req.method;
+
+  if (pat == "/v1/health")
+    co_return Json(200, {{"status", "ok"}, {"version", SBX_VERSION}});
+  if (pat == "/v1/openapi.json") {
+    Response r;
+    r.body = OpenApiDocument();
+    co_return r;
+  }
+  if (pat == "/metrics") {
+    auto c = manager_->GetCounts();
+    std::ostringstream o;
+    o << "# HELP sbx_sandboxes Sandboxes by state.\n# TYPE sbx_sandboxes gauge\n";
+    for (auto [state, n] : std::vector<std::pair<const char*, int>>{
+             {"running", c.running}, {"stopped", c.stopped}, {"error", c.error},
+             {"creating", c.creating}, {"deleting", c.deleting}})
+      o << "sbx_sandboxes{state=\"" << state << "\",isolation=\"container\"} " << n << "\n";
+    o << "# TYPE sbx_creates_total counter\nsbx_creates_total " << c.creates << "\n";
+    o << "# TYPE sbx_execs_total counter\nsbx_execs_total " << c.execs << "\n";
+    o << "# TYPE sbx_deletes_total counter\nsbx_deletes_total " << c.deletes << "\n";
+    o << "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes "
+      << proc::SelfRssBytes() << "\n";
+    o << "# TYPE process_open_fds gauge\nprocess_open_fds " << proc::SelfFdCount() << "\n";
+    Response r;
+    r.content_type = "text/plain; version=0.0.4";
+    r.body = o.str();
+    co_return r;
+  }
+
+  if (pat == "/v1/sandboxes" && m == "POST") {
+    auto j = ParseObject(req.body, {"type", "isolation", "name", "image", "from", "ttl_seconds",
+                                    "ttl_action", "idle_timeout_seconds", "no_env", "env",
+                                    "metadata", "network", "disks", "resources"});
+    if (!j.ok()) co_return ErrorResponse(j.error());
+    core::CreateRequest c;
+    auto type = GetString(*j, "type", "small");
+    auto iso = GetString(*j, "isolation", "container");
+    auto name = GetString(*j, "name");
+    auto image = GetString(*j, "image");
+    auto from = GetString(*j, "from");
+    auto ttl = GetInt(*j, "ttl_seconds");
+    auto ttl_action = GetString(*j, "ttl_action", "stop");
+    auto idle = GetInt(*j, "idle_timeout_seconds");
+    auto no_env = GetBool(*j, "no_env", false);
+    auto env = GetStringMap(*j, "env");
+    auto md = GetStringMap(*j, "metadata");
+    for (const Error* e : {type.ok() ? nullptr : &type.error(), iso.ok() ? nullptr : &iso.error(),
+                           name.ok() ? nullptr : &name.error(), image.ok() ? nullptr : &image.error(),
+                           from.ok() ? nullptr : &from.error(), ttl.ok() ? nullptr : &ttl.error(),
+                           ttl_action.ok() ? nullptr : &ttl_action.error(),
+                           idle.ok() ? nullptr : &idle.error(), no_env.ok() ? nullptr : &no_env.error(),
+                           env.ok() ? nullptr : &env.error(), md.ok() ? nullptr : &md.error()})
+      if (e) co_return ErrorResponse(*e);
+    c.type = *type;
+    c.isolation = *iso;
+    c.name = *name;
+    c.image = *image;
+    c.from = *from;
+    c.ttl_seconds = *ttl;
+    c.ttl_action = *ttl_action;
+    c.idle_timeout_seconds = idle->value_or(0);
+    c.no_env = *no_env;
+    c.env = *env;
+    c.metadata = *md;
+    if (j->contains("network") && !(*j)["network"].is_null()) {
+      const json& n = (*j)["network"];
+      if (!n.is_object()) co_return Bad("network must be an object");
+      for (auto& [k, _] : n.items())
+        if (k != "mode" && k != "allow") co_return Bad("unknown field network." + k);
+      auto mode = GetString(n, "mode", "none");
+      if (!mode.ok()) co_return ErrorResponse(mode.error());
+      c.network_mode = *mode;
+      if (n.contains("allow") && !(n["allow"].is_array() && n["allow"].empty()))
+        co_return Bad("network.allow is not available on this sbxd yet");
+    }
+    if (j->contains("disks") && !(*j)["disks"].is_null() &&
+        !((*j)["disks"].is_array() && (*j)["disks"].empty()))
+      co_return Bad("disks are not available on this sbxd yet");
+    if (j->contains("resources") && !(*j)["resources"].is_null()) {
+      const json& r = (*j)["resources"];
+      if (!r.is_object()) co_return Bad("resources must be an object");
+      for (auto& [k, _] : r.items())
+        if (k != "cpus" && k != "memory_mb" && k != "pids") co_return Bad("unknown field resources." + k);
+      auto cpus = GetInt(r, "cpus");
+      auto mem = GetInt(r, "memory_mb");
+      auto pids = GetInt(r, "pids");
+      for (auto* e : {&cpus, &mem, &pids})
+        if (!e->ok()) co_return ErrorResponse(e->error());
+      if (*cpus) {
+        if (**cpus < 1 || **cpus > 256) co_return Bad("resources.cpus must be between 1 and 256");
+        c.cpus = static_cast<int>(**cpus);
+      }
+      if (*mem) c.memory_mb = **mem;
+      if (*pids) {
+        if (**pids < 16 || **pids > (1 << 22)) co_return Bad("resources.pids must be between 16 and 4194304");
+        c.pids = static_cast<int>(**pids);
+      }
+    }
+    auto v = co_await RunBlocking(*pool_, [this, c] { return manager_->Create(c); });
+    if (!v.ok()) co_return ErrorResponse(v.error());
+    co_return Json(201, SandboxJson(*v));
+  }
+
+  if (pat == "/v1/sandboxes" && m == "GET") {
+    core::ListFilter f;
+    for (const auto& [k, v] : req.query) {
+      if (k == "name") f.name = v;
+      else if (k == "state") f.state = v;
+      else if (k.rfind("metadata.", 0) == 0 && k.size() > 9) f.metadata[k.substr(9)] = v;
+      else co_return Bad("unknown filter \"" + k + "\"");
+    }
+    auto list = manager_->List(f);
+    if (!list.ok()) co_return ErrorResponse(list.error());
+    json arr = json::array();
+    for (const auto& v : *list) arr.push_back(SandboxJson(v));
+    co_return Json(200, {{"sandboxes", arr}});
+  }
+
+  if (pat == "/v1/sandboxes/{id}") {
+    const std::string& id = req.params["id"];
+    if (m == "GET") {
+      auto v = manager_->Get(id);
+      if (!v.ok()) co_return ErrorResponse(v.error());
+      co_return Json(200, SandboxJson(*v));
+    }
+    auto st = manager_->Delete(id);
+    if (!st.ok()) co_return ErrorResponse(st.error());
+    co_return Json(200, {{"type", "sandbox.deleted"}, {"id", id}});
+  }
+
+  if (pat == "/v1/sandboxes/{id}/stop" || pat == "/v1/sandboxes/{id}/start") {
+    auto j = ParseObject(req.body, {});
+    if (!j.ok()) co_return ErrorResponse(j.error());
+    std::string id = req.params["id"];
+    bool stop = pat.back() == 'p';
+    auto v = co_await RunBlocking(*pool_, [this, id, stop] {
+      return stop ? manager_->Stop(id) : manager_->Start(id);
+    });
+    if (!v.ok()) co_return ErrorResponse(v.error());
+    co_return Json(200, SandboxJson(*v));
+  }
+
+  if (pat == "/v1/sandboxes/{id}/exec") {
+    auto j = ParseObject(req.body, {"cmd", "cwd", "env", "stdin", "timeout_seconds"});
+    if (!j.ok()) co_return ErrorResponse(j.error());
+    core::ExecRequest e;
+    e.arrival_us = req.arrival_us;
+    if (!j->contains("cmd")) co_return Bad("cmd is required");
+    const json& cmd = (*j)["cmd"];
+    if (cmd.is_string()) {
+      if (cmd.get<std::string>().empty()) co_return Bad("cmd is empty");
+      e.argv = {"/bin/sh", "-c", cmd.get<std::string>()};
+    } else if (cmd.is_array() && !cmd.empty()) {
+      for (const auto& a : cmd) {
+        if (!a.is_string()) co_return Bad("cmd must be a string or an array of strings");
+        e.argv.push_back(a.get<std::string>());
+      }
+    } else {
+      co_return Bad("cmd must be a string or a non-empty array of strings");
+    }
+    auto cwd = GetString(*j, "cwd");
+    auto env = GetStringMap(*j, "env");
+    auto timeout = GetInt(*j, "timeout_seconds");
+    if (!cwd.ok()) co_return ErrorResponse(cwd.error());
+    if (!env.ok()) co_return ErrorResponse(env.error());
+    if (!timeout.ok()) co_return ErrorResponse(timeout.error());
+    e.cwd = *cwd;
+    e.env = *env;
+    e.timeout_seconds = timeout->value_or(60);
+    if (j->contains("stdin") && !(*j)["stdin"].is_null()) {
+      if (!(*j)["stdin"].is_string()) co_return Bad("stdin must be a string");
+      e.stdin_data = (*j)["stdin"].get<std::string>();
+    }
+    std::string id = req.params["id"];
+    auto ex = co_await asio::this_coro::executor;
+    bool ndjson = req.Header("accept").find("application/x-ndjson") != std::string::npos;
+    if (!ndjson) {
+      auto out = std::make_shared<std::string>();
+      auto err = std::make_shared<std::string>();
+      auto res = co_await manager_->Exec(
+          ex, id, std::move(e),
+          [out, err](agent::FrameType t, std::string_view d) -> asio::awaitable<void> {
+            if (t == agent::FrameType::kStdout) out->append(d);
+            else if (t == agent::FrameType::kStderr) err->append(d);
+            co_return;
+          });
+      if (!res.ok()) co_return ErrorResponse(res.error());
+      json body = ExitJson(*res);
+      body["stdout"] = *out;
+      body["stderr"] = *err;
+      co_return Json(200, body);
+    }
+    Response r;
+    r.content_type = "application/x-ndjson";
+    auto* mgr = manager_;
+    r.stream = [mgr, ex, id, e = std::move(e)](ChunkSink sink) mutable
+        -> asio::awaitable<std::optional<Response>> {
+      auto carry = std::make_shared<std::array<std::string, 2>>();
+      auto gone = std::make_shared<bool>(false);
+      auto started = std::make_shared<bool>(false);
+      auto res = co_await mgr->Exec(
+          ex, id, std::move(e),
+          [sink, carry, gone, started](agent::FrameType t, std::string_view d) -> asio::awaitable<void> {
+            if (*gone) co_return;
+            json line;
+            if (t == agent::FrameType::kKeepalive) {
+              line = {{"type", "keepalive"}};
+            } else {
+              int k = t == agent::FrameType::kStdout ? 0 : 1;
+              std::string text = TakeUtf8((*carry)[k], d);
+              if (text.empty()) co_return;
+              line = {{"type", k == 0 ? "stdout" : "stderr"}, {"data", text}};
+            }
+            *started = true;
+            if (!co_await sink(line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"))
+              *gone = true;
+          });
+      if (!res.ok()) {
+        if (!*started) co_return ErrorResponse(res.error());
+        json line = {{"type", "error"}, {"error", {{"code", ErrorCode(res.error().code)}, {"message", res.error().message}}}};
+        co_await sink(line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+        co_return std::nullopt;
+      }
+      for (int k = 0; k < 2; ++k)
+        if (!(*carry)[k].empty()) {
+          json line = {{"type", k == 0 ? "stdout" : "stderr"}, {"data", (*carry)[k]}};
+          co_await sink(line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+        }
+      json last = ExitJson(*res);
+      last["type"] = "exit";
+      co_await sink(last.dump() + "\n");
+      co_return std::nullopt;
+    };
+    co_return r;
+  }
+
+  if (pat == "/v1/images" && m == "GET") {
+    auto list = images_->List();
+    if (!list.ok()) co_return ErrorResponse(list.error());
+    json arr = json::array();
+    for (const auto& i : *list)
+      arr.push_back({{"name", i.name}, {"size_bytes", i.size_bytes}, {"created_at", FormatRfc3339(i.created_ms)}});
+    co_return Json(200, {{"images", arr}});
+  }
+
+  if (pat == "/v1/images/{name}") {
+    std::string name = req.params["name"];
+    std::string file = req.body_file;
+    if (file.empty()) co_return Bad("the body must be a tar archive");
+    auto rec = co_await RunBlocking(*pool_, [this, name, file] { return images_->ImportTar(name, file); });
+    if (!rec.ok()) co_return ErrorResponse(rec.error());
+    co_return Json(201, {{"name", rec->name}, {"size_bytes", rec->size_bytes}, {"created_at", FormatRfc3339(rec->created_ms)}});
+  }
+  co_return ErrorResponse(404, "not_found", "no route");
+}
+
+}  // namespace sbx::api

@@ -1,0 +1,51 @@
+// Api: parses and validates each route's input into typed requests, calls the manager,
+// and renders its answer. No policy lives here. Any io thread; blocking manager calls run
+// on the blocking pool.
+#pragma once
+
+#include <utility>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <string>
+#include <vector>
+
+#include "api/http_types.h"
+#include "core/sandbox_manager.h"
+#include "layers/images.h"
+
+namespace sbx::api {
+
+struct RouteInfo {
+  const char* method;
+  const char* pattern;  // segments in braces are parameters
+  bool large_body;      // the body is streamed to a temp file
+};
+
+// Every route the server answers; the OpenAPI document must list exactly these.
+const std::vector<RouteInfo>& Routes();
+// The OpenAPI document served at /v1/openapi.json.
+const std::string& OpenApiDocument();
+
+class Api {
+ public:
+  Api(core::SandboxManager* manager, layers::ImageStore* images, std::string admin_key_hash,
+      boost::asio::thread_pool* pool, std::string tmp_dir);
+
+  // Finds the route for a method and path; fills req.params. nullptr if none.
+  const RouteInfo* Match(Request& req) const;
+  boost::asio::awaitable<Response> Handle(Request& req);
+  const std::string& tmp_dir() const { return tmp_dir_; }
+
+ private:
+  boost::asio::awaitable<Response> Dispatch(const RouteInfo& route, Request& req);
+  bool Authorized(const Request& req) const;
+
+  core::SandboxManager* manager_;
+  layers::ImageStore* images_;
+  std::string admin_key_hash_;
+  boost::asio::thread_pool* pool_;
+  std::string tmp_dir_;
+};
+
+}  // namespace sbx::api

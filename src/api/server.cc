@@ -1,0 +1,266 @@
+#include "api/server.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+
+#include "api/errors.h"
+#include "base/ids.h"
+#include "base/log.h"
+
+namespace sbx::api {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::use_awaitable;
+using boost::system::error_code;
+
+namespace {
+
+int64_t SteadyUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string PercentDecode(std::string_view s, bool plus_is_space) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (c == '%' && i + 2 < s.size() && isxdigit(s[i + 1]) && isxdigit(s[i + 2])) {
+      out.push_back(static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16)));
+      i += 2;
+    } else if (c == '+' && plus_is_space) {
+      out.push_back(' ');
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+void ParseTarget(std::string_view target, Request& req) {
+  size_t q = target.find('?');
+  req.path = PercentDecode(target.substr(0, q), false);
+  if (q == std::string_view::npos) return;
+  std::string_view qs = target.substr(q + 1);
+  while (!qs.empty()) {
+    size_t amp = qs.find('&');
+    std::string_view kv = qs.substr(0, amp);
+    size_t eq = kv.find('=');
+    std::string k = PercentDecode(kv.substr(0, eq), true);
+    std::string v = eq == std::string_view::npos ? "" : PercentDecode(kv.substr(eq + 1), true);
+    if (!k.empty()) req.query[k] = v;
+    if (amp == std::string_view::npos) break;
+    qs = qs.substr(amp + 1);
+  }
+}
+
+template <typename Stream>
+asio::awaitable<bool> WriteResponse(Stream& stream, const Response& r, bool keep_alive) {
+  http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
+  res.set(http::field::server, "sbxd/" SBX_VERSION);
+  res.set(http::field::content_type, r.content_type);
+  res.keep_alive(keep_alive);
+  res.body() = r.body;
+  res.prepare_payload();
+  error_code ec;
+  co_await http::async_write(stream, res, asio::redirect_error(use_awaitable, ec));
+  co_return !ec;
+}
+
+template <typename Stream>
+asio::awaitable<void> Session(Stream stream, Api* api, ServerOptions opts) {
+  beast::flat_buffer buf;
+  error_code ec;
+  while (true) {
+    http::request_parser<http::empty_body> hp;
+    hp.header_limit(64 * 1024);
+    hp.body_limit(opts.max_upload_bytes);
+    co_await http::async_read_header(stream, buf, hp, asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (ec != http::error::end_of_stream && ec != asio::error::eof &&
+          ec != asio::error::connection_reset && ec != asio::error::operation_aborted) {
+        co_await WriteResponse(stream, ErrorResponse(400, "invalid_request", "malformed HTTP request: " + ec.message()), false);
+      }
+      break;
+    }
+    Request req;
+    req.arrival_us = SteadyUs();
+    const auto& h = hp.get();
+    req.method = std::string(h.method_string());
+    ParseTarget(std::string_view(h.target().data(), h.target().size()), req);
+    for (const auto& f : h) {
+      std::string name(f.name_string());
+      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      req.headers[name] = std::string(f.value());
+    }
+    bool keep = h.keep_alive();
+    const RouteInfo* route = api->Match(req);
+    std::string tmp_file;
+    if (route && route->large_body) {
+      tmp_file = api->tmp_dir() + "/upload-" + RandomHex(8);
+      http::request_parser<http::file_body> fp{std::move(hp)};
+      fp.body_limit(opts.max_upload_bytes);
+      fp.get().body().open(tmp_file.c_str(), beast::file_mode::write, ec);
+      if (ec) {
+        co_await WriteResponse(stream, ErrorResponse(500, "internal", "cannot store the upload: " + ec.message()), false);
+        break;
+      }
+      co_await http::async_read(stream, buf, fp, asio::redirect_error(use_awaitable, ec));
+      fp.get().body().close();
+      req.body_file = tmp_file;
+    } else {
+      http::request_parser<http::string_body> sp{std::move(hp)};
+      sp.body_limit(opts.max_body_bytes);
+      co_await http::async_read(stream, buf, sp, asio::redirect_error(use_awaitable, ec));
+      if (!ec) req.body = std::move(sp.get().body());
+    }
+    if (ec) {
+      if (!tmp_file.empty()) ::unlink(tmp_file.c_str());
+      if (ec == http::error::body_limit)
+        co_await WriteResponse(stream, ErrorResponse(413, "too_large", "the request body is too large"), false);
+      else if (ec != http::error::end_of_stream && ec != asio::error::eof && ec != asio::error::connection_reset)
+        co_await WriteResponse(stream, ErrorResponse(400, "invalid_request", "malformed HTTP request: " + ec.message()), false);
+      break;
+    }
+    Response resp = co_await api->Handle(req);
+    if (!tmp_file.empty()) ::unlink(tmp_file.c_str());
+    if (!resp.stream) {
+      if (!co_await WriteResponse(stream, resp, keep)) break;
+      if (!keep) break;
+      continue;
+    }
+    // A streamed answer: the header goes out with the first chunk, so an error found
+    // before any output is still a plain error response.
+    bool header_sent = false;
+    bool client_ok = true;
+    http::response<http::empty_body> head{http::status::ok, 11};
+    head.set(http::field::server, "sbxd/" SBX_VERSION);
+    head.set(http::field::content_type, resp.content_type);
+    head.chunked(true);
+    head.keep_alive(keep);
+    http::response_serializer<http::empty_body> sr{head};
+    ChunkSink sink = [&](std::string_view data) -> asio::awaitable<bool> {
+      if (!client_ok) co_return false;
+      error_code wec;
+      if (!header_sent) {
+        header_sent = true;
+        co_await http::async_write_header(stream, sr, asio::redirect_error(use_awaitable, wec));
+        if (wec) {
+          client_ok = false;
+          co_return false;
+        }
+      }
+      co_await asio::async_write(stream, http::make_chunk(asio::buffer(data.data(), data.size())),
+                                 asio::redirect_error(use_awaitable, wec));
+      if (wec) client_ok = false;
+      co_return client_ok;
+    };
+    auto failed = co_await resp.stream(sink);
+    if (failed && !header_sent) {
+      if (!co_await WriteResponse(stream, *failed, keep)) break;
+      if (!keep) break;
+      continue;
+    }
+    if (!header_sent) co_await sink("");  // never happens in practice: send the header
+    if (!client_ok) break;
+    co_await asio::async_write(stream, http::make_chunk_last(), asio::redirect_error(use_awaitable, ec));
+    if (ec || !keep) break;
+  }
+  error_code ignored;
+  stream.shutdown(asio::socket_base::shutdown_both, ignored);
+}
+
+}  // namespace
+
+struct Server::Impl {
+  ServerOptions opts;
+  Api* api;
+  asio::io_context* io;
+  std::unique_ptr<asio::ip::tcp::acceptor> tcp;
+  std::unique_ptr<asio::local::stream_protocol::acceptor> unix_acc;
+
+  asio::awaitable<void> AcceptTcp() {
+    while (true) {
+      error_code ec;
+      asio::ip::tcp::socket s = co_await tcp->async_accept(asio::redirect_error(use_awaitable, ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted) co_return;
+        continue;
+      }
+      ::fcntl(s.native_handle(), F_SETFD, FD_CLOEXEC);
+      s.set_option(asio::ip::tcp::no_delay(true), ec);
+      asio::co_spawn(*io, Session(std::move(s), api, opts), asio::detached);
+    }
+  }
+  asio::awaitable<void> AcceptUnix() {
+    while (true) {
+      error_code ec;
+      auto s = co_await unix_acc->async_accept(asio::redirect_error(use_awaitable, ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted) co_return;
+        continue;
+      }
+      ::fcntl(s.native_handle(), F_SETFD, FD_CLOEXEC);
+      asio::co_spawn(*io, Session(std::move(s), api, opts), asio::detached);
+    }
+  }
+};
+
+Server::Server(ServerOptions opts, Api* api, asio::io_context* io) : impl_(new Impl) {
+  impl_->opts = std::move(opts);
+  impl_->api = api;
+  impl_->io = io;
+}
+
+Server::~Server() = default;
+
+Status Server::Start() {
+  error_code ec;
+  auto addr = asio::ip::make_address(impl_->opts.listen_host, ec);
+  if (ec) return MakeError(Code::kInvalidArgument, "bad listen address " + impl_->opts.listen_host);
+  impl_->tcp = std::make_unique<asio::ip::tcp::acceptor>(*impl_->io);
+  asio::ip::tcp::endpoint ep(addr, static_cast<unsigned short>(impl_->opts.listen_port));
+  impl_->tcp->open(ep.protocol(), ec);
+  if (!ec) impl_->tcp->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl_->tcp->bind(ep, ec);
+  if (!ec) impl_->tcp->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    return MakeError(Code::kUnavailable, "listen on " + impl_->opts.listen_host + ":" +
+                                             std::to_string(impl_->opts.listen_port) + ": " + ec.message());
+  ::fcntl(impl_->tcp->native_handle(), F_SETFD, FD_CLOEXEC);
+  asio::co_spawn(*impl_->io, impl_->AcceptTcp(), asio::detached);
+  if (!impl_->opts.socket_path.empty()) {
+    ::unlink(impl_->opts.socket_path.c_str());
+    impl_->unix_acc = std::make_unique<asio::local::stream_protocol::acceptor>(*impl_->io);
+    asio::local::stream_protocol::endpoint uep(impl_->opts.socket_path);
+    impl_->unix_acc->open(uep.protocol(), ec);
+    if (!ec) impl_->unix_acc->bind(uep, ec);
+    if (!ec) impl_->unix_acc->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return MakeError(Code::kUnavailable, "listen on " + impl_->opts.socket_path + ": " + ec.message());
+    ::fcntl(impl_->unix_acc->native_handle(), F_SETFD, FD_CLOEXEC);
+    ::chmod(impl_->opts.socket_path.c_str(), 0600);
+    asio::co_spawn(*impl_->io, impl_->AcceptUnix(), asio::detached);
+  }
+  return OkStatus();
+}
+
+int Server::bound_port() const {
+  error_code ec;
+  auto ep = impl_->tcp->local_endpoint(ec);
+  return ec ? -1 : ep.port();
+}
+
+}  // namespace sbx::api

@@ -1,0 +1,173 @@
+#include "base/fs.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "base/unique_fd.h"
+
+namespace sbx::fs {
+
+Result<std::string> ReadFile(const std::string& path, size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoError("open " + path);
+  std::string out;
+  char buf[65536];
+  while (true) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("read " + path);
+    }
+    if (n == 0) break;
+    out.append(buf, n);
+    if (out.size() > max_bytes) return MakeError(Code::kTooLarge, path + " is too large");
+  }
+  return out;
+}
+
+Status WriteFile(const std::string& path, const std::string& data, bool create, mode_t mode) {
+  int flags = O_WRONLY | O_CLOEXEC | O_TRUNC | (create ? O_CREAT : 0);
+  UniqueFd fd(::open(path.c_str(), flags, mode));
+  if (!fd.valid()) return ErrnoError("open " + path);
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::write(fd.get(), data.data() + off, data.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("write " + path);
+    }
+    off += n;
+  }
+  return OkStatus();
+}
+
+Status WriteFileAtomic(const std::string& path, const std::string& data, mode_t mode) {
+  std::string tmp = path + ".tmp";
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
+    if (!fd.valid()) return ErrnoError("open " + tmp);
+    size_t off = 0;
+    while (off < data.size()) {
+      ssize_t n = ::write(fd.get(), data.data() + off, data.size() - off);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoError("write " + tmp);
+      }
+      off += n;
+    }
+    if (::fsync(fd.get()) != 0) return ErrnoError("fsync " + tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp);
+  return OkStatus();
+}
+
+Status MkdirAll(const std::string& path, mode_t mode) {
+  if (path.empty()) return OkStatus();
+  std::string cur;
+  size_t i = 0;
+  while (i <= path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    cur = path.substr(0, j);
+    if (!cur.empty() && ::mkdir(cur.c_str(), mode) != 0 && errno != EEXIST)
+      return ErrnoError("mkdir " + cur);
+    i = j + 1;
+  }
+  if (!IsDir(path)) return MakeError(Code::kFailedPrecondition, path + " is not a directory");
+  return OkStatus();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+bool IsDir(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+namespace {
+int RemoveOne(const char* p, const struct stat* st, int type, struct FTW*) {
+  if (type == FTW_DP || type == FTW_D) {
+    if (::rmdir(p) != 0 && errno != ENOENT) return -1;
+  } else {
+    if (::unlink(p) != 0 && errno != ENOENT) return -1;
+  }
+  return 0;
+}
+
+// nftw has no user data argument; the delta is process-global but ShiftOwnership
+// serializes on it.
+std::atomic<uid_t> g_shift{0};
+int ShiftOne(const char* p, const struct stat* st, int, struct FTW*) {
+  uid_t d = g_shift.load();
+  uid_t u = st->st_uid < d ? st->st_uid + d : st->st_uid;
+  gid_t g = st->st_gid < d ? st->st_gid + d : st->st_gid;
+  if (u == st->st_uid && g == st->st_gid) return 0;
+  if (::lchown(p, u, g) != 0) return -1;
+  // chown clears setuid/setgid bits on regular files; put them back (they only
+  // matter inside the sandbox's user namespace, where no_new_privs disarms them).
+  if (!S_ISLNK(st->st_mode) && (st->st_mode & (S_ISUID | S_ISGID)))
+    ::chmod(p, st->st_mode & 07777);
+  return 0;
+}
+}  // namespace
+
+Status RemoveTree(const std::string& path) {
+  if (!Exists(path)) return OkStatus();
+  if (::nftw(path.c_str(), RemoveOne, 64, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
+    return ErrnoError("remove " + path);
+  return OkStatus();
+}
+
+Status ShiftOwnership(const std::string& path, uid_t delta) {
+  static std::atomic_flag busy = ATOMIC_FLAG_INIT;
+  while (busy.test_and_set()) {
+  }
+  g_shift = delta;
+  int rc = ::nftw(path.c_str(), ShiftOne, 64, FTW_PHYS | FTW_MOUNT);
+  int err = errno;
+  busy.clear();
+  if (rc != 0) return ErrnoError("chown under " + path, err);
+  return OkStatus();
+}
+
+Result<std::vector<std::string>> ListDir(const std::string& path) {
+  DIR* d = ::opendir(path.c_str());
+  if (!d) return ErrnoError("opendir " + path);
+  std::vector<std::string> out;
+  while (struct dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    out.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  return out;
+}
+
+namespace {
+std::atomic<uint64_t> g_size{0};
+int SizeOne(const char*, const struct stat* st, int type, struct FTW*) {
+  if (type == FTW_F && S_ISREG(st->st_mode)) g_size += static_cast<uint64_t>(st->st_blocks) * 512;
+  return 0;
+}
+}  // namespace
+
+uint64_t TreeSize(const std::string& path) {
+  static std::atomic_flag busy = ATOMIC_FLAG_INIT;
+  while (busy.test_and_set()) {
+  }
+  g_size = 0;
+  ::nftw(path.c_str(), SizeOne, 64, FTW_PHYS | FTW_MOUNT);
+  uint64_t v = g_size.load();
+  busy.clear();
+  return v;
+}
+
+}  // namespace sbx::fs

@@ -1,0 +1,32 @@
+// Small filesystem helpers over syscalls. Any thread. Paths here are host paths that the
+// daemon owns (never paths chosen inside a sandbox).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+
+namespace sbx::fs {
+
+Result<std::string> ReadFile(const std::string& path, size_t max_bytes = 64 << 20);
+// Writes the whole string (O_WRONLY|O_TRUNC, creating with `mode` if `create`).
+Status WriteFile(const std::string& path, const std::string& data, bool create = true,
+                 mode_t mode = 0644);
+// Writes atomically: a temp file in the same directory, fsync, rename.
+Status WriteFileAtomic(const std::string& path, const std::string& data, mode_t mode = 0644);
+Status MkdirAll(const std::string& path, mode_t mode = 0755);
+bool Exists(const std::string& path);
+bool IsDir(const std::string& path);
+// Removes a tree without following symlinks or crossing mount points.
+Status RemoveTree(const std::string& path);
+// Adds `delta` to the uid and gid of every entry (no symlink following); ids already
+// >= delta are left as they are. Used to shift an image into a sandbox's id range.
+Status ShiftOwnership(const std::string& path, uid_t delta);
+Result<std::vector<std::string>> ListDir(const std::string& path);
+// Total bytes of regular files in a tree (no symlink following).
+uint64_t TreeSize(const std::string& path);
+
+}  // namespace sbx::fs

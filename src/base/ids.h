@@ -1,0 +1,20 @@
+// Ids, names and times. Any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace sbx {
+
+// True if `s` matches [a-z0-9][a-z0-9._-]{0,62}.
+bool ValidName(const std::string& s);
+// "<prefix>-" followed by 16 random lowercase hex digits.
+std::string NewId(const std::string& prefix);
+// Random bytes as hex from the kernel's CSPRNG.
+std::string RandomHex(size_t bytes);
+int64_t NowUnixMs();
+std::string FormatRfc3339(int64_t unix_ms);
+// SHA-256 of `data` as lowercase hex (for API key hashes).
+std::string Sha256Hex(const std::string& data);
+
+}  // namespace sbx

@@ -1,0 +1,26 @@
+// Process helpers: start times (to tell a pid from its reuse), pidfds. Any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "base/result.h"
+#include "base/unique_fd.h"
+
+namespace sbx::proc {
+
+// The start time (clock ticks since boot) from /proc/PID/stat, or 0 if gone.
+uint64_t StartTime(pid_t pid);
+Result<UniqueFd> PidfdOpen(pid_t pid);
+Status PidfdSignal(int pidfd, int sig);
+// True if the pidfd's process has exited (poll with zero timeout).
+bool PidfdExited(int pidfd);
+// Waits up to timeout_ms for the pidfd to become readable; true if it exited.
+bool PidfdWait(int pidfd, int timeout_ms);
+// Resident set size of this process in bytes, and its open fd count.
+uint64_t SelfRssBytes();
+int SelfFdCount();
+
+}  // namespace sbx::proc

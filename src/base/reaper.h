@@ -1,0 +1,32 @@
+// Reaper: sbxd is a child subreaper; this thread reaps every child and orphan at once
+// (the host's PID 1 may take seconds). Run() spawns a helper command and waits for it
+// without racing the reaper. Start() from main before other threads, with SIGCHLD blocked.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+
+namespace sbx {
+
+class Reaper {
+ public:
+  static Reaper& Get();
+  // Becomes a child subreaper and starts the reaping thread.
+  Status Start();
+  bool started() const { return started_; }
+
+  struct RunResult {
+    int exit_code;  // 128+signal if killed
+    std::string output;  // stdout and stderr together, capped at 64 KiB
+  };
+  // Runs argv (PATH-searched) with stdin from /dev/null; waits for it.
+  Result<RunResult> Run(const std::vector<std::string>& argv, const std::string& cwd = "");
+
+ private:
+  void Loop();
+  bool started_ = false;
+};
+
+}  // namespace sbx

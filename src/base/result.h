@@ -1,0 +1,99 @@
+// Result<T>: a value or an Error{code, errno, message}. Any thread.
+#pragma once
+
+#include <cerrno>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace sbx {
+
+enum class Code {
+  kOk = 0,
+  kInvalidArgument,
+  kNotFound,
+  kAlreadyExists,
+  kFailedPrecondition,
+  kResourceExhausted,
+  kPermissionDenied,
+  kUnauthenticated,
+  kUnavailable,
+  kDeadlineExceeded,
+  kTooLarge,
+  kInternal,
+};
+
+const char* CodeName(Code c);
+
+struct Error {
+  Code code = Code::kInternal;
+  int sys_errno = 0;
+  std::string message;
+
+  // Prepends context: "mounting overlay: <message>".
+  Error Wrap(const std::string& context) const {
+    return Error{code, sys_errno, context + ": " + message};
+  }
+  std::string ToString() const;
+};
+
+inline Error MakeError(Code code, std::string message) { return Error{code, 0, std::move(message)}; }
+// From errno (captured by the caller right after the failing call).
+Error ErrnoError(const std::string& what, int err = errno);
+
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}
+  Result(Error error) : v_(std::move(error)) {}
+  bool ok() const { return v_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+  T& value() & { return std::get<0>(v_); }
+  const T& value() const& { return std::get<0>(v_); }
+  T&& value() && { return std::get<0>(std::move(v_)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  const Error& error() const { return std::get<1>(v_); }
+
+ private:
+  std::variant<T, Error> v_;
+};
+
+template <>
+class [[nodiscard]] Result<void> {
+ public:
+  Result() = default;
+  Result(Error error) : err_(std::move(error)), ok_(false) {}
+  bool ok() const { return ok_; }
+  explicit operator bool() const { return ok_; }
+  const Error& error() const { return err_; }
+
+ private:
+  Error err_;
+  bool ok_ = true;
+};
+
+using Status = Result<void>;
+inline Status OkStatus() { return Status(); }
+
+}  // namespace sbx
+
+// Returns the error of `expr` (a Result) from the enclosing function.
+#define SBX_RETURN_IF_ERROR(expr)          \
+  do {                                     \
+    auto _st = (expr);                     \
+    if (!_st.ok()) return _st.error();     \
+  } while (0)
+
+#define SBX_CONCAT_INNER(a, b) a##b
+#define SBX_CONCAT(a, b) SBX_CONCAT_INNER(a, b)
+// SBX_ASSIGN_OR_RETURN(auto x, Foo()); returns Foo()'s error, else binds its value.
+#define SBX_ASSIGN_OR_RETURN(lhs, expr) \
+  SBX_ASSIGN_OR_RETURN_IMPL(SBX_CONCAT(_res_, __LINE__), lhs, expr)
+#define SBX_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                              \
+  if (!tmp.ok()) return tmp.error();              \
+  lhs = std::move(tmp).value()

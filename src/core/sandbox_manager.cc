@@ -1,0 +1,524 @@
+#include "core/sandbox_manager.h"
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "base/fs.h"
+#include "base/ids.h"
+#include "base/log.h"
+
+namespace sbx::core {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+using storage::SandboxRecord;
+
+namespace {
+
+int64_t SteadyUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Status ValidateEnv(const std::map<std::string, std::string>& env, const char* what) {
+  for (const auto& [k, v] : env) {
+    if (k.empty() || k.size() > 1024 || k.find('=') != std::string::npos ||
+        k.find('\0') != std::string::npos || v.find('\0') != std::string::npos)
+      return MakeError(Code::kInvalidArgument, std::string("invalid ") + what + " variable name \"" + k + "\"");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+SandboxManager::SandboxManager(ManagerOptions opts, storage::Store* store,
+                               layers::ImageStore* images, runtime::Runtime* runtime,
+                               TypeTable types)
+    : opts_(std::move(opts)), store_(store), images_(images), runtime_(runtime),
+      types_(std::move(types)) {
+  if (!opts_.now_ms) opts_.now_ms = [] { return NowUnixMs(); };
+  for (int i = 0; i < std::max(1, opts_.teardown_threads); ++i)
+    teardown_threads_.emplace_back([this] { TeardownLoop(); });
+}
+
+SandboxManager::~SandboxManager() {
+  {
+    std::lock_guard<std::mutex> lock(tq_mu_);
+    stopping_ = true;
+  }
+  tq_cv_.notify_all();
+  for (auto& t : teardown_threads_) t.join();
+}
+
+runtime::StartSpec SandboxManager::SpecOf(const SandboxRecord& r) const {
+  runtime::StartSpec s;
+  s.id = r.id;
+  auto layers = json::parse(r.layers_json, nullptr, false);
+  if (layers.is_array())
+    for (const auto& l : layers)
+      if (l.is_string()) s.layers.push_back(l.get<std::string>());
+  s.dir = DirOf(r.id);
+  s.hostname = r.name.empty() ? r.id : r.name;
+  s.limits.cpus = static_cast<int>(r.cpus);
+  s.limits.memory_bytes = static_cast<uint64_t>(r.memory_mb) << 20;
+  s.limits.pids = static_cast<int>(r.pids);
+  return s;
+}
+
+SandboxView SandboxManager::ViewLocked(const Entry& e) const {
+  SandboxView v;
+  v.rec = e.rec;
+  int64_t ms = e.rec.billed_ms;
+  if (e.rec.state == "running" && e.rec.started_ms > 0) ms += std::max<int64_t>(0, Now() - e.rec.started_ms);
+  v.billed_seconds = ms / 1000.0;
+  auto t = types_.Find(e.rec.type);
+  v.cost_usd = t.ok() ? CostUsd(ms, t->usd_per_hour) : 0;
+  return v;
+}
+
+void SandboxManager::CloseBilling(SandboxRecord& r) {
+  if (r.state == "running" && r.started_ms > 0) r.billed_ms += std::max<int64_t>(0, Now() - r.started_ms);
+  r.started_ms = 0;
+}
+
+Result<std::shared_ptr<SandboxManager::Entry>> SandboxManager::Find(const std::string& id) {
+  if (!ValidName(id)) return MakeError(Code::kInvalidArgument, "invalid sandbox id");
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return MakeError(Code::kNotFound, "sandbox " + id + " not found");
+  return it->second;
+}
+
+Result<SandboxView> SandboxManager::Create(const CreateRequest& req) {
+  SBX_ASSIGN_OR_RETURN(SandboxType type, types_.Find(req.type));
+  if (req.isolation != "container")
+    return MakeError(Code::kInvalidArgument,
+                     req.isolation == "gvisor" || req.isolation == "microvm"
+                         ? "isolation \"" + req.isolation + "\" is not available on this sbxd yet"
+                         : "unknown isolation \"" + req.isolation + "\" (container, gvisor, microvm)");
+  if (!req.name.empty() && !ValidName(req.name))
+    return MakeError(Code::kInvalidArgument, "invalid name: names match [a-z0-9][a-z0-9._-]{0,62}");
+  int64_t ttl = req.ttl_seconds.value_or(opts_.default_ttl_seconds);
+  if (ttl < 1 || ttl > opts_.max_ttl_seconds)
+    return MakeError(Code::kInvalidArgument, "ttl_seconds must be between 1 and " + std::to_string(opts_.max_ttl_seconds));
+  if (req.ttl_action != "stop")
+    return MakeError(Code::kInvalidArgument, req.ttl_action == "pause"
+                                                 ? "ttl_action \"pause\" is not available on this sbxd yet"
+                                                 : "ttl_action must be \"stop\" or \"pause\"");
+  if (req.idle_timeout_seconds != 0)
+    return MakeError(Code::kInvalidArgument, "idle_timeout_seconds is not available on this sbxd yet");
+  if (req.network_mode != "none")
+    return MakeError(Code::kInvalidArgument, req.network_mode == "outbound"
+                                                 ? "network mode \"outbound\" is not available on this sbxd yet"
+                                                 : "network mode must be \"none\" or \"outbound\"");
+  SBX_RETURN_IF_ERROR(ValidateEnv(req.env, "env"));
+  if (req.cpus && (*req.cpus < 1 || *req.cpus > 256))
+    return MakeError(Code::kInvalidArgument, "resources.cpus must be between 1 and 256");
+  if (req.memory_mb && (*req.memory_mb < 16 || *req.memory_mb > (int64_t{1} << 22)))
+    return MakeError(Code::kInvalidArgument, "resources.memory_mb must be between 16 and 4194304");
+  if (req.pids && (*req.pids < 16 || *req.pids > 1 << 22))
+    return MakeError(Code::kInvalidArgument, "resources.pids must be between 16 and 4194304");
+  if (!req.from.empty()) {
+    if (!ValidName(req.from)) return MakeError(Code::kInvalidArgument, "invalid snapshot name");
+    return MakeError(Code::kNotFound, "snapshot \"" + req.from + "\" not found");
+  }
+  std::string image_name = req.image.empty() ? opts_.default_image : req.image;
+  if (!ValidName(image_name)) return MakeError(Code::kInvalidArgument, "invalid image name");
+  SBX_ASSIGN_OR_RETURN(auto image, images_->Get(image_name));
+
+  auto e = std::make_shared<Entry>();
+  SandboxRecord& r = e->rec;
+  r.id = NewId("sb");
+  r.name = req.name;
+  r.state = "creating";
+  r.type = type.name;
+  r.isolation = req.isolation;
+  r.image = image_name;
+  r.layers_json = json::array({image.path}).dump();
+  r.cpus = req.cpus.value_or(type.cpus);
+  r.memory_mb = req.memory_mb.value_or(type.memory_mb);
+  r.disk_mb = type.disk_mb;
+  r.pids = req.pids.value_or(type.pids);
+  r.ttl_seconds = ttl;
+  r.ttl_action = req.ttl_action;
+  r.idle_timeout_seconds = req.idle_timeout_seconds;
+  r.no_env = req.no_env;
+  r.env_json = json(req.env).dump();
+  r.metadata_json = json(req.metadata).dump();
+  r.network_json = json{{"mode", req.network_mode}}.dump();
+  r.created_ms = Now();
+  e->busy = true;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!r.name.empty())
+      for (const auto& [_, other] : sandboxes_)
+        if (other->rec.name == r.name)
+          return MakeError(Code::kAlreadyExists, "a sandbox named \"" + r.name + "\" exists");
+    // The row comes first: a crash from here on leaves a row that Recover() resolves.
+    auto st = store_->InsertSandbox(r);
+    if (!st.ok()) {
+      if (st.error().code == Code::kAlreadyExists)
+        return MakeError(Code::kAlreadyExists, "a sandbox named \"" + r.name + "\" exists");
+      return st.error();
+    }
+    sandboxes_[r.id] = e;
+  }
+
+  runtime::StartSpec spec = SpecOf(r);
+  Status prepared = runtime_->Prepare(spec);
+  Result<runtime::Instance> inst = prepared.ok() ? runtime_->Start(spec) : Result<runtime::Instance>(prepared.error());
+
+  std::unique_lock<std::mutex> lock(mu_);
+  e->busy = false;
+  bool deleted = sandboxes_.find(r.id) == sandboxes_.end();
+  if (!inst.ok()) {
+    // Nothing of a failed create stays: no row, no files, no cgroup.
+    sandboxes_.erase(r.id);
+    lock.unlock();
+    (void)runtime_->Destroy(r.id, spec.dir);
+    (void)store_->DeleteSandbox(r.id);
+    return inst.error();
+  }
+  e->inst = *inst;
+  if (deleted) {
+    // Deleted while it was being created: the queued teardown finishes it.
+    return MakeError(Code::kNotFound, "sandbox " + r.id + " was deleted while it was created");
+  }
+  r.state = "running";
+  r.pid = inst->pid;
+  r.pid_start = static_cast<int64_t>(inst->pid_start);
+  r.started_ms = Now();
+  r.expires_ms = r.started_ms + r.ttl_seconds * 1000;
+  Status st = store_->UpdateSandbox(r);
+  if (!st.ok()) SBX_LOG(kError) << "persisting sandbox " << r.id << ": " << st.error().message;
+  ++creates_;
+  return ViewLocked(*e);
+}
+
+Result<SandboxView> SandboxManager::Get(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SBX_ASSIGN_OR_RETURN(auto e, Find(id));
+  return ViewLocked(*e);
+}
+
+Result<std::vector<SandboxView>> SandboxManager::List(const ListFilter& f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<SandboxView> out;
+  for (const auto& [_, e] : sandboxes_) {
+    if (!f.name.empty() && e->rec.name != f.name) continue;
+    if (!f.state.empty() && e->rec.state != f.state) continue;
+    if (!f.metadata.empty()) {
+      auto md = json::parse(e->rec.metadata_json, nullptr, false);
+      bool match = md.is_object();
+      for (const auto& [k, v] : f.metadata)
+        if (!match || !md.contains(k) || !md[k].is_string() || md[k].get<std::string>() != v) match = false;
+      if (!match) continue;
+    }
+    out.push_back(ViewLocked(*e));
+  }
+  std::sort(out.begin(), out.end(), [](const SandboxView& a, const SandboxView& b) {
+    return a.rec.created_ms != b.rec.created_ms ? a.rec.created_ms < b.rec.created_ms : a.rec.id < b.rec.id;
+  });
+  return out;
+}
+
+Status SandboxManager::Delete(const std::string& id) {
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SBX_ASSIGN_OR_RETURN(e, Find(id));
+    CloseBilling(e->rec);
+    std::string prev = e->rec.state;
+    e->rec.state = "deleting";
+    Status st = store_->UpdateSandbox(e->rec);
+    if (!st.ok()) {
+      e->rec.state = prev;
+      return st.error().Wrap("deleting " + id);
+    }
+    sandboxes_.erase(id);
+    deleting_[id] = e;
+    ++deletes_;
+  }
+  EnqueueTeardown(id);
+  return OkStatus();
+}
+
+void SandboxManager::EnqueueTeardown(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(tq_mu_);
+    teardown_queue_.push_back(id);
+  }
+  tq_cv_.notify_one();
+}
+
+void SandboxManager::TeardownLoop() {
+  while (true) {
+    std::string id;
+    {
+      std::unique_lock<std::mutex> lock(tq_mu_);
+      tq_cv_.wait(lock, [&] { return stopping_ || !teardown_queue_.empty(); });
+      if (teardown_queue_.empty()) return;
+      id = teardown_queue_.front();
+      teardown_queue_.pop_front();
+      ++teardown_active_;
+    }
+    // A create or start still in flight holds `busy`: let it settle, then stop what it
+    // started, so no process outlives the delete.
+    runtime::Instance inst;
+    while (true) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = deleting_.find(id);
+      if (it == deleting_.end() || !it->second->busy) {
+        if (it != deleting_.end()) inst = it->second->inst;
+        break;
+      }
+      mu_.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      mu_.lock();
+    }
+    Status st = runtime_->Stop(id, inst);
+    if (st.ok()) st = runtime_->Destroy(id, DirOf(id));
+    if (st.ok()) st = store_->DeleteSandbox(id);
+    if (!st.ok()) SBX_LOG(kError) << "teardown of " << id << ": " << st.error().message;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      deleting_.erase(id);
+    }
+    {
+      std::lock_guard<std::mutex> lock(tq_mu_);
+      --teardown_active_;
+    }
+    tq_cv_.notify_all();
+  }
+}
+
+void SandboxManager::DrainTeardowns() {
+  std::unique_lock<std::mutex> lock(tq_mu_);
+  tq_cv_.wait(lock, [&] { return teardown_queue_.empty() && teardown_active_ == 0; });
+}
+
+Status SandboxManager::StopLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e,
+                                  const std::string& reason) {
+  e->busy = true;
+  runtime::Instance inst = e->inst;
+  std::string id = e->rec.id;
+  lock.unlock();
+  Status st = runtime_->Stop(id, inst);
+  lock.lock();
+  e->busy = false;
+  if (!st.ok()) return st.error().Wrap("stopping " + id);
+  if (e->rec.state == "deleting") return OkStatus();
+  CloseBilling(e->rec);
+  e->rec.state = "stopped";
+  e->rec.pid = 0;
+  e->rec.pid_start = 0;
+  e->rec.error = reason;
+  e->inst = runtime::Instance();
+  return store_->UpdateSandbox(e->rec);
+}
+
+Result<SandboxView> SandboxManager::Stop(const std::string& id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  SBX_ASSIGN_OR_RETURN(auto e, Find(id));
+  if (e->busy) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state; try again");
+  if (e->rec.state == "stopped") return ViewLocked(*e);
+  if (e->rec.state != "running")
+    return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state + ", not running");
+  SBX_RETURN_IF_ERROR(StopLocked(lock, e, ""));
+  return ViewLocked(*e);
+}
+
+Result<SandboxView> SandboxManager::Start(const std::string& id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  SBX_ASSIGN_OR_RETURN(auto e, Find(id));
+  if (e->busy) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state; try again");
+  if (e->rec.state == "running") return ViewLocked(*e);
+  if (e->rec.state != "stopped" && e->rec.state != "error")
+    return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state);
+  if (!fs::IsDir(DirOf(id) + "/upper"))
+    return MakeError(Code::kFailedPrecondition, "sandbox " + id + " has lost its files and cannot start");
+  e->busy = true;
+  runtime::StartSpec spec = SpecOf(e->rec);
+  lock.unlock();
+  auto inst = runtime_->Start(spec);
+  lock.lock();
+  e->busy = false;
+  if (!inst.ok()) return inst.error();
+  if (e->rec.state == "deleting") return MakeError(Code::kNotFound, "sandbox " + id + " was deleted");
+  e->inst = *inst;
+  e->rec.state = "running";
+  e->rec.error.clear();
+  e->rec.pid = inst->pid;
+  e->rec.pid_start = static_cast<int64_t>(inst->pid_start);
+  e->rec.started_ms = Now();
+  e->rec.expires_ms = e->rec.started_ms + e->rec.ttl_seconds * 1000;
+  SBX_RETURN_IF_ERROR(store_->UpdateSandbox(e->rec));
+  return ViewLocked(*e);
+}
+
+asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor ex,
+                                                         const std::string& id, ExecRequest req,
+                                                         agent::OutputFn on_output) {
+  if (req.argv.empty() || req.argv[0].empty())
+    co_return MakeError(Code::kInvalidArgument, "cmd is empty");
+  if (req.timeout_seconds < 1 || req.timeout_seconds > opts_.max_exec_timeout_seconds)
+    co_return MakeError(Code::kInvalidArgument,
+                        "timeout_seconds must be between 1 and " + std::to_string(opts_.max_exec_timeout_seconds));
+  if (auto st = ValidateEnv(req.env, "exec env"); !st.ok()) co_return st.error();
+  for (const auto& a : req.argv)
+    if (a.find('\0') != std::string::npos) co_return MakeError(Code::kInvalidArgument, "cmd holds a NUL byte");
+  if (req.cwd.find('\0') != std::string::npos) co_return MakeError(Code::kInvalidArgument, "cwd holds a NUL byte");
+
+  agent::ExecRequest areq;
+  std::string socket;
+  std::shared_ptr<Entry> e;
+  double usd_per_hour = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto found = Find(id);
+    if (!found.ok()) co_return found.error();
+    e = *found;
+    if (e->rec.state != "running" || e->busy)
+      co_return MakeError(Code::kFailedPrecondition,
+                          "sandbox " + id + " is " + (e->busy ? std::string("changing state") : e->rec.state) +
+                              ", not running");
+    if (!runtime_->Alive(e->inst))
+      co_return MakeError(Code::kUnavailable, "sandbox " + id + " has stopped unexpectedly");
+    std::map<std::string, std::string> env = opts_.base_env;
+    env["SBX_SANDBOX_ID"] = id;
+    auto senv = json::parse(e->rec.env_json, nullptr, false);
+    if (senv.is_object())
+      for (auto& [k, v] : senv.items())
+        if (v.is_string()) env[k] = v.get<std::string>();
+    for (const auto& [k, v] : req.env) env[k] = v;
+    for (const auto& [k, v] : env) areq.env.push_back(k + "=" + v);
+    areq.argv = req.argv;
+    areq.cwd = req.cwd.empty() ? opts_.default_cwd : req.cwd;
+    areq.timeout_ms = req.timeout_seconds * 1000;
+    areq.stdout_cap = areq.stderr_cap = opts_.output_cap;
+    areq.stdin_open = req.stdin_data.has_value();
+    socket = e->inst.agent_socket;
+    ++e->active_execs;
+    ++execs_;
+    auto t = types_.Find(e->rec.type);
+    if (t.ok()) usd_per_hour = t->usd_per_hour;
+  }
+  auto res = co_await agent::Exec(ex, socket, std::move(areq), req.stdin_data.value_or(""), on_output);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --e->active_execs;
+  }
+  if (!res.ok()) co_return res.error().Wrap("exec in " + id);
+  ExecResult out;
+  out.exit = *res;
+  int64_t total_us = SteadyUs() - (req.arrival_us ? req.arrival_us : SteadyUs());
+  out.execute_ms_exact = res->execute_us / 1000.0;
+  out.queue_ms_exact = std::max<double>(0, (total_us - res->execute_us) / 1000.0);
+  out.execute_ms = res->execute_us / 1000;
+  out.queue_ms = static_cast<int64_t>(out.queue_ms_exact);
+  out.cost_usd = CostUsd(res->execute_us / 1000, usd_per_hour);
+  co_return out;
+}
+
+void SandboxManager::Tick() {
+  std::vector<std::string> expired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t now = Now();
+    for (const auto& [id, e] : sandboxes_)
+      if (e->rec.state == "running" && !e->busy && e->rec.expires_ms > 0 && e->rec.expires_ms <= now)
+        expired.push_back(id);
+  }
+  for (const auto& id : expired) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto e = Find(id);
+    if (!e.ok() || (*e)->rec.state != "running" || (*e)->busy) continue;
+    SBX_LOG(kInfo) << "sandbox " << id << " reached its TTL; stopping it";
+    Status st = StopLocked(lock, *e, "");
+    if (!st.ok()) SBX_LOG(kError) << st.error().message;
+  }
+}
+
+SandboxManager::Counts SandboxManager::GetCounts() {
+  Counts c;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [_, e] : sandboxes_) {
+    const std::string& s = e->rec.state;
+    if (s == "running") ++c.running;
+    else if (s == "stopped") ++c.stopped;
+    else if (s == "error") ++c.error;
+    else if (s == "creating") ++c.creating;
+  }
+  {
+    std::lock_guard<std::mutex> tl(tq_mu_);
+    c.deleting = static_cast<int>(teardown_queue_.size()) + teardown_active_;
+  }
+  c.creates = creates_;
+  c.execs = execs_;
+  c.deletes = deletes_;
+  return c;
+}
+
+Status SandboxManager::Recover() {
+  SBX_ASSIGN_OR_RETURN(auto rows, store_->ListSandboxes());
+  std::set<std::string> live_ids, known_ids;
+  std::vector<std::string> layers_in_use;
+  for (auto& r : rows) {
+    known_ids.insert(r.id);
+    auto layers = json::parse(r.layers_json, nullptr, false);
+    if (layers.is_array())
+      for (const auto& l : layers)
+        if (l.is_string()) layers_in_use.push_back(l.get<std::string>());
+    if (r.state == "deleting") {
+      EnqueueTeardown(r.id);
+      continue;
+    }
+    auto e = std::make_shared<Entry>();
+    if (r.state == "running") {
+      auto inst = runtime_->Adopt(SpecOf(r), static_cast<pid_t>(r.pid), static_cast<uint64_t>(r.pid_start));
+      if (inst.ok()) {
+        e->inst = *inst;
+        live_ids.insert(r.id);
+        SBX_LOG(kInfo) << "re-adopted running sandbox " << r.id;
+      } else {
+        CloseBilling(r);
+        r.state = "error";
+        r.error = "its processes ended while sbxd was down (" + inst.error().message + ")";
+        r.pid = r.pid_start = 0;
+        SBX_LOG(kWarn) << "sandbox " << r.id << ": " << r.error;
+      }
+    } else if (r.state == "creating") {
+      r.state = "error";
+      r.error = "sbxd stopped while the sandbox was being created";
+      r.pid = r.pid_start = 0;
+    }
+    SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
+    e->rec = r;
+    std::lock_guard<std::mutex> lock(mu_);
+    sandboxes_[r.id] = e;
+  }
+  // Kernel objects that belong to no live sandbox: kill and remove them.
+  for (const auto& id : runtime_->ListKernelObjects()) {
+    if (live_ids.count(id)) continue;
+    SBX_LOG(kInfo) << "cleaning orphaned kernel objects of " << id;
+    if (known_ids.count(id)) {
+      runtime::Instance none;
+      (void)runtime_->Stop(id, none);
+    } else {
+      (void)runtime_->Destroy(id, DirOf(id));
+    }
+  }
+  // Directories that no row refers to.
+  auto dirs = fs::ListDir(opts_.data_dir + "/sandboxes");
+  if (dirs.ok())
+    for (const auto& d : *dirs)
+      if (!known_ids.count(d)) {
+        SBX_LOG(kInfo) << "removing orphaned sandbox directory " << d;
+        (void)runtime_->Destroy(d, DirOf(d));
+      }
+  images_->CollectGarbage(layers_in_use);
+  return OkStatus();
+}
+
+}  // namespace sbx::core

@@ -1,0 +1,171 @@
+// SandboxManager: decides. It owns the sandboxes' state machine
+// (creating -> running <-> stopped -> deleted; error), applies policy (types, TTL, names),
+// persists every transition in SQLite before acting, and drives the runtime and the agent.
+// Thread-safe: blocking calls (Create, Start, Stop) run on the caller's thread (the API
+// runs them on its blocking pool); Exec is a coroutine for the io threads.
+#pragma once
+
+#include <utility>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/client.h"
+#include "core/types.h"
+#include "layers/images.h"
+#include "runtime/runtime.h"
+#include "storage/store.h"
+
+namespace sbx::core {
+
+struct CreateRequest {
+  std::string type = "small";
+  std::string isolation = "container";
+  std::string name;
+  std::string image;  // empty: the default image
+  std::string from;   // a named snapshot (not yet supported: always not_found)
+  std::optional<int64_t> ttl_seconds;
+  std::string ttl_action = "stop";
+  int64_t idle_timeout_seconds = 0;
+  bool no_env = false;
+  std::map<std::string, std::string> env;
+  std::map<std::string, std::string> metadata;
+  std::string network_mode = "none";
+  // Optional overrides of the type's resources.
+  std::optional<int> cpus;
+  std::optional<int64_t> memory_mb;
+  std::optional<int> pids;
+};
+
+struct ExecRequest {
+  std::vector<std::string> argv;  // already split; a string cmd becomes sh -c
+  std::string cwd;
+  std::map<std::string, std::string> env;
+  std::optional<std::string> stdin_data;
+  int64_t timeout_seconds = 60;
+  int64_t arrival_us = 0;  // steady clock, when the request arrived
+};
+
+struct ExecResult {
+  agent::ExitInfo exit;
+  int64_t queue_ms = 0;
+  int64_t execute_ms = 0;
+  double queue_ms_exact = 0;
+  double execute_ms_exact = 0;
+  double cost_usd = 0;
+};
+
+// A sandbox as the API shows it.
+struct SandboxView {
+  storage::SandboxRecord rec;
+  double billed_seconds = 0;
+  double cost_usd = 0;
+};
+
+struct ListFilter {
+  std::string name;
+  std::string state;
+  std::map<std::string, std::string> metadata;
+};
+
+struct ManagerOptions {
+  std::string data_dir;
+  std::string default_image = "default";
+  uint64_t output_cap = 16 << 20;
+  int64_t default_ttl_seconds = 3600;
+  int64_t max_ttl_seconds = 30 * 24 * 3600;
+  int64_t max_exec_timeout_seconds = 24 * 3600;
+  int teardown_threads = 2;
+  std::string default_cwd = "/root";  // empty: the agent's own working directory
+  std::map<std::string, std::string> base_env = {
+      {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+      {"HOME", "/root"},
+      {"LANG", "C.UTF-8"},
+      {"TERM", "xterm"}};
+  std::function<int64_t()> now_ms;  // wall clock (tests drive it); default: real time
+};
+
+class SandboxManager {
+ public:
+  SandboxManager(ManagerOptions opts, storage::Store* store, layers::ImageStore* images,
+                 runtime::Runtime* runtime, TypeTable types = TypeTable::Defaults());
+  ~SandboxManager();
+
+  // Reconciles SQLite with the kernel: re-adopts live sandboxes, finishes interrupted
+  // deletes, marks the rest `error`, and removes orphaned cgroups and directories.
+  Status Recover();
+
+  Result<SandboxView> Create(const CreateRequest& req);
+  Result<SandboxView> Get(const std::string& id);
+  Result<std::vector<SandboxView>> List(const ListFilter& filter);
+  // Answers at once; the teardown runs on a background thread.
+  Status Delete(const std::string& id);
+  Result<SandboxView> Stop(const std::string& id);
+  Result<SandboxView> Start(const std::string& id);
+
+  boost::asio::awaitable<Result<ExecResult>> Exec(boost::asio::any_io_executor ex,
+                                                  const std::string& id, ExecRequest req,
+                                                  agent::OutputFn on_output);
+
+  // Applies TTLs (stops expired sandboxes). Called about once a second.
+  void Tick();
+  // Waits until every queued teardown has finished (tests, shutdown).
+  void DrainTeardowns();
+
+  struct Counts {
+    int running = 0, stopped = 0, error = 0, creating = 0, deleting = 0;
+    int64_t creates = 0, execs = 0, deletes = 0;
+  };
+  Counts GetCounts();
+  const TypeTable& types() const { return types_; }
+  uint64_t output_cap() const { return opts_.output_cap; }
+
+ private:
+  struct Entry {
+    storage::SandboxRecord rec;
+    runtime::Instance inst;
+    int active_execs = 0;
+    bool busy = false;  // a blocking transition (start/stop) is in progress
+  };
+
+  int64_t Now() const { return opts_.now_ms(); }
+  SandboxView ViewLocked(const Entry& e) const;
+  std::string DirOf(const std::string& id) const { return opts_.data_dir + "/sandboxes/" + id; }
+  runtime::StartSpec SpecOf(const storage::SandboxRecord& r) const;
+  Result<std::shared_ptr<Entry>> Find(const std::string& id);  // mu_ held
+  void CloseBilling(storage::SandboxRecord& r);                // mu_ held
+  Status StopLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e,
+                    const std::string& reason);
+  void EnqueueTeardown(const std::string& id);
+  void TeardownLoop();
+
+  ManagerOptions opts_;
+  storage::Store* store_;
+  layers::ImageStore* images_;
+  runtime::Runtime* runtime_;
+  TypeTable types_;
+
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Entry>> sandboxes_;  // not deleting
+  std::map<std::string, std::shared_ptr<Entry>> deleting_;   // queued for teardown
+  int64_t creates_ = 0, execs_ = 0, deletes_ = 0;
+
+  std::mutex tq_mu_;
+  std::condition_variable tq_cv_;
+  std::deque<std::string> teardown_queue_;
+  int teardown_active_ = 0;
+  bool stopping_ = false;
+  std::vector<std::thread> teardown_threads_;
+};
+
+}  // namespace sbx::core

@@ -1,0 +1,164 @@
+#include "runtime/cgroup.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "base/fs.h"
+
+namespace sbx::runtime {
+namespace {
+const char* kV1Controllers[] = {"memory", "cpu", "pids", "freezer"};
+}
+
+CgroupMode DetectCgroupMode(const std::string& root) {
+  if (fs::Exists(root + "/memory/memory.limit_in_bytes") && fs::Exists(root + "/pids") &&
+      fs::Exists(root + "/freezer"))
+    return CgroupMode::kV1;
+  auto c = fs::ReadFile(root + "/cgroup.controllers");
+  if (c.ok() && c->find("memory") != std::string::npos) return CgroupMode::kV2;
+  return CgroupMode::kNone;
+}
+
+CgroupDir::CgroupDir(CgroupMode mode, std::string group, std::string root)
+    : mode_(mode), group_(std::move(group)), root_(std::move(root)) {}
+
+std::string CgroupDir::Dir(const char* controller) const {
+  if (mode_ == CgroupMode::kV2) return root_ + "/" + group_;
+  return root_ + "/" + controller + "/" + group_;
+}
+
+std::vector<std::string> CgroupDir::Dirs() const {
+  if (mode_ == CgroupMode::kV2) return {root_ + "/" + group_};
+  if (mode_ == CgroupMode::kNone) return {};
+  std::vector<std::string> out;
+  for (const char* c : kV1Controllers) out.push_back(Dir(c));
+  return out;
+}
+
+bool CgroupDir::Exists() const {
+  for (const auto& d : Dirs())
+    if (fs::IsDir(d)) return true;
+  return false;
+}
+
+Status CgroupDir::Create(const CgroupLimits& l) {
+  if (mode_ == CgroupMode::kNone)
+    return MakeError(Code::kFailedPrecondition, "no usable cgroup hierarchy on this host");
+  if (mode_ == CgroupMode::kV2) {
+    // Enable the controllers on every level from the root down to the parent.
+    std::string path = root_;
+    std::stringstream ss(group_);
+    std::string part;
+    std::vector<std::string> parts;
+    while (std::getline(ss, part, '/')) parts.push_back(part);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      (void)fs::WriteFile(path + "/cgroup.subtree_control", "+memory +cpu +pids", false);
+      path += "/" + parts[i];
+      SBX_RETURN_IF_ERROR(fs::MkdirAll(path));
+    }
+    std::string d = Dir("");
+    if (l.memory_bytes) {
+      SBX_RETURN_IF_ERROR(fs::WriteFile(d + "/memory.max", std::to_string(l.memory_bytes), false));
+      (void)fs::WriteFile(d + "/memory.swap.max", "0", false);
+    }
+    if (l.cpus) SBX_RETURN_IF_ERROR(fs::WriteFile(d + "/cpu.max", std::to_string(l.cpus * 100000) + " 100000", false));
+    if (l.pids) SBX_RETURN_IF_ERROR(fs::WriteFile(d + "/pids.max", std::to_string(l.pids), false));
+    return OkStatus();
+  }
+  for (const char* c : kV1Controllers) SBX_RETURN_IF_ERROR(fs::MkdirAll(Dir(c)));
+  if (l.memory_bytes) {
+    std::string m = Dir("memory");
+    SBX_RETURN_IF_ERROR(fs::WriteFile(m + "/memory.limit_in_bytes", std::to_string(l.memory_bytes), false));
+    // With swap accounting, forbid swapping past the limit too.
+    if (fs::Exists(m + "/memory.memsw.limit_in_bytes"))
+      (void)fs::WriteFile(m + "/memory.memsw.limit_in_bytes", std::to_string(l.memory_bytes), false);
+    (void)fs::WriteFile(m + "/memory.swappiness", "0", false);
+  }
+  if (l.cpus) {
+    std::string c = Dir("cpu");
+    SBX_RETURN_IF_ERROR(fs::WriteFile(c + "/cpu.cfs_period_us", "100000", false));
+    SBX_RETURN_IF_ERROR(fs::WriteFile(c + "/cpu.cfs_quota_us", std::to_string(l.cpus * 100000), false));
+  }
+  if (l.pids) SBX_RETURN_IF_ERROR(fs::WriteFile(Dir("pids") + "/pids.max", std::to_string(l.pids), false));
+  return OkStatus();
+}
+
+Status CgroupDir::AddProcess(pid_t pid) {
+  for (const auto& d : Dirs())
+    SBX_RETURN_IF_ERROR(fs::WriteFile(d + "/cgroup.procs", std::to_string(pid), false));
+  return OkStatus();
+}
+
+std::vector<pid_t> CgroupDir::Pids() const {
+  std::set<pid_t> pids;
+  for (const auto& d : Dirs()) {
+    auto s = fs::ReadFile(d + "/cgroup.procs");
+    if (!s.ok()) continue;
+    std::stringstream ss(*s);
+    pid_t p;
+    while (ss >> p) pids.insert(p);
+  }
+  return {pids.begin(), pids.end()};
+}
+
+Status CgroupDir::Kill() {
+  if (!Exists()) return OkStatus();
+  if (mode_ == CgroupMode::kV2 && fs::Exists(Dir("") + "/cgroup.kill")) {
+    SBX_RETURN_IF_ERROR(fs::WriteFile(Dir("") + "/cgroup.kill", "1", false));
+  } else {
+    std::string freezer = mode_ == CgroupMode::kV1 ? Dir("freezer") + "/freezer.state"
+                                                   : Dir("") + "/cgroup.freeze";
+    (void)fs::WriteFile(freezer, mode_ == CgroupMode::kV1 ? "FROZEN" : "1", false);
+    for (pid_t p : Pids()) ::kill(p, SIGKILL);
+    (void)fs::WriteFile(freezer, mode_ == CgroupMode::kV1 ? "THAWED" : "0", false);
+  }
+  for (int i = 0; i < 2000; ++i) {
+    auto pids = Pids();
+    if (pids.empty()) return OkStatus();
+    for (pid_t p : pids) ::kill(p, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(i < 20 ? 1 : 5));
+  }
+  return MakeError(Code::kInternal, "processes of cgroup " + group_ + " survived SIGKILL");
+}
+
+Status CgroupDir::Remove() {
+  for (const auto& d : Dirs()) {
+    for (int i = 0; i < 200; ++i) {
+      if (::rmdir(d.c_str()) == 0 || errno == ENOENT) break;
+      if (errno != EBUSY) return ErrnoError("rmdir " + d);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (i == 199) return ErrnoError("rmdir " + d);
+    }
+  }
+  return OkStatus();
+}
+
+uint64_t CgroupDir::MemoryCurrent() const {
+  std::string f = mode_ == CgroupMode::kV2 ? Dir("") + "/memory.current"
+                                           : Dir("memory") + "/memory.usage_in_bytes";
+  auto s = fs::ReadFile(f);
+  return s.ok() ? std::strtoull(s->c_str(), nullptr, 10) : 0;
+}
+
+std::vector<std::string> ListCgroupChildren(CgroupMode mode, const std::string& parent,
+                                            const std::string& root) {
+  std::set<std::string> out;
+  std::vector<std::string> bases;
+  if (mode == CgroupMode::kV2) bases = {root + "/" + parent};
+  else if (mode == CgroupMode::kV1)
+    for (const char* c : kV1Controllers) bases.push_back(root + "/" + c + "/" + parent);
+  for (const auto& b : bases) {
+    auto l = fs::ListDir(b);
+    if (!l.ok()) continue;
+    for (const auto& n : *l)
+      if (fs::IsDir(b + "/" + n)) out.insert(n);
+  }
+  return {out.begin(), out.end()};
+}
+
+}  // namespace sbx::runtime

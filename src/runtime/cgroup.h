@@ -1,0 +1,57 @@
+// CgroupDir: one sandbox's cgroup, on cgroup v1 (one directory per controller: memory, cpu,
+// pids, freezer) or on the unified v2 hierarchy. Kill() then Remove() tears it down.
+// Any thread; an instance is used by one thread at a time.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+
+namespace sbx::runtime {
+
+enum class CgroupMode { kV1, kV2, kNone };
+
+// What this host offers (read once).
+CgroupMode DetectCgroupMode(const std::string& root = "/sys/fs/cgroup");
+
+struct CgroupLimits {
+  int cpus = 0;                // 0: no limit
+  uint64_t memory_bytes = 0;   // 0: no limit
+  int pids = 0;                // 0: no limit
+};
+
+class CgroupDir {
+ public:
+  // `group` is a relative path below each hierarchy's root, e.g. "sbx-<inst>/<id>".
+  CgroupDir(CgroupMode mode, std::string group, std::string root = "/sys/fs/cgroup");
+
+  Status Create(const CgroupLimits& limits);
+  Status AddProcess(pid_t pid);
+  // PIDs of every process in the group.
+  std::vector<pid_t> Pids() const;
+  // SIGKILLs every process until the group is empty (freezing first, so a fork bomb
+  // cannot outrun it).
+  Status Kill();
+  // Removes the directories (the group must be empty).
+  Status Remove();
+  bool Exists() const;
+  // Peak and current memory in bytes (0 if unknown).
+  uint64_t MemoryCurrent() const;
+  const std::string& group() const { return group_; }
+
+ private:
+  std::vector<std::string> Dirs() const;
+  std::string Dir(const char* controller) const;
+  CgroupMode mode_;
+  std::string group_;
+  std::string root_;
+};
+
+// The groups directly below `parent` (relative), in any hierarchy that has them.
+std::vector<std::string> ListCgroupChildren(CgroupMode mode, const std::string& parent,
+                                            const std::string& root = "/sys/fs/cgroup");
+
+}  // namespace sbx::runtime

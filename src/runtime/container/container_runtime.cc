@@ -1,0 +1,226 @@
+// The container wall: user, pid, mount, net, ipc, uts and cgroup namespaces, an overlay
+// root, cgroup limits; sbx-agent finishes the set-up from inside (see agent/sandbox_init).
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <grp.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "agent/protocol.h"
+#include "base/fs.h"
+#include "base/log.h"
+#include "base/proc.h"
+#include "runtime/cgroup.h"
+#include "runtime/runtime.h"
+
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+
+namespace sbx::runtime {
+
+namespace {
+
+constexpr int kReadyTimeoutMs = 20000;
+
+std::string ReadLine(int fd, int timeout_ms) {
+  std::string s;
+  char c;
+  while (s.size() < 4096) {
+    struct pollfd p = {fd, POLLIN, 0};
+    int rc = ::poll(&p, 1, timeout_ms);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) break;
+    ssize_t n = ::read(fd, &c, 1);
+    if (n <= 0) break;
+    if (c == '\n') break;
+    s.push_back(c);
+  }
+  return s;
+}
+
+class ContainerRuntime : public Runtime {
+ public:
+  explicit ContainerRuntime(ContainerOptions o) : o_(std::move(o)), mode_(DetectCgroupMode(o_.cgroup_root)) {}
+  std::string Kind() const override { return "container"; }
+
+  std::string Group(const std::string& id) const { return "sbx-" + o_.instance + "/" + id; }
+  std::string Socket(const std::string& dir) const { return dir + "/ctl/a.sock"; }
+
+  Status Prepare(const StartSpec& spec) override {
+    SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir, 0711));
+    for (const char* d : {"upper", "work", "ctl"}) {
+      std::string p = spec.dir + "/" + d;
+      if (::mkdir(p.c_str(), d[0] == 'c' ? 0700 : 0755) != 0 && errno != EEXIST)
+        return ErrnoError("mkdir " + p);
+      if (::chown(p.c_str(), o_.uid_base, o_.uid_base) != 0) return ErrnoError("chown " + p);
+    }
+    std::string root = spec.dir + "/root";
+    if (::mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("mkdir " + root);
+    return OkStatus();
+  }
+
+  Result<Instance> Start(const StartSpec& spec) override {
+    if (mode_ == CgroupMode::kNone)
+      return MakeError(Code::kFailedPrecondition, "this host has no usable cgroup hierarchy");
+    // A leftover socket or work dir from an earlier boot is replaced.
+    ::unlink(Socket(spec.dir).c_str());
+    CgroupDir cg(mode_, Group(spec.id), o_.cgroup_root);
+    SBX_RETURN_IF_ERROR(cg.Kill());
+    SBX_RETURN_IF_ERROR(cg.Create({spec.limits.cpus, spec.limits.memory_bytes, spec.limits.pids}));
+
+    nlohmann::json cfg = {{"lower", spec.layers},          {"upper", spec.dir + "/upper"},
+                          {"work", spec.dir + "/work"},     {"rootfs", spec.dir + "/root"},
+                          {"socket", Socket(spec.dir)},     {"hostname", spec.hostname},
+                          {"tmp_bytes", spec.limits.memory_bytes / 2}};
+    std::string go = "G" + cfg.dump();
+    // Everything the clone child touches is prepared before the clone.
+    const char* agent = o_.agent_path.c_str();
+    char arg0[] = "sbx-agent";
+    char arg1[] = "--sandbox-init";
+    char* argv[] = {arg0, arg1, nullptr};
+    char* envp[] = {nullptr};
+
+    int cfgp[2], readyp[2];
+    if (::pipe2(cfgp, O_CLOEXEC) != 0) return ErrnoError("pipe");
+    if (::pipe2(readyp, O_CLOEXEC) != 0) {
+      ::close(cfgp[0]);
+      ::close(cfgp[1]);
+      return ErrnoError("pipe");
+    }
+    UniqueFd cfg_w(cfgp[1]), ready_r(readyp[0]);
+    int pidfd = -1;
+    long flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
+                 CLONE_NEWUTS | CLONE_PIDFD | SIGCHLD;
+    pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, flags, nullptr, &pidfd, nullptr, nullptr));
+    if (pid == 0) {
+      // The child: async-signal-safe system calls only, until execve.
+      int a = ::fcntl(cfgp[0], F_DUPFD, 10);
+      int b = ::fcntl(readyp[1], F_DUPFD, 10);
+      int null = ::open("/dev/null", O_RDWR);
+      if (a < 0 || b < 0 || null < 0 || ::dup2(null, 0) < 0 || ::dup2(null, 1) < 0 ||
+          ::dup2(null, 2) < 0 || ::dup2(a, 3) < 0 || ::dup2(b, 4) < 0)
+        ::_exit(126);
+      ::syscall(SYS_close_range, 5, ~0U, 0);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      char c = 0;
+      if (::read(3, &c, 1) != 1 || c != 'G') ::_exit(125);
+      if (::setresgid(0, 0, 0) != 0 || ::setgroups(0, nullptr) != 0 || ::setresuid(0, 0, 0) != 0) {
+        static const char msg[] = "ERR cannot become root of the sandbox's user namespace\n";
+        ssize_t u = ::write(4, msg, sizeof msg - 1);
+        (void)u;
+        ::_exit(124);
+      }
+      ::execve(agent, argv, envp);
+      static const char msg[] = "ERR cannot execute sbx-agent\n";
+      ssize_t u = ::write(4, msg, sizeof msg - 1);
+      (void)u;
+      ::_exit(127);
+    }
+    int clone_errno = errno;
+    ::close(cfgp[0]);
+    ::close(readyp[1]);
+    if (pid < 0) {
+      (void)cg.Remove();
+      return ErrnoError("clone the sandbox's namespaces", clone_errno);
+    }
+    auto pfd = std::make_shared<UniqueFd>(pidfd);
+    auto fail = [&](Error e) -> Result<Instance> {
+      (void)proc::PidfdSignal(pfd->get(), SIGKILL);
+      proc::PidfdWait(pfd->get(), 5000);
+      (void)cg.Kill();
+      (void)cg.Remove();
+      return e.Wrap("starting sandbox " + spec.id);
+    };
+    std::string map = "0 " + std::to_string(o_.uid_base) + " " + std::to_string(o_.uid_count) + "\n";
+    std::string p = "/proc/" + std::to_string(pid);
+    if (auto st = fs::WriteFile(p + "/uid_map", map, false); !st.ok()) return fail(st.error());
+    if (auto st = fs::WriteFile(p + "/gid_map", map, false); !st.ok()) return fail(st.error());
+    if (auto st = cg.AddProcess(pid); !st.ok()) return fail(st.error());
+    // Best effort: keep the OOM killer off the agent (needs CAP_SYS_RESOURCE, which some
+    // hosts withhold even from root); its commands reset their own score to 0.
+    (void)fs::WriteFile(p + "/oom_score_adj", "-999", false);
+    size_t off = 0;
+    while (off < go.size()) {
+      ssize_t n = ::write(cfg_w.get(), go.data() + off, go.size() - off);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return fail(ErrnoError("send the sandbox's configuration"));
+      }
+      off += n;
+    }
+    cfg_w.Reset();
+    std::string line = ReadLine(ready_r.get(), kReadyTimeoutMs);
+    if (line != "OK") {
+      if (line.rfind("ERR ", 0) == 0) return fail(MakeError(Code::kInternal, line.substr(4)));
+      return fail(MakeError(Code::kInternal, line.empty() ? "the sandbox's agent exited during set-up"
+                                                          : "unexpected answer from the agent: " + line));
+    }
+    Instance inst;
+    inst.pid = pid;
+    inst.pid_start = proc::StartTime(pid);
+    inst.agent_socket = Socket(spec.dir);
+    inst.pidfd = pfd;
+    return inst;
+  }
+
+  Status Stop(const std::string& id, const Instance& inst) override {
+    if (inst.pidfd && inst.pidfd->valid()) {
+      SBX_RETURN_IF_ERROR(proc::PidfdSignal(inst.pidfd->get(), SIGKILL));
+      proc::PidfdWait(inst.pidfd->get(), 10000);
+    }
+    CgroupDir cg(mode_, Group(id), o_.cgroup_root);
+    SBX_RETURN_IF_ERROR(cg.Kill());
+    return cg.Remove();
+  }
+
+  Status Destroy(const std::string& id, const std::string& dir) override {
+    CgroupDir cg(mode_, Group(id), o_.cgroup_root);
+    SBX_RETURN_IF_ERROR(cg.Kill());
+    SBX_RETURN_IF_ERROR(cg.Remove());
+    return fs::RemoveTree(dir);
+  }
+
+  Result<Instance> Adopt(const StartSpec& spec, pid_t pid, uint64_t pid_start) override {
+    if (pid <= 0 || proc::StartTime(pid) != pid_start)
+      return MakeError(Code::kNotFound, "the sandbox's init is gone");
+    SBX_ASSIGN_OR_RETURN(UniqueFd fd, proc::PidfdOpen(pid));
+    // The pid was checked before the pidfd was opened: check again after.
+    if (proc::StartTime(pid) != pid_start) return MakeError(Code::kNotFound, "the sandbox's init is gone");
+    SBX_RETURN_IF_ERROR(agent::PingBlocking(Socket(spec.dir), 2000));
+    Instance inst;
+    inst.pid = pid;
+    inst.pid_start = pid_start;
+    inst.agent_socket = Socket(spec.dir);
+    inst.pidfd = std::make_shared<UniqueFd>(std::move(fd));
+    return inst;
+  }
+
+  std::vector<std::string> ListKernelObjects() override {
+    return ListCgroupChildren(mode_, "sbx-" + o_.instance, o_.cgroup_root);
+  }
+
+  bool Alive(const Instance& inst) override {
+    return inst.pidfd && inst.pidfd->valid() && !proc::PidfdExited(inst.pidfd->get());
+  }
+
+ private:
+  ContainerOptions o_;
+  CgroupMode mode_;
+};
+
+}  // namespace
+
+std::unique_ptr<Runtime> NewContainerRuntime(const ContainerOptions& opts) {
+  return std::make_unique<ContainerRuntime>(opts);
+}
+
+}  // namespace sbx::runtime

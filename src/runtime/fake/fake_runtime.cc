@@ -1,0 +1,107 @@
+// A runtime without isolation, for unit tests: the real sbx-agent in --serve mode as a
+// plain child process. Same files and protocol as the container runtime, no namespaces.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "agent/protocol.h"
+#include "base/fs.h"
+#include "base/proc.h"
+#include "runtime/runtime.h"
+
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+
+namespace sbx::runtime {
+namespace {
+
+class FakeRuntime : public Runtime {
+ public:
+  explicit FakeRuntime(std::string agent) : agent_(std::move(agent)) {}
+  std::string Kind() const override { return "fake"; }
+
+  Status Prepare(const StartSpec& spec) override {
+    SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir + "/ctl", 0700));
+    return fs::MkdirAll(spec.dir + "/upper", 0755);
+  }
+
+  Result<Instance> Start(const StartSpec& spec) override {
+    std::string sock = spec.dir + "/ctl/a.sock";
+    ::unlink(sock.c_str());
+    const char* agent = agent_.c_str();
+    std::string upper = spec.dir + "/upper";
+    char a0[] = "sbx-agent", a1[] = "--serve";
+    char* argv[] = {a0, a1, const_cast<char*>(sock.c_str()), nullptr};
+    int pidfd = -1;
+    pid_t pid = static_cast<pid_t>(
+        ::syscall(SYS_clone, CLONE_PIDFD | SIGCHLD, nullptr, &pidfd, nullptr, nullptr));
+    if (pid == 0) {
+      int null = ::open("/dev/null", O_RDWR);
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+      ::syscall(SYS_close_range, 3, ~0U, 0);
+      if (::chdir(upper.c_str()) != 0) ::_exit(126);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::execv(agent, argv);
+      ::_exit(127);
+    }
+    if (pid < 0) return ErrnoError("clone");
+    Instance inst;
+    inst.pid = pid;
+    inst.pidfd = std::make_shared<UniqueFd>(pidfd);
+    inst.pid_start = proc::StartTime(pid);
+    inst.agent_socket = sock;
+    for (int i = 0; i < 2000; ++i) {
+      if (agent::PingBlocking(sock, 1000).ok()) return inst;
+      if (proc::PidfdExited(pidfd)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    (void)Stop(spec.id, inst);
+    return MakeError(Code::kInternal, "the agent did not come up");
+  }
+
+  Status Stop(const std::string&, const Instance& inst) override {
+    if (inst.pidfd && inst.pidfd->valid()) {
+      (void)proc::PidfdSignal(inst.pidfd->get(), SIGKILL);
+      proc::PidfdWait(inst.pidfd->get(), 5000);
+    }
+    return OkStatus();
+  }
+
+  Status Destroy(const std::string&, const std::string& dir) override { return fs::RemoveTree(dir); }
+
+  Result<Instance> Adopt(const StartSpec& spec, pid_t pid, uint64_t pid_start) override {
+    if (pid <= 0 || proc::StartTime(pid) != pid_start) return MakeError(Code::kNotFound, "gone");
+    SBX_ASSIGN_OR_RETURN(UniqueFd fd, proc::PidfdOpen(pid));
+    Instance inst;
+    inst.pid = pid;
+    inst.pid_start = pid_start;
+    inst.agent_socket = spec.dir + "/ctl/a.sock";
+    inst.pidfd = std::make_shared<UniqueFd>(std::move(fd));
+    SBX_RETURN_IF_ERROR(agent::PingBlocking(inst.agent_socket, 2000));
+    return inst;
+  }
+
+  std::vector<std::string> ListKernelObjects() override { return {}; }
+  bool Alive(const Instance& inst) override {
+    return inst.pidfd && inst.pidfd->valid() && !proc::PidfdExited(inst.pidfd->get());
+  }
+
+ private:
+  std::string agent_;
+};
+
+}  // namespace
+
+std::unique_ptr<Runtime> NewFakeRuntime(const std::string& agent_path) {
+  return std::make_unique<FakeRuntime>(agent_path);
+}
+
+}  // namespace sbx::runtime

@@ -1,0 +1,73 @@
+// The runtime interface: a sandbox's lifecycle on one isolation kind (create its files,
+// start, stop, destroy, re-adopt) and nothing else. What runs inside goes through the
+// agent. Implementations are called by core::SandboxManager from its worker threads;
+// each method is safe to call concurrently for different sandboxes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "base/unique_fd.h"
+
+namespace sbx::runtime {
+
+struct Limits {
+  int cpus = 0;
+  uint64_t memory_bytes = 0;
+  int pids = 0;
+};
+
+struct StartSpec {
+  std::string id;
+  std::vector<std::string> layers;  // read-only root layers (host paths), topmost first
+  std::string dir;                  // the sandbox's own host directory
+  std::string hostname;
+  Limits limits;
+};
+
+// A running sandbox as the runtime knows it.
+struct Instance {
+  pid_t pid = 0;          // its init, as the host sees it
+  uint64_t pid_start = 0;  // that pid's start time, to detect reuse
+  std::string agent_socket;
+  std::shared_ptr<UniqueFd> pidfd;  // readable once the init has exited
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  virtual std::string Kind() const = 0;
+  // Creates the sandbox's writable layer under spec.dir (once, at create).
+  virtual Status Prepare(const StartSpec& spec) = 0;
+  // Boots the sandbox on its files; returns once its agent answers.
+  virtual Result<Instance> Start(const StartSpec& spec) = 0;
+  // Kills every process of the sandbox and waits until they are gone; files stay.
+  virtual Status Stop(const std::string& id, const Instance& inst) = 0;
+  // Removes the sandbox's files and kernel objects (it must be stopped).
+  virtual Status Destroy(const std::string& id, const std::string& dir) = 0;
+  // Re-attaches to a sandbox that an earlier daemon started; fails if it is gone.
+  virtual Result<Instance> Adopt(const StartSpec& spec, pid_t pid, uint64_t pid_start) = 0;
+  // Ids of sandboxes that own kernel objects on this host (for reconciliation).
+  virtual std::vector<std::string> ListKernelObjects() = 0;
+  // True while the instance's init lives.
+  virtual bool Alive(const Instance& inst) = 0;
+};
+
+struct ContainerOptions {
+  std::string agent_path;  // host path of sbx-agent
+  std::string instance;    // this daemon's name in shared places (cgroups)
+  uid_t uid_base = 100000;  // sandbox root maps to this host uid
+  uid_t uid_count = 65536;
+  std::string cgroup_root = "/sys/fs/cgroup";
+};
+
+std::unique_ptr<Runtime> NewContainerRuntime(const ContainerOptions& opts);
+// A runtime without isolation: sbx-agent --serve as a plain child process, in a directory
+// of its own. For unit tests that need no root.
+std::unique_ptr<Runtime> NewFakeRuntime(const std::string& agent_path);
+
+}  // namespace sbx::runtime

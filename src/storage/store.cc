@@ -1,0 +1,174 @@
+#include "storage/store.h"
+
+namespace sbx::storage {
+namespace {
+
+// Each entry moves the schema one version up; never edit a released entry.
+const char* kMigrations[] = {
+    R"sql(
+CREATE TABLE sandboxes (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL DEFAULT '',
+  state TEXT NOT NULL,
+  type TEXT NOT NULL,
+  isolation TEXT NOT NULL,
+  image TEXT NOT NULL,
+  layers_json TEXT NOT NULL,
+  cpus INTEGER NOT NULL, memory_mb INTEGER NOT NULL, disk_mb INTEGER NOT NULL, pids INTEGER NOT NULL,
+  ttl_seconds INTEGER NOT NULL, ttl_action TEXT NOT NULL, idle_timeout_seconds INTEGER NOT NULL,
+  no_env INTEGER NOT NULL, env_json TEXT NOT NULL, metadata_json TEXT NOT NULL, network_json TEXT NOT NULL,
+  created_ms INTEGER NOT NULL, started_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL,
+  billed_ms INTEGER NOT NULL, pid INTEGER NOT NULL, pid_start INTEGER NOT NULL,
+  error TEXT NOT NULL DEFAULT ''
+);
+CREATE UNIQUE INDEX sandboxes_name ON sandboxes(name) WHERE name != '' AND state != 'deleting';
+CREATE TABLE images (name TEXT PRIMARY KEY, path TEXT NOT NULL, size_bytes INTEGER NOT NULL,
+                     created_ms INTEGER NOT NULL);
+CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+)sql",
+};
+
+const char* kSandboxCols =
+    "id, name, state, type, isolation, image, layers_json, cpus, memory_mb, disk_mb, pids, ttl_seconds, "
+    "ttl_action, idle_timeout_seconds, no_env, env_json, metadata_json, network_json, "
+    "created_ms, started_ms, expires_ms, billed_ms, pid, pid_start, error";
+
+std::vector<Value> SandboxValues(const SandboxRecord& r) {
+  return {r.id,         r.name,        r.state,          r.type,
+          r.isolation,  r.image,       r.layers_json, r.cpus,           r.memory_mb,
+          r.disk_mb,    r.pids,        r.ttl_seconds,    r.ttl_action,
+          r.idle_timeout_seconds, int64_t{r.no_env}, r.env_json, r.metadata_json,
+          r.network_json, r.created_ms, r.started_ms,    r.expires_ms,
+          r.billed_ms,  r.pid,         r.pid_start,      r.error};
+}
+
+SandboxRecord SandboxFromRow(const Row& w) {
+  SandboxRecord r;
+  int i = 0;
+  r.id = w.Text(i++);
+  r.name = w.Text(i++);
+  r.state = w.Text(i++);
+  r.type = w.Text(i++);
+  r.isolation = w.Text(i++);
+  r.image = w.Text(i++);
+  r.layers_json = w.Text(i++);
+  r.cpus = w.Int(i++);
+  r.memory_mb = w.Int(i++);
+  r.disk_mb = w.Int(i++);
+  r.pids = w.Int(i++);
+  r.ttl_seconds = w.Int(i++);
+  r.ttl_action = w.Text(i++);
+  r.idle_timeout_seconds = w.Int(i++);
+  r.no_env = w.Int(i++) != 0;
+  r.env_json = w.Text(i++);
+  r.metadata_json = w.Text(i++);
+  r.network_json = w.Text(i++);
+  r.created_ms = w.Int(i++);
+  r.started_ms = w.Int(i++);
+  r.expires_ms = w.Int(i++);
+  r.billed_ms = w.Int(i++);
+  r.pid = w.Int(i++);
+  r.pid_start = w.Int(i++);
+  r.error = w.Text(i++);
+  return r;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  SBX_ASSIGN_OR_RETURN(auto db, Db::Open(path));
+  std::unique_ptr<Store> s(new Store(std::move(db)));
+  SBX_RETURN_IF_ERROR(s->Migrate());
+  return s;
+}
+
+Status Store::Migrate() {
+  SBX_RETURN_IF_ERROR(db_->Exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"));
+  return db_->Transaction([&]() -> Status {
+    int64_t version = -1;
+    SBX_RETURN_IF_ERROR(db_->Query("SELECT version FROM schema_version", {},
+                                   [&](const Row& r) { version = r.Int(0); }));
+    if (version < 0) {
+      SBX_RETURN_IF_ERROR(db_->Query("INSERT INTO schema_version VALUES (0)", {}));
+      version = 0;
+    }
+    const int64_t n = sizeof kMigrations / sizeof kMigrations[0];
+    if (version > n)
+      return MakeError(Code::kFailedPrecondition,
+                       "database schema is newer than this sbxd (" + std::to_string(version) + ")");
+    for (int64_t v = version; v < n; ++v) SBX_RETURN_IF_ERROR(db_->Exec(kMigrations[v]));
+    return db_->Query("UPDATE schema_version SET version = ?", {n});
+  });
+}
+
+Status Store::InsertSandbox(const SandboxRecord& r) {
+  return db_->Query(std::string("INSERT INTO sandboxes (") + kSandboxCols +
+                        ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    SandboxValues(r));
+}
+
+Status Store::UpdateSandbox(const SandboxRecord& r) {
+  std::vector<Value> v = SandboxValues(r);
+  v.push_back(r.id);
+  return db_->Query(
+      "UPDATE sandboxes SET id=?, name=?, state=?, type=?, isolation=?, image=?, layers_json=?, cpus=?, "
+      "memory_mb=?, disk_mb=?, pids=?, ttl_seconds=?, ttl_action=?, idle_timeout_seconds=?, "
+      "no_env=?, env_json=?, metadata_json=?, network_json=?, created_ms=?, started_ms=?, "
+      "expires_ms=?, billed_ms=?, pid=?, pid_start=?, error=? WHERE id=?",
+      v);
+}
+
+Status Store::DeleteSandbox(const std::string& id) {
+  return db_->Query("DELETE FROM sandboxes WHERE id=?", {id});
+}
+
+Result<std::optional<SandboxRecord>> Store::GetSandbox(const std::string& id) {
+  std::optional<SandboxRecord> out;
+  SBX_RETURN_IF_ERROR(db_->Query(std::string("SELECT ") + kSandboxCols + " FROM sandboxes WHERE id=?",
+                                 {id}, [&](const Row& r) { out = SandboxFromRow(r); }));
+  return out;
+}
+
+Result<std::vector<SandboxRecord>> Store::ListSandboxes() {
+  std::vector<SandboxRecord> out;
+  SBX_RETURN_IF_ERROR(db_->Query(std::string("SELECT ") + kSandboxCols +
+                                     " FROM sandboxes ORDER BY created_ms, id",
+                                 {}, [&](const Row& r) { out.push_back(SandboxFromRow(r)); }));
+  return out;
+}
+
+Status Store::PutImage(const ImageRecord& r) {
+  return db_->Query("INSERT OR REPLACE INTO images (name, path, size_bytes, created_ms) VALUES (?,?,?,?)",
+                    {r.name, r.path, r.size_bytes, r.created_ms});
+}
+
+Result<std::optional<ImageRecord>> Store::GetImage(const std::string& name) {
+  std::optional<ImageRecord> out;
+  SBX_RETURN_IF_ERROR(db_->Query("SELECT name, path, size_bytes, created_ms FROM images WHERE name=?",
+                                 {name}, [&](const Row& r) {
+                                   out = ImageRecord{r.Text(0), r.Text(1), r.Int(2), r.Int(3)};
+                                 }));
+  return out;
+}
+
+Result<std::vector<ImageRecord>> Store::ListImages() {
+  std::vector<ImageRecord> out;
+  SBX_RETURN_IF_ERROR(db_->Query("SELECT name, path, size_bytes, created_ms FROM images ORDER BY name",
+                                 {}, [&](const Row& r) {
+                                   out.push_back(ImageRecord{r.Text(0), r.Text(1), r.Int(2), r.Int(3)});
+                                 }));
+  return out;
+}
+
+Status Store::SetSetting(const std::string& key, const std::string& value) {
+  return db_->Query("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", {key, value});
+}
+
+Result<std::optional<std::string>> Store::GetSetting(const std::string& key) {
+  std::optional<std::string> out;
+  SBX_RETURN_IF_ERROR(db_->Query("SELECT value FROM settings WHERE key=?", {key},
+                                 [&](const Row& r) { out = r.Text(0); }));
+  return out;
+}
+
+}  // namespace sbx::storage

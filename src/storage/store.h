@@ -1,0 +1,74 @@
+// Typed access to sbxd's tables: sandboxes, images, settings. Any thread (Db serializes).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "storage/db.h"
+
+namespace sbx::storage {
+
+struct SandboxRecord {
+  std::string id;
+  std::string name;  // may be empty
+  std::string state;  // creating, running, paused, stopped, error, deleting
+  std::string type;
+  std::string isolation;
+  std::string image;
+  std::string layers_json = "[]";  // the root layers it was created on
+  int64_t cpus = 0;
+  int64_t memory_mb = 0;
+  int64_t disk_mb = 0;
+  int64_t pids = 0;
+  int64_t ttl_seconds = 0;
+  std::string ttl_action = "stop";
+  int64_t idle_timeout_seconds = 0;
+  bool no_env = false;
+  std::string env_json = "{}";
+  std::string metadata_json = "{}";
+  std::string network_json = "{}";
+  int64_t created_ms = 0;
+  int64_t started_ms = 0;  // when it last became running (0 if not running)
+  int64_t expires_ms = 0;
+  int64_t billed_ms = 0;   // closed billing periods
+  int64_t pid = 0;         // the sandbox's init as seen from the host
+  int64_t pid_start = 0;   // its start time, to tell it from a reused pid
+  std::string error;
+};
+
+struct ImageRecord {
+  std::string name;
+  std::string path;
+  int64_t size_bytes = 0;
+  int64_t created_ms = 0;
+};
+
+class Store {
+ public:
+  // Opens the database and applies migrations.
+  static Result<std::unique_ptr<Store>> Open(const std::string& path);
+
+  Status InsertSandbox(const SandboxRecord& r);
+  Status UpdateSandbox(const SandboxRecord& r);
+  Status DeleteSandbox(const std::string& id);
+  Result<std::optional<SandboxRecord>> GetSandbox(const std::string& id);
+  Result<std::vector<SandboxRecord>> ListSandboxes();
+
+  Status PutImage(const ImageRecord& r);
+  Result<std::optional<ImageRecord>> GetImage(const std::string& name);
+  Result<std::vector<ImageRecord>> ListImages();
+
+  Status SetSetting(const std::string& key, const std::string& value);
+  Result<std::optional<std::string>> GetSetting(const std::string& key);
+
+  Db& db() { return *db_; }
+
+ private:
+  explicit Store(std::unique_ptr<Db> db) : db_(std::move(db)) {}
+  Status Migrate();
+  std::unique_ptr<Db> db_;
+};
+
+}  // namespace sbx::storage
