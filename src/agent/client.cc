@@ -22,8 +22,8 @@ asio::awaitable<Result<ExitInfo>> Exec(asio::any_io_executor ex, std::string soc
                                        OutputFn on_output, int64_t grace_ms) {
   auto sock = std::make_shared<asio::local::stream_protocol::socket>(ex);
   error_code ec;
-  co_await sock->async_connect(asio::local::stream_protocol::endpoint(socket_path),
-                               asio::redirect_error(use_awaitable, ec));
+  asio::local::stream_protocol::endpoint ep(socket_path);
+  co_await sock->async_connect(ep, asio::redirect_error(use_awaitable, ec));
   if (ec) co_return MakeError(Code::kUnavailable, "cannot reach the sandbox's agent: " + ec.message());
 
   // The watchdog closes the connection if the agent does not answer in time.

@@ -52,19 +52,21 @@ Response Json(int status, const json& j) {
 
 Response Bad(const std::string& msg) { return ErrorResponse(MakeError(Code::kInvalidArgument, msg)); }
 
+template <typename R>
+asio::awaitable<void> CallInto(std::optional<R>* out, const std::function<R()>* fn) {
+  out->emplace((*fn)());
+  co_return;
+}
+
 // Runs a blocking call on the pool and resumes the caller's coroutine on its executor.
-template <typename F>
-asio::awaitable<std::invoke_result_t<F>> RunBlocking(asio::thread_pool& pool, F f) {
-  using R = std::invoke_result_t<F>;
-  auto holder = std::make_shared<std::optional<R>>();
-  co_await asio::co_spawn(
-      pool,
-      [holder, f = std::move(f)]() mutable -> asio::awaitable<void> {
-        holder->emplace(f());
-        co_return;
-      },
-      asio::use_awaitable);
-  co_return std::move(**holder);
+// Only pointers cross into the coroutines: g++ 12 destroys some class-type coroutine
+// parameters (capturing closures among them) twice.
+template <typename R>
+asio::awaitable<R> RunBlocking(asio::thread_pool* pool, const std::function<R()>* fn) {
+  std::optional<R> out;
+  auto call = CallInto<R>(&out, fn);
+  co_await asio::co_spawn(*pool, std::move(call), asio::use_awaitable);
+  co_return std::move(*out);
 }
 
 // Strict body parsing: an object with only known fields.
@@ -339,7 +341,8 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
         c.pids = static_cast<int>(**pids);
       }
     }
-    auto v = co_await RunBlocking(*pool_, [this, c] { return manager_->Create(c); });
+    std::function<Result<core::SandboxView>()> fn = [this, &c] { return manager_->Create(c); };
+    auto v = co_await RunBlocking(pool_, &fn);
     if (!v.ok()) co_return ErrorResponse(v.error());
     co_return Json(201, SandboxJson(*v));
   }
@@ -376,9 +379,10 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     if (!j.ok()) co_return ErrorResponse(j.error());
     std::string id = req.params["id"];
     bool stop = pat.back() == 'p';
-    auto v = co_await RunBlocking(*pool_, [this, id, stop] {
+    std::function<Result<core::SandboxView>()> fn = [this, &id, stop] {
       return stop ? manager_->Stop(id) : manager_->Start(id);
-    });
+    };
+    auto v = co_await RunBlocking(pool_, &fn);
     if (!v.ok()) co_return ErrorResponse(v.error());
     co_return Json(200, SandboxJson(*v));
   }
@@ -420,13 +424,12 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     if (!ndjson) {
       auto out = std::make_shared<std::string>();
       auto err = std::make_shared<std::string>();
-      auto res = co_await manager_->Exec(
-          ex, id, std::move(e),
-          [out, err](agent::FrameType t, std::string_view d) -> asio::awaitable<void> {
-            if (t == agent::FrameType::kStdout) out->append(d);
-            else if (t == agent::FrameType::kStderr) err->append(d);
-            co_return;
-          });
+      agent::OutputFn collect = [out, err](agent::FrameType t, std::string_view d) -> asio::awaitable<void> {
+        if (t == agent::FrameType::kStdout) out->append(d);
+        else if (t == agent::FrameType::kStderr) err->append(d);
+        co_return;
+      };
+      auto res = co_await manager_->Exec(ex, id, std::move(e), collect);
       if (!res.ok()) co_return ErrorResponse(res.error());
       json body = ExitJson(*res);
       body["stdout"] = *out;
@@ -441,37 +444,40 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
       auto carry = std::make_shared<std::array<std::string, 2>>();
       auto gone = std::make_shared<bool>(false);
       auto started = std::make_shared<bool>(false);
-      auto res = co_await mgr->Exec(
-          ex, id, std::move(e),
-          [sink, carry, gone, started](agent::FrameType t, std::string_view d) -> asio::awaitable<void> {
-            if (*gone) co_return;
-            json line;
-            if (t == agent::FrameType::kKeepalive) {
-              line = {{"type", "keepalive"}};
-            } else {
-              int k = t == agent::FrameType::kStdout ? 0 : 1;
-              std::string text = TakeUtf8((*carry)[k], d);
-              if (text.empty()) co_return;
-              line = {{"type", k == 0 ? "stdout" : "stderr"}, {"data", text}};
-            }
-            *started = true;
-            if (!co_await sink(line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"))
-              *gone = true;
-          });
+      agent::OutputFn forward = [sink, carry, gone, started](agent::FrameType t,
+                                                             std::string_view d) -> asio::awaitable<void> {
+        if (*gone) co_return;
+        json line;
+        if (t == agent::FrameType::kKeepalive) {
+          line = {{"type", "keepalive"}};
+        } else {
+          int k = t == agent::FrameType::kStdout ? 0 : 1;
+          std::string text = TakeUtf8((*carry)[k], d);
+          if (text.empty()) co_return;
+          line = {{"type", k == 0 ? "stdout" : "stderr"}, {"data", text}};
+        }
+        *started = true;
+        std::string out = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+        if (!co_await sink(out)) *gone = true;
+      };
+      auto res = co_await mgr->Exec(ex, id, std::move(e), forward);
       if (!res.ok()) {
         if (!*started) co_return ErrorResponse(res.error());
         json line = {{"type", "error"}, {"error", {{"code", ErrorCode(res.error().code)}, {"message", res.error().message}}}};
-        co_await sink(line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+        std::string out = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+        co_await sink(out);
         co_return std::nullopt;
       }
       for (int k = 0; k < 2; ++k)
         if (!(*carry)[k].empty()) {
           json line = {{"type", k == 0 ? "stdout" : "stderr"}, {"data", (*carry)[k]}};
-          co_await sink(line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+          std::string out = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+          co_await sink(out);
         }
       json last = ExitJson(*res);
       last["type"] = "exit";
-      co_await sink(last.dump() + "\n");
+      std::string out = last.dump() + "\n";
+      co_await sink(out);
       co_return std::nullopt;
     };
     co_return r;
@@ -490,7 +496,10 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     std::string name = req.params["name"];
     std::string file = req.body_file;
     if (file.empty()) co_return Bad("the body must be a tar archive");
-    auto rec = co_await RunBlocking(*pool_, [this, name, file] { return images_->ImportTar(name, file); });
+    std::function<Result<storage::ImageRecord>()> fn = [this, &name, &file] {
+      return images_->ImportTar(name, file);
+    };
+    auto rec = co_await RunBlocking(pool_, &fn);
     if (!rec.ok()) co_return ErrorResponse(rec.error());
     co_return Json(201, {{"name", rec->name}, {"size_bytes", rec->size_bytes}, {"created_at", FormatRfc3339(rec->created_ms)}});
   }

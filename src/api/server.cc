@@ -81,7 +81,8 @@ asio::awaitable<bool> WriteResponse(Stream& stream, const Response& r, bool keep
 }
 
 template <typename Stream>
-asio::awaitable<void> Session(Stream stream, Api* api, ServerOptions opts) {
+asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts_ptr) {
+  const ServerOptions& opts = *opts_ptr;
   beast::flat_buffer buf;
   error_code ec;
   while (true) {
@@ -92,7 +93,8 @@ asio::awaitable<void> Session(Stream stream, Api* api, ServerOptions opts) {
     if (ec) {
       if (ec != http::error::end_of_stream && ec != asio::error::eof &&
           ec != asio::error::connection_reset && ec != asio::error::operation_aborted) {
-        co_await WriteResponse(stream, ErrorResponse(400, "invalid_request", "malformed HTTP request: " + ec.message()), false);
+        Response bad = ErrorResponse(400, "invalid_request", "malformed HTTP request: " + ec.message());
+        co_await WriteResponse(stream, bad, false);
       }
       break;
     }
@@ -115,7 +117,8 @@ asio::awaitable<void> Session(Stream stream, Api* api, ServerOptions opts) {
       fp.body_limit(opts.max_upload_bytes);
       fp.get().body().open(tmp_file.c_str(), beast::file_mode::write, ec);
       if (ec) {
-        co_await WriteResponse(stream, ErrorResponse(500, "internal", "cannot store the upload: " + ec.message()), false);
+        Response bad = ErrorResponse(500, "internal", "cannot store the upload: " + ec.message());
+        co_await WriteResponse(stream, bad, false);
         break;
       }
       co_await http::async_read(stream, buf, fp, asio::redirect_error(use_awaitable, ec));
@@ -129,10 +132,14 @@ asio::awaitable<void> Session(Stream stream, Api* api, ServerOptions opts) {
     }
     if (ec) {
       if (!tmp_file.empty()) ::unlink(tmp_file.c_str());
-      if (ec == http::error::body_limit)
-        co_await WriteResponse(stream, ErrorResponse(413, "too_large", "the request body is too large"), false);
-      else if (ec != http::error::end_of_stream && ec != asio::error::eof && ec != asio::error::connection_reset)
-        co_await WriteResponse(stream, ErrorResponse(400, "invalid_request", "malformed HTTP request: " + ec.message()), false);
+      if (ec == http::error::body_limit) {
+        Response bad = ErrorResponse(413, "too_large", "the request body is too large");
+        co_await WriteResponse(stream, bad, false);
+      } else if (ec != http::error::end_of_stream && ec != asio::error::eof &&
+                 ec != asio::error::connection_reset) {
+        Response bad = ErrorResponse(400, "invalid_request", "malformed HTTP request: " + ec.message());
+        co_await WriteResponse(stream, bad, false);
+      }
       break;
     }
     Response resp = co_await api->Handle(req);
@@ -163,8 +170,8 @@ asio::awaitable<void> Session(Stream stream, Api* api, ServerOptions opts) {
           co_return false;
         }
       }
-      co_await asio::async_write(stream, http::make_chunk(asio::buffer(data.data(), data.size())),
-                                 asio::redirect_error(use_awaitable, wec));
+      auto chunk = http::make_chunk(asio::buffer(data.data(), data.size()));
+      co_await asio::async_write(stream, chunk, asio::redirect_error(use_awaitable, wec));
       if (wec) client_ok = false;
       co_return client_ok;
     };
@@ -174,9 +181,13 @@ asio::awaitable<void> Session(Stream stream, Api* api, ServerOptions opts) {
       if (!keep) break;
       continue;
     }
-    if (!header_sent) co_await sink("");  // never happens in practice: send the header
+    if (!header_sent) {
+      std::string_view none;
+      co_await sink(none);  // only sends the header
+    }
     if (!client_ok) break;
-    co_await asio::async_write(stream, http::make_chunk_last(), asio::redirect_error(use_awaitable, ec));
+    auto last = http::make_chunk_last();
+    co_await asio::async_write(stream, last, asio::redirect_error(use_awaitable, ec));
     if (ec || !keep) break;
   }
   error_code ignored;
@@ -202,7 +213,7 @@ struct Server::Impl {
       }
       ::fcntl(s.native_handle(), F_SETFD, FD_CLOEXEC);
       s.set_option(asio::ip::tcp::no_delay(true), ec);
-      asio::co_spawn(*io, Session(std::move(s), api, opts), asio::detached);
+      asio::co_spawn(*io, Session(std::move(s), api, &opts), asio::detached);
     }
   }
   asio::awaitable<void> AcceptUnix() {
@@ -214,7 +225,7 @@ struct Server::Impl {
         continue;
       }
       ::fcntl(s.native_handle(), F_SETFD, FD_CLOEXEC);
-      asio::co_spawn(*io, Session(std::move(s), api, opts), asio::detached);
+      asio::co_spawn(*io, Session(std::move(s), api, &opts), asio::detached);
     }
   }
 };

@@ -404,7 +404,10 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
     auto t = types_.Find(e->rec.type);
     if (t.ok()) usd_per_hour = t->usd_per_hour;
   }
-  auto res = co_await agent::Exec(ex, socket, std::move(areq), req.stdin_data.value_or(""), on_output);
+  // Arguments are named locals: g++ 12 may destroy a temporary made inside a co_await
+  // expression twice.
+  std::string stdin_data = req.stdin_data.value_or("");
+  auto res = co_await agent::Exec(ex, socket, std::move(areq), std::move(stdin_data), on_output);
   {
     std::lock_guard<std::mutex> lock(mu_);
     --e->active_execs;

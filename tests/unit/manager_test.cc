@@ -62,13 +62,13 @@ class ManagerTest : public ::testing::Test {
     asio::co_spawn(
         io,
         [&]() -> asio::awaitable<void> {
-          result.emplace(co_await manager_->Exec(
-              io.get_executor(), id, std::move(req),
-              [&](agent::FrameType t, std::string_view d) -> asio::awaitable<void> {
-                if (t == agent::FrameType::kStdout) o.append(d);
-                if (t == agent::FrameType::kStderr) e.append(d);
-                co_return;
-              }));
+          agent::OutputFn collect = [&](agent::FrameType t, std::string_view d) -> asio::awaitable<void> {
+            if (t == agent::FrameType::kStdout) o.append(d);
+            if (t == agent::FrameType::kStderr) e.append(d);
+            co_return;
+          };
+          auto r = co_await manager_->Exec(io.get_executor(), id, std::move(req), collect);
+          result.emplace(std::move(r));
         },
         asio::detached);
     io.run();
