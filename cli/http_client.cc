@@ -109,7 +109,7 @@ Result<HttpResult> HttpClient::Stream(const std::string& method, const std::stri
     return MakeError(Code::kUnavailable, "talking to sbxd: " + ec.message());
   }
   http::response_parser<http::buffer_body> p;
-  p.body_limit(boost::none);
+  p.body_limit(std::uint64_t{1} << 40);
   http::read_header(*impl_->sock, impl_->buf, p, ec);
   if (ec) {
     impl_->sock.reset();

@@ -68,6 +68,7 @@ void PrintSandboxes(const json& list) {
 int main(int argc, char** argv) {
   CLI::App app{"sbx: run AI agents' tool calls in isolated sandboxes"};
   app.require_subcommand(1);
+  app.fallthrough();  // global flags (--json, --url) may follow the subcommand
   Globals g;
   std::string data_dir = "/var/lib/sbx";
   g.url = std::getenv("SBX_URL") ? std::getenv("SBX_URL") : "http://127.0.0.1:7070";

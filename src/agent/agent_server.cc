@@ -258,7 +258,7 @@ void Handler::RunExec(const ExecRequest& req) {
       close(oom);
     }
     int devnull = -1;
-    if (!req.stdin_open) devnull = open("/dev/null", O_RDONLY);
+    if (!req.stdin_open) devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (dup2(req.stdin_open ? in[0] : devnull, 0) < 0 || dup2(outp[1], 1) < 0 ||
         dup2(errp[1], 2) < 0) {
       report = {1, errno};

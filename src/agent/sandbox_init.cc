@@ -123,6 +123,7 @@ Result<SandboxConfig> SandboxConfig::FromJson(const std::string& s) {
     return MakeError(Code::kInvalidArgument, "sandbox config is not a JSON object");
   SandboxConfig c;
   try {
+    c.base = j.value("base", std::string());
     c.lower = j.at("lower").get<std::vector<std::string>>();
     c.upper = j.at("upper").get<std::string>();
     c.work = j.at("work").get<std::string>();
@@ -137,7 +138,7 @@ Result<SandboxConfig> SandboxConfig::FromJson(const std::string& s) {
 }
 
 std::string SandboxConfig::ToJson() const {
-  nlohmann::json j = {{"lower", lower},   {"upper", upper},       {"work", work},
+  nlohmann::json j = {{"base", base}, {"lower", lower},   {"upper", upper},       {"work", work},
                       {"rootfs", rootfs}, {"socket", socket_path}, {"hostname", hostname},
                       {"tmp_bytes", tmp_bytes}};
   return j.dump();
@@ -243,6 +244,9 @@ Result<UniqueFd> InitSandbox(const SandboxConfig& cfg) {
   std::string lower;
   for (const auto& l : cfg.lower) lower += (lower.empty() ? "" : ":") + l;
   const std::string& root = cfg.rootfs;
+  // Layer paths relative to the sandbox's directory keep the host's layout out of the
+  // sandbox's /proc/mounts.
+  if (!cfg.base.empty() && ::chdir(cfg.base.c_str()) != 0) return ErrnoError("chdir " + cfg.base);
   SBX_RETURN_IF_ERROR(Mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV,
                             "lowerdir=" + lower + ",upperdir=" + cfg.upper + ",workdir=" +
                                 cfg.work + ",userxattr"));

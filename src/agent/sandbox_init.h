@@ -12,6 +12,7 @@
 namespace sbx::agent {
 
 struct SandboxConfig {
+  std::string base;                // host dir the layer paths are relative to
   std::vector<std::string> lower;  // read-only layers, topmost first
   std::string upper, work;         // overlay upper and work dirs
   std::string rootfs;              // empty dir to mount the root on

@@ -39,7 +39,7 @@ std::vector<std::string> Split(const std::string& path) {
   std::stringstream ss(path);
   std::string seg;
   while (std::getline(ss, seg, '/'))
-    if (!seg.empty()) out.push_back(seg);
+    if (!seg.empty()) out.push_back(PercentDecode(seg, false));
   return out;
 }
 
@@ -226,7 +226,10 @@ bool Api::Authorized(const Request& req) const {
 
 asio::awaitable<Response> Api::Handle(Request& req) {
   const RouteInfo* route = Match(req);
-  if (!route) co_return ErrorResponse(404, "not_found", "no route for " + req.method + " " + req.path);
+  if (!route) {
+    std::string shown = req.path.size() > 200 ? req.path.substr(0, 200) + "..." : req.path;
+    co_return ErrorResponse(404, "not_found", "no route for " + req.method + " " + shown);
+  }
   std::string pat = route->pattern;
   bool open = pat == "/v1/health" || pat == "/v1/openapi.json";
   if (!open && !Authorized(req))

@@ -13,9 +13,12 @@
 
 namespace sbx::api {
 
+// Decodes %XX escapes (and '+' as a space in query strings).
+std::string PercentDecode(std::string_view s, bool plus_is_space);
+
 struct Request {
   std::string method;
-  std::string path;                          // decoded, without the query
+  std::string path;                          // as sent (encoded), without the query
   std::map<std::string, std::string> query;  // decoded
   std::map<std::string, std::string> headers;  // lower-case names
   std::string body;

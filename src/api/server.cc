@@ -34,6 +34,8 @@ int64_t SteadyUs() {
       .count();
 }
 
+}  // namespace
+
 std::string PercentDecode(std::string_view s, bool plus_is_space) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -50,9 +52,13 @@ std::string PercentDecode(std::string_view s, bool plus_is_space) {
   return out;
 }
 
+namespace {
+
 void ParseTarget(std::string_view target, Request& req) {
   size_t q = target.find('?');
-  req.path = PercentDecode(target.substr(0, q), false);
+  // Kept encoded: the router splits on '/' first, then decodes each segment, so an
+  // encoded slash stays inside its segment (and fails the id check).
+  req.path = std::string(target.substr(0, q));
   if (q == std::string_view::npos) return;
   std::string_view qs = target.substr(q + 1);
   while (!qs.empty()) {
@@ -91,8 +97,11 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
     hp.body_limit(opts.max_upload_bytes);
     co_await http::async_read_header(stream, buf, hp, asio::redirect_error(use_awaitable, ec));
     if (ec) {
-      if (ec != http::error::end_of_stream && ec != asio::error::eof &&
-          ec != asio::error::connection_reset && ec != asio::error::operation_aborted) {
+      if (ec == http::error::body_limit) {
+        Response bad = ErrorResponse(413, "too_large", "the request body is too large");
+        co_await WriteResponse(stream, bad, false);
+      } else if (ec != http::error::end_of_stream && ec != asio::error::eof &&
+                 ec != asio::error::connection_reset && ec != asio::error::operation_aborted) {
         Response bad = ErrorResponse(400, "invalid_request", "malformed HTTP request: " + ec.message());
         co_await WriteResponse(stream, bad, false);
       }

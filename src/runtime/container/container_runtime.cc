@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "agent/protocol.h"
@@ -75,8 +76,12 @@ class ContainerRuntime : public Runtime {
     SBX_RETURN_IF_ERROR(cg.Kill());
     SBX_RETURN_IF_ERROR(cg.Create({spec.limits.cpus, spec.limits.memory_bytes, spec.limits.pids}));
 
-    nlohmann::json cfg = {{"lower", spec.layers},          {"upper", spec.dir + "/upper"},
-                          {"work", spec.dir + "/work"},     {"rootfs", spec.dir + "/root"},
+    std::vector<std::string> lower;
+    for (const auto& l : spec.layers)
+      lower.push_back(std::filesystem::path(l).lexically_relative(spec.dir).string());
+    nlohmann::json cfg = {{"base", spec.dir},                {"lower", lower},
+                          {"upper", "upper"},                {"work", "work"},
+                          {"rootfs", spec.dir + "/root"},
                           {"socket", Socket(spec.dir)},     {"hostname", spec.hostname},
                           {"tmp_bytes", spec.limits.memory_bytes / 2}};
     std::string go = "G" + cfg.dump();

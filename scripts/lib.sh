@@ -1,0 +1,42 @@
+# Shared by setup.sh and test.sh. Sourced, not run.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="$ROOT/build"
+# Slow artefacts (the debootstrap root filesystem of the default image) are cached here.
+export SBX_CACHE_DIR="${SBX_CACHE_DIR:-/var/cache/sbx}"
+
+PACKAGES=(
+  build-essential cmake pkg-config
+  libboost-dev libboost-system-dev nlohmann-json3-dev libsqlite3-dev libseccomp-dev libssl-dev
+  libcli11-dev libgtest-dev googletest
+  python3 python3-pytest
+  debootstrap busybox-static tar iproute2 procps
+  bubblewrap crun
+)
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+need_root() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "sbx: run as root (sbxd creates namespaces and cgroups)" >&2
+    exit 1
+  fi
+}
+
+install_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+build() {
+  log "building (build/)"
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$BUILD" -j"$(nproc)"
+}

@@ -1,0 +1,34 @@
+#!/bin/bash
+# README command one: install what is needed, build, start sbxd with its default image,
+# and run a short demo. Idempotent: run it again at any time.
+source "$(dirname "$0")/lib.sh"
+need_root
+install_packages
+build
+
+DATA_DIR="${SBX_DATA_DIR:-/var/lib/sbx}"
+PORT="${SBX_PORT:-7070}"
+export SBX_URL="http://127.0.0.1:$PORT"
+SBX="$BUILD/sbx --data-dir $DATA_DIR"
+mkdir -p /run/sbx
+if ! $SBX health >/dev/null 2>&1; then
+  log "starting sbxd on 127.0.0.1:$PORT (state in $DATA_DIR/sbxd.db, log in /var/log/sbxd.log)"
+  nohup "$BUILD/sbxd" --listen "127.0.0.1:$PORT" --data-dir "$DATA_DIR" >>/var/log/sbxd.log 2>&1 &
+  echo $! > /run/sbx/sbxd.pid
+  for _ in $(seq 100); do $SBX health >/dev/null 2>&1 && break; sleep 0.1; done
+  $SBX health
+fi
+if ! $SBX image ls | grep -q '^default '; then
+  log "building the default image (Debian bookworm with python3, cached in $SBX_CACHE_DIR)"
+  $SBX image build default
+fi
+
+log "demo: create, exec, ls, rm"
+set -x
+ID=$($SBX create --type small --ttl 600 --name demo-$$)
+$SBX exec "$ID" -- python3 -c 'print(1+1)'
+$SBX exec "$ID" -- sh -c 'echo "hello from $(hostname), uid $(id -u), caps $(grep CapEff /proc/self/status | cut -f2)"'
+$SBX ls
+$SBX rm "$ID"
+set +x
+log "sbxd is running (pid $(cat /run/sbx/sbxd.pid 2>/dev/null || echo '?')); try: $BUILD/sbx create"

@@ -1,0 +1,21 @@
+#!/bin/bash
+# README command two: every test. Unit tests (no root), then integration and security
+# tests against real sbxd daemons that the tests start on private ports and data dirs.
+source "$(dirname "$0")/lib.sh"
+need_root
+install_packages
+build
+
+log "unit tests"
+(cd "$BUILD" && ctest --output-on-failure -j2)
+
+log "integration and security tests"
+export SBX_BUILD_DIR="$BUILD"
+export PYTHONPATH="$ROOT/sdk/python${PYTHONPATH:+:$PYTHONPATH}"
+# Debian's python3 and pytest (the PATH may hold another python).
+set +e
+/usr/bin/python3 -m pytest -p no:cacheprovider -q -ra "$ROOT/tests/integration" "$ROOT/tests/security" "$@"
+rc=$?
+set -e
+# pytest's "no tests ran" is a failure here too.
+exit $rc

@@ -1,0 +1,41 @@
+"""Python SDK for the sbx sandbox daemon.
+
+    from sbx import Client
+    client = Client()
+    with client.create(image="busybox", ttl_seconds=600) as sb:
+        print(sb.exec("echo hello", check=True).stdout)
+"""
+
+from .client import Api, Client, ExecResult, Images, Sandbox, Timing
+from .errors import (
+    ApiError,
+    AuthError,
+    ConflictError,
+    ExecError,
+    ExecTimeoutError,
+    InvalidRequestError,
+    NotFoundError,
+    SbxConnectionError,
+    SbxError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "Client",
+    "Sandbox",
+    "ExecResult",
+    "Timing",
+    "Images",
+    "Api",
+    "SbxError",
+    "SbxConnectionError",
+    "ApiError",
+    "InvalidRequestError",
+    "AuthError",
+    "NotFoundError",
+    "ConflictError",
+    "ExecTimeoutError",
+    "ExecError",
+]

@@ -1,0 +1,697 @@
+"""HTTP client for the sbx daemon (standard library only)."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import os
+import socket
+import threading
+import urllib.parse
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from .errors import (
+    ExecError,
+    NotFoundError,
+    SbxConnectionError,
+    SbxError,
+    error_from_payload,
+)
+
+__all__ = [
+    "DEFAULT_URL",
+    "DEFAULT_TIMEOUT",
+    "Api",
+    "Client",
+    "ExecResult",
+    "Images",
+    "Sandbox",
+    "Timing",
+]
+
+DEFAULT_URL = "http://127.0.0.1:7070"
+DEFAULT_DATA_DIR = "/var/lib/sbx"
+DEFAULT_TIMEOUT = 600.0
+# Server-side default for an exec's timeout_seconds, and the extra time we
+# give the HTTP request on top of the command's own limit.
+_SERVER_EXEC_TIMEOUT = 60
+_EXEC_GRACE = 30.0
+_USER_AGENT = "sbx-python"
+
+# Errors that mean a kept-alive connection was closed by the server while idle.
+_STALE_ERRORS = (
+    http.client.RemoteDisconnected,
+    http.client.BadStatusLine,
+    ConnectionResetError,
+    ConnectionAbortedError,
+    BrokenPipeError,
+)
+
+Callback = Callable[[str], Any]
+
+
+# --------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Timing:
+    """Where the time of an exec went, in milliseconds."""
+
+    queue_ms: float = 0.0
+    execute_ms: float = 0.0
+
+
+@dataclass
+class ExecResult:
+    """The outcome of one command run in a sandbox."""
+
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    timing: Timing = field(default_factory=Timing)
+    cost_usd: float = 0.0
+    signal: Optional[int] = None
+
+    @classmethod
+    def _from_json(
+        cls,
+        d: Dict[str, Any],
+        stdout: Optional[str] = None,
+        stderr: Optional[str] = None,
+    ) -> "ExecResult":
+        t = d.get("timing") or {}
+        code = d.get("exit_code")
+        return cls(
+            exit_code=int(code) if code is not None else -1,
+            stdout=stdout if stdout is not None else (d.get("stdout") or ""),
+            stderr=stderr if stderr is not None else (d.get("stderr") or ""),
+            timed_out=bool(d.get("timed_out", False)),
+            stdout_truncated=bool(d.get("stdout_truncated", False)),
+            stderr_truncated=bool(d.get("stderr_truncated", False)),
+            timing=Timing(
+                queue_ms=float(t.get("queue_ms") or 0.0),
+                execute_ms=float(t.get("execute_ms") or 0.0),
+            ),
+            cost_usd=float(d.get("cost_usd") or 0.0),
+            signal=d.get("signal"),
+        )
+
+
+# --------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------
+
+
+def _default_api_key() -> Optional[str]:
+    key = os.environ.get("SBX_API_KEY")
+    if key and key.strip():
+        return key.strip()
+    data_dir = os.environ.get("SBX_DATA_DIR") or DEFAULT_DATA_DIR
+    try:
+        with open(os.path.join(data_dir, "api-key"), "r", encoding="utf-8") as f:
+            key = f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return key or None
+
+
+def _drop_none(d: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def _seg(value: str) -> str:
+    """Quote one path segment (ids, image names)."""
+    return urllib.parse.quote(str(value), safe="")
+
+
+QueryType = Union[Dict[str, Any], Sequence[Tuple[str, Any]], None]
+
+
+def _encode_query(query: QueryType) -> str:
+    if not query:
+        return ""
+    items = query.items() if isinstance(query, dict) else query
+    pairs = []
+    for k, v in items:
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        pairs.append((k, str(v)))
+    return urllib.parse.urlencode(pairs)
+
+
+def _body_length(body: Any) -> Optional[int]:
+    """Bytes left to read in a seekable file object, or None if unknown."""
+    try:
+        size = os.fstat(body.fileno()).st_size
+        return max(0, size - body.tell())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        pass
+    try:
+        pos = body.tell()
+        end = body.seek(0, io.SEEK_END)
+        body.seek(pos)
+        return max(0, end - pos)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+
+
+# --------------------------------------------------------------------------
+# Low-level API
+# --------------------------------------------------------------------------
+
+
+class Api:
+    """Low-level access to the daemon's JSON API.
+
+    One persistent keep-alive connection is shared by all calls and guarded by
+    a lock, so an :class:`Api` (and the :class:`Client` owning it) may be used
+    from several threads. Streaming calls use their own connection.
+    """
+
+    def __init__(self, url: str, api_key: Optional[str], timeout: float = DEFAULT_TIMEOUT) -> None:
+        parts = urllib.parse.urlsplit(url)
+        scheme = (parts.scheme or "http").lower()
+        if scheme not in ("http", "https"):
+            raise ValueError("unsupported URL scheme %r (use http or https)" % scheme)
+        if not parts.hostname:
+            raise ValueError("URL has no host: %r" % url)
+        self.url = url
+        self.timeout = float(timeout)
+        self._scheme = scheme
+        self._host = parts.hostname
+        self._port = parts.port or (443 if scheme == "https" else 80)
+        self._prefix = parts.path.rstrip("/")
+        self._api_key = api_key or None
+        self._lock = threading.Lock()
+        self._conn: Optional[http.client.HTTPConnection] = None
+
+    # -- public -----------------------------------------------------------
+
+    def request(self, method: str, path: str, body: Any = None, query: QueryType = None) -> Any:
+        """Send one request and return the decoded JSON answer.
+
+        ``body`` (if not None) is sent as JSON; ``query`` is a dict or a list
+        of pairs (None values are skipped). Raises :class:`sbx.ApiError` (or a
+        subclass) on an error status and :class:`sbx.SbxConnectionError` when
+        the daemon cannot be reached.
+        """
+        return self._call(method, path, body=body, query=query)
+
+    def close(self) -> None:
+        """Close the shared connection (it reopens on the next request)."""
+        with self._lock:
+            self._drop()
+
+    def __del__(self) -> None:
+        try:
+            self._drop()
+        except Exception:
+            pass
+
+    # -- internals --------------------------------------------------------
+
+    def _new_conn(self, timeout: float) -> http.client.HTTPConnection:
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout)
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def _target(self, path: str, query: QueryType) -> str:
+        if not path.startswith("/"):
+            path = "/" + path
+        target = self._prefix + path
+        qs = _encode_query(query)
+        if qs:
+            target += ("&" if "?" in target else "?") + qs
+        return target
+
+    def _headers(self, auth: bool, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        h = {"User-Agent": _USER_AGENT, "Accept": "application/json"}
+        if auth and self._api_key:
+            h["Authorization"] = "Bearer " + self._api_key
+        if extra:
+            h.update(extra)
+        return h
+
+    def _where(self) -> str:
+        return "%s://%s:%d" % (self._scheme, self._host, self._port)
+
+    @staticmethod
+    def _set_timeout(conn: http.client.HTTPConnection, timeout: float) -> None:
+        conn.timeout = timeout
+        if conn.sock is not None:
+            try:
+                conn.sock.settimeout(timeout)
+            except OSError:
+                pass
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: QueryType = None,
+        raw: Any = None,
+        content_type: Optional[str] = None,
+        timeout: Optional[float] = None,
+        auth: bool = True,
+    ) -> Any:
+        t = self.timeout if timeout is None else float(timeout)
+        extra: Dict[str, str] = {}
+        data: Any = None
+        rewind: Optional[int] = None
+        if raw is not None:
+            data = raw
+            extra["Content-Type"] = content_type or "application/octet-stream"
+            if isinstance(raw, (bytes, bytearray, memoryview)):
+                extra["Content-Length"] = str(len(raw))
+            else:
+                length = _body_length(raw)
+                if length is None:
+                    data = raw.read()
+                    extra["Content-Length"] = str(len(data))
+                else:
+                    extra["Content-Length"] = str(length)
+                    rewind = raw.tell()
+        elif body is not None:
+            data = json.dumps(body).encode("utf-8")
+            extra["Content-Type"] = "application/json"
+        elif method.upper() in ("POST", "PUT", "PATCH"):
+            extra["Content-Length"] = "0"
+        headers = self._headers(auth, extra)
+        target = self._target(path, query)
+
+        with self._lock:
+            attempt = 0
+            while True:
+                attempt += 1
+                if self._conn is None:
+                    self._conn = self._new_conn(t)
+                conn = self._conn
+                reused = conn.sock is not None
+                self._set_timeout(conn, t)
+                try:
+                    if rewind is not None and attempt > 1:
+                        data.seek(rewind)
+                    conn.request(method, target, body=data, headers=headers)
+                    resp = conn.getresponse()
+                    payload = resp.read()
+                except _STALE_ERRORS as e:
+                    self._drop()
+                    can_retry = data is None or rewind is not None or isinstance(
+                        data, (bytes, bytearray, memoryview)
+                    )
+                    if attempt == 1 and reused and can_retry:
+                        continue
+                    raise SbxConnectionError(
+                        "connection to %s lost: %s" % (self._where(), e)
+                    ) from e
+                except socket.timeout as e:
+                    self._drop()
+                    raise SbxConnectionError(
+                        "request %s %s timed out after %gs" % (method, path, t)
+                    ) from e
+                except (OSError, http.client.HTTPException) as e:
+                    self._drop()
+                    raise SbxConnectionError(
+                        "cannot reach sbx daemon at %s: %s" % (self._where(), e)
+                    ) from e
+                if resp.will_close:
+                    self._drop()
+                break
+        return _decode(resp.status, resp.reason, payload)
+
+    def _open_stream(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        timeout: float,
+        accept: str = "application/x-ndjson",
+    ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Open a request on a fresh connection and return it once headers arrive.
+
+        Error statuses are read, the connection closed, and an ApiError raised.
+        """
+        conn = self._new_conn(timeout)
+        data = json.dumps(body).encode("utf-8") if body is not None else b""
+        headers = self._headers(True, {"Accept": accept, "Content-Type": "application/json"})
+        try:
+            conn.request(method, self._target(path, None), body=data, headers=headers)
+            resp = conn.getresponse()
+        except socket.timeout as e:
+            conn.close()
+            raise SbxConnectionError("request %s %s timed out after %gs" % (method, path, timeout)) from e
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise SbxConnectionError(
+                "cannot reach sbx daemon at %s: %s" % (self._where(), e)
+            ) from e
+        if not 200 <= resp.status < 300:
+            try:
+                payload = resp.read()
+            except (OSError, http.client.HTTPException):
+                payload = b""
+            finally:
+                conn.close()
+            _decode(resp.status, resp.reason, payload)  # raises
+        return conn, resp
+
+
+def _decode(status: int, reason: str, payload: bytes) -> Any:
+    text = payload.decode("utf-8", errors="replace") if payload else ""
+    parsed: Any = None
+    parse_ok = False
+    if text.strip():
+        try:
+            parsed = json.loads(text)
+            parse_ok = True
+        except ValueError:
+            pass
+    if 200 <= status < 300:
+        if not text.strip():
+            return None
+        if not parse_ok:
+            raise SbxError("daemon sent a non-JSON answer (HTTP %d): %s" % (status, text[:200]))
+        return parsed
+    fallback = text.strip()[:500] if not parse_ok else ""
+    raise error_from_payload(status, parsed, fallback or reason or "")
+
+
+# --------------------------------------------------------------------------
+# High-level objects
+# --------------------------------------------------------------------------
+
+
+class Sandbox:
+    """A sandbox on the daemon. ``data`` holds its latest JSON description."""
+
+    def __init__(self, client: "Client", data: Dict[str, Any]) -> None:
+        self._client = client
+        self._id = str(data["id"])
+        self.data: Dict[str, Any] = data
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def name(self) -> Optional[str]:
+        return self.data.get("name")
+
+    @property
+    def state(self) -> Optional[str]:
+        return self.data.get("state")
+
+    def __repr__(self) -> str:
+        return "Sandbox(id=%r, name=%r, state=%r)" % (self.id, self.name, self.state)
+
+    def _path(self, suffix: str = "") -> str:
+        return "/v1/sandboxes/" + _seg(self._id) + suffix
+
+    def _update(self, d: Any) -> "Sandbox":
+        if isinstance(d, dict) and d.get("id") is not None:
+            self.data = d
+        return self
+
+    # -- lifecycle --------------------------------------------------------
+
+    def refresh(self) -> "Sandbox":
+        """Fetch the sandbox again and update ``data``."""
+        return self._update(self._client.api.request("GET", self._path()))
+
+    def stop(self) -> "Sandbox":
+        return self._update(self._client.api.request("POST", self._path("/stop")))
+
+    def start(self) -> "Sandbox":
+        return self._update(self._client.api.request("POST", self._path("/start")))
+
+    def delete(self) -> Any:
+        """Delete the sandbox; returns the daemon's answer."""
+        return self._client.api.request("DELETE", self._path())
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self.delete()
+        except NotFoundError:
+            pass
+        except SbxError as e:
+            if exc_type is None:
+                raise
+            # Do not hide the exception that ended the block.
+            warnings.warn("could not delete sandbox %s: %s" % (self._id, e), RuntimeWarning)
+
+    # -- exec -------------------------------------------------------------
+
+    def exec(
+        self,
+        cmd: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Dict[str, str]] = None,
+        stdin: Optional[str] = None,
+        timeout_seconds: Optional[int] = None,
+        check: bool = False,
+        on_stdout: Optional[Callback] = None,
+        on_stderr: Optional[Callback] = None,
+    ) -> ExecResult:
+        """Run a command in the sandbox and wait for it.
+
+        ``cmd`` is a string (run by ``/bin/sh -c``) or a list of strings (argv,
+        no shell). With ``on_stdout``/``on_stderr`` the output is streamed and
+        each callback gets ``str`` chunks as they arrive; the returned result
+        still holds the whole output. With ``check=True`` a non-zero exit code
+        raises :class:`sbx.ExecError`.
+        """
+        if isinstance(cmd, str):
+            cmd_value: Any = cmd
+        else:
+            cmd_value = [str(a) for a in cmd]
+            if not cmd_value:
+                raise ValueError("cmd must not be an empty list")
+        body = _drop_none(
+            {
+                "cmd": cmd_value,
+                "cwd": cwd,
+                "env": dict(env) if env is not None else None,
+                "stdin": stdin,
+                "timeout_seconds": timeout_seconds,
+            }
+        )
+        limit = timeout_seconds if timeout_seconds is not None else _SERVER_EXEC_TIMEOUT
+        http_timeout = max(self._client.api.timeout, float(limit) + _EXEC_GRACE)
+
+        if on_stdout is None and on_stderr is None:
+            d = self._client.api._call("POST", self._path("/exec"), body=body, timeout=http_timeout)
+            result = ExecResult._from_json(d or {})
+        else:
+            result = self._exec_stream(body, http_timeout, on_stdout, on_stderr)
+        if check and result.exit_code != 0:
+            raise ExecError(result)
+        return result
+
+    def _exec_stream(
+        self,
+        body: Dict[str, Any],
+        http_timeout: float,
+        on_stdout: Optional[Callback],
+        on_stderr: Optional[Callback],
+    ) -> ExecResult:
+        api = self._client.api
+        conn, resp = api._open_stream("POST", self._path("/exec"), body, http_timeout)
+        try:
+            ctype = (resp.getheader("Content-Type") or "").lower()
+            if "ndjson" not in ctype:
+                # The daemon answered with a plain JSON result: replay it.
+                d = _decode(resp.status, resp.reason, resp.read()) or {}
+                result = ExecResult._from_json(d)
+                if on_stdout is not None and result.stdout:
+                    on_stdout(result.stdout)
+                if on_stderr is not None and result.stderr:
+                    on_stderr(result.stderr)
+                return result
+            out: List[str] = []
+            err: List[str] = []
+            while True:
+                try:
+                    line = resp.readline()
+                except socket.timeout as e:
+                    raise SbxConnectionError("exec stream timed out after %gs" % http_timeout) from e
+                except (OSError, http.client.HTTPException) as e:
+                    raise SbxConnectionError("exec stream broke: %s" % e) from e
+                if not line:
+                    raise SbxConnectionError("exec stream ended before the command finished")
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    ev = json.loads(line.decode("utf-8", errors="replace"))
+                except ValueError:
+                    continue
+                if not isinstance(ev, dict):
+                    continue
+                kind = ev.get("type")
+                if kind == "stdout":
+                    chunk = ev.get("data") or ""
+                    out.append(chunk)
+                    if on_stdout is not None and chunk:
+                        on_stdout(chunk)
+                elif kind == "stderr":
+                    chunk = ev.get("data") or ""
+                    err.append(chunk)
+                    if on_stderr is not None and chunk:
+                        on_stderr(chunk)
+                elif kind == "exit":
+                    return ExecResult._from_json(ev, stdout="".join(out), stderr="".join(err))
+                elif kind == "error":
+                    raise error_from_payload(None, ev)
+                # "keepalive" and unknown events are ignored.
+        finally:
+            conn.close()
+
+
+class Images:
+    """Image management: ``client.images``."""
+
+    def __init__(self, api: Api) -> None:
+        self._api = api
+
+    def list(self) -> List[Dict[str, Any]]:
+        d = self._api.request("GET", "/v1/images") or {}
+        return list(d.get("images") or [])
+
+    def import_tar(self, name: str, path_or_fileobj: Any) -> Dict[str, Any]:
+        """Upload a tar archive as image ``name``.
+
+        ``path_or_fileobj`` is a file path, a binary file object, or the
+        archive itself as bytes.
+        """
+        target = "/v1/images/" + _seg(name)
+        if isinstance(path_or_fileobj, (bytes, bytearray, memoryview)):
+            return self._api._call(
+                "POST", target, raw=bytes(path_or_fileobj), content_type="application/x-tar"
+            )
+        if isinstance(path_or_fileobj, (str, os.PathLike)):
+            with open(path_or_fileobj, "rb") as f:
+                return self._api._call("POST", target, raw=f, content_type="application/x-tar")
+        return self._api._call("POST", target, raw=path_or_fileobj, content_type="application/x-tar")
+
+
+class Client:
+    """Entry point of the SDK.
+
+    ``url`` defaults to ``$SBX_URL`` or ``http://127.0.0.1:7070``. ``api_key``
+    defaults to ``$SBX_API_KEY``, else the file ``api-key`` in ``$SBX_DATA_DIR``
+    (default ``/var/lib/sbx``). ``timeout`` is the per-request timeout in
+    seconds (exec requests get at least their own limit plus 30 s).
+    """
+
+    def __init__(
+        self,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        if url is None:
+            url = os.environ.get("SBX_URL") or DEFAULT_URL
+        if api_key is None:
+            api_key = _default_api_key()
+        self.api = Api(url, api_key, timeout)
+        self.images = Images(self.api)
+
+    def __repr__(self) -> str:
+        return "Client(url=%r)" % (self.api.url,)
+
+    def close(self) -> None:
+        """Close the kept-alive connection."""
+        self.api.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close()
+
+    def health(self) -> Dict[str, Any]:
+        return self.api._call("GET", "/v1/health", auth=False)
+
+    def create(
+        self,
+        type: Optional[str] = None,
+        isolation: Optional[str] = None,
+        name: Optional[str] = None,
+        image: Optional[str] = None,
+        from_: Optional[str] = None,
+        ttl_seconds: Optional[int] = None,
+        ttl_action: Optional[str] = None,
+        idle_timeout_seconds: Optional[int] = None,
+        no_env: Optional[bool] = None,
+        env: Optional[Dict[str, str]] = None,
+        metadata: Optional[Dict[str, str]] = None,
+        network: Union[str, Dict[str, Any], None] = None,
+        resources: Optional[Dict[str, Any]] = None,
+        **extra: Any,
+    ) -> Sandbox:
+        """Create a sandbox. Only the arguments given are sent.
+
+        ``from_`` maps to the API's ``from`` field (``**{"from": ...}`` works
+        too); ``network`` may be a mode string or a ``{"mode": ...}`` dict.
+        """
+        if isinstance(network, str):
+            network = {"mode": network}
+        body = _drop_none(
+            {
+                "type": type,
+                "isolation": isolation,
+                "name": name,
+                "image": image,
+                "from": from_,
+                "ttl_seconds": ttl_seconds,
+                "ttl_action": ttl_action,
+                "idle_timeout_seconds": idle_timeout_seconds,
+                "no_env": no_env,
+                "env": dict(env) if env is not None else None,
+                "metadata": dict(metadata) if metadata is not None else None,
+                "network": network,
+                "resources": _drop_none(dict(resources)) if resources is not None else None,
+            }
+        )
+        body.update(_drop_none(extra))
+        d = self.api.request("POST", "/v1/sandboxes", body=body)
+        return Sandbox(self, d)
+
+    def get(self, id: str) -> Sandbox:
+        d = self.api.request("GET", "/v1/sandboxes/" + _seg(id))
+        return Sandbox(self, d)
+
+    def list(
+        self,
+        name: Optional[str] = None,
+        state: Optional[str] = None,
+        metadata: Optional[Dict[str, str]] = None,
+    ) -> List[Sandbox]:
+        query: List[Tuple[str, Any]] = [("name", name), ("state", state)]
+        for k, v in (metadata or {}).items():
+            query.append(("metadata." + str(k), v))
+        d = self.api.request("GET", "/v1/sandboxes", query=query) or {}
+        return [Sandbox(self, s) for s in (d.get("sandboxes") or [])]

@@ -1,0 +1,258 @@
+"""Fixtures for the integration and security tests: real sbxd daemons that the tests
+start themselves, each on a private port, data dir and uid range, driven through the
+Python SDK, the CLI and raw HTTP. Needs root (namespaces, cgroups)."""
+from __future__ import annotations
+
+import hashlib
+import http.client
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import tempfile
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("SBX_BUILD_DIR", os.path.join(ROOT, "build"))
+SBXD = os.path.join(BUILD, "sbxd")
+SBX = os.path.join(BUILD, "sbx")
+PROBE = os.path.join(BUILD, "sbx-probe")
+
+_next_uid_base = [300000]
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Daemon:
+    """One sbxd process on its own data dir, port and uid range."""
+
+    def __init__(self, name: str):
+        if os.geteuid() != 0:
+            pytest.fail("the integration tests need root (run them through scripts/test.sh)")
+        self.data = tempfile.mkdtemp(prefix=f"sbx-{name}-", dir="/var/tmp")
+        os.chmod(self.data, 0o711)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.uid_base = _next_uid_base[0]
+        _next_uid_base[0] += 65536
+        self.proc: subprocess.Popen | None = None
+        self.log_path = os.path.join(self.data, "sbxd.log")
+        self.start()
+        with open(os.path.join(self.data, "api-key")) as f:
+            self.key = f.read().strip()
+
+    @property
+    def instance(self) -> str:
+        return hashlib.sha256(os.path.realpath(self.data).encode()).hexdigest()[:8]
+
+    def start(self):
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [SBXD, "--listen", f"127.0.0.1:{self.port}", "--socket", os.path.join(self.data, "sbxd.sock"),
+             "--data-dir", self.data, "--uid-base", str(self.uid_base), "--default-image", "busybox"],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sbxd exited with {self.proc.returncode}: {self.log()}")
+            try:
+                if self.raw("GET", "/v1/health", auth=False)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("sbxd did not answer: " + self.log())
+
+    def log(self) -> str:
+        with open(self.log_path, errors="replace") as f:
+            return f.read()[-4000:]
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+    def raw(self, method, path, body=None, headers=None, auth=True, timeout=60):
+        """One HTTP request on a fresh connection: (status, parsed JSON or text)."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        h = dict(headers or {})
+        if auth:
+            h.setdefault("Authorization", "Bearer " + getattr(self, "key", ""))
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        try:
+            return r.status, json.loads(data)
+        except ValueError:
+            return r.status, data.decode(errors="replace")
+
+    def client(self):
+        import sbx
+        return sbx.Client(url=self.url, api_key=self.key)
+
+    def cli(self, *args, check=True, timeout=120, input=None):
+        env = dict(os.environ, SBX_URL=self.url, SBX_API_KEY=self.key)
+        p = subprocess.run([SBX, *args], env=env, capture_output=True, text=True, timeout=timeout, input=input)
+        if check and p.returncode != 0:
+            raise AssertionError(f"sbx {' '.join(args)} exited {p.returncode}: {p.stderr}")
+        return p
+
+    def sandboxes(self):
+        status, body = self.raw("GET", "/v1/sandboxes")
+        assert status == 200, body
+        return body["sandboxes"]
+
+    def delete_all(self):
+        for s in self.sandboxes():
+            self.raw("DELETE", f"/v1/sandboxes/{s['id']}")
+
+    # What the kernel holds for this daemon: for leak checks.
+    def cgroups(self):
+        out = set()
+        for ctl in ("memory", "pids", "cpu", "freezer"):
+            d = f"/sys/fs/cgroup/{ctl}/sbx-{self.instance}"
+            if os.path.isdir(d):
+                out |= {n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))}
+        d = f"/sys/fs/cgroup/sbx-{self.instance}"
+        if os.path.isdir(d) and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            out |= {n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))}
+        return out
+
+    def sandbox_dirs(self):
+        return set(os.listdir(os.path.join(self.data, "sandboxes")))
+
+    def processes(self):
+        """Host pids running under this daemon's sandbox uid range."""
+        pids = []
+        for p in os.listdir("/proc"):
+            if not p.isdigit():
+                continue
+            try:
+                with open(f"/proc/{p}/status") as f:
+                    for line in f:
+                        if line.startswith("Uid:"):
+                            uid = int(line.split()[1])
+                            if self.uid_base <= uid < self.uid_base + 65536:
+                                pids.append(int(p))
+                            break
+            except OSError:
+                pass
+        return pids
+
+    def host_mounts(self):
+        with open("/proc/self/mountinfo") as f:
+            return [l for l in f if self.data in l]
+
+    def wait_clean(self, timeout=30):
+        """Waits until teardown left nothing: no row, dir, cgroup or process."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if not self.sandboxes() and not self.sandbox_dirs() and not self.cgroups() and not self.processes():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"leftovers: rows={self.sandboxes()} dirs={self.sandbox_dirs()} "
+                             f"cgroups={self.cgroups()} procs={self.processes()}")
+
+    def destroy(self):
+        try:
+            if self.proc:
+                self.delete_all()
+                self.wait_clean(timeout=30)
+        finally:
+            self.stop()
+            # Sandboxes that outlived a crashed daemon: their cgroups hold them.
+            for ctl in ("memory", "pids", "cpu", "freezer"):
+                base = f"/sys/fs/cgroup/{ctl}/sbx-{self.instance}"
+                if not os.path.isdir(base):
+                    continue
+                for n in os.listdir(base):
+                    d = os.path.join(base, n)
+                    if os.path.isdir(d):
+                        try:
+                            with open(os.path.join(d, "cgroup.procs")) as f:
+                                for pid in f.read().split():
+                                    os.kill(int(pid), signal.SIGKILL)
+                        except OSError:
+                            pass
+                        for _ in range(200):
+                            try:
+                                os.rmdir(d)
+                                break
+                            except OSError:
+                                time.sleep(0.01)
+                try:
+                    os.rmdir(base)
+                except OSError:
+                    pass
+            shutil.rmtree(self.data, ignore_errors=True)
+
+
+def busybox_applets():
+    out = subprocess.run(["/bin/busybox", "--list-full"], capture_output=True, text=True, check=True).stdout
+    return [a for a in out.split() if a and a != "bin/busybox"]
+
+
+def probe_image_tar() -> bytes:
+    """A busybox root with our probe binary at /bin/sbx-probe."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for d in ("bin", "sbin", "usr", "usr/bin", "usr/sbin", "etc", "root", "tmp", "proc", "sys", "dev"):
+            info = tarfile.TarInfo(d)
+            info.type = tarfile.DIRTYPE
+            info.mode = 0o1777 if d == "tmp" else 0o755
+            t.addfile(info)
+        t.add("/bin/busybox", arcname="bin/busybox")
+        t.add(PROBE, arcname="bin/sbx-probe")
+        for a in busybox_applets():
+            info = tarfile.TarInfo(a)
+            info.type = tarfile.SYMTYPE
+            info.linkname = "/bin/busybox"
+            t.addfile(info)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="session")
+def daemon():
+    """A shared daemon with the busybox, probe and default images."""
+    d = Daemon("it")
+    try:
+        status, body = d.raw("POST", "/v1/images/probe", body=probe_image_tar(),
+                             headers={"Content-Type": "application/x-tar"})
+        assert status == 201, body
+        # The default image through the CLI: reuses the cached debootstrap tarball,
+        # or builds it once (a few minutes) into the cache dir.
+        d.cli("image", "build", "default", timeout=1800)
+        yield d
+    finally:
+        d.destroy()
+
+
+@pytest.fixture()
+def fresh_daemon():
+    """A daemon of the test's own (for restarts and leak counts)."""
+    d = Daemon("fresh")
+    try:
+        yield d
+    finally:
+        d.destroy()
+
+
+@pytest.fixture()
+def client(daemon):
+    return daemon.client()

@@ -1,0 +1,115 @@
+"""The container wall, as seen from inside by the probe (tests/probe/probe.c)."""
+import errno
+import json
+import os
+import tempfile
+
+import pytest
+
+import sbx
+
+
+@pytest.fixture(scope="module")
+def report(daemon):
+    c = daemon.client()
+    with c.create(image="probe") as sb:
+        r = sb.exec(["/bin/sbx-probe"], check=True)
+        return json.loads(r.stdout)
+
+
+def status_field(report, name):
+    for line in report["status"].splitlines():
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].strip()
+    raise KeyError(name)
+
+
+def test_no_capabilities_no_new_privs_seccomp_filter(report):
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(status_field(report, cap), 16) == 0, cap
+    assert status_field(report, "NoNewPrivs") == "1"
+    assert status_field(report, "Seccomp") == "2"
+
+
+def test_root_inside_is_an_unprivileged_host_uid(report, daemon):
+    assert report["uid"] == 0
+    inside, outside, count = (int(x) for x in report["uid_map"].split())
+    assert inside == 0 and outside == daemon.uid_base and count == 65536
+
+
+def test_only_stdio_is_open(report):
+    assert report["fds"].split() == ["0", "1", "2"]
+
+
+def test_own_pid_namespace_and_hostname(report):
+    # The agent (PID 1), its handler, and the probe.
+    assert report["visible_pids"] <= 4
+    assert report["hostname"].startswith("sb-")
+
+
+def test_host_paths_are_not_mounted(report, daemon):
+    mounts = report["mounts"]
+    # Layer paths are relative to the sandbox's own directory: no host path shows.
+    assert daemon.data not in mounts and "/var/" not in mounts
+    targets = [l.split()[1] for l in mounts.splitlines()]
+    assert targets[0] == "/"
+    assert not any(t.startswith(("/var/lib", "/work", "/home", "/var/tmp")) for t in targets)
+
+
+@pytest.mark.parametrize("field", [
+    "mount_errno", "unshare_user_errno", "unshare_mount_errno", "unshare_net_errno", "io_uring_errno",
+    "bpf_errno", "perf_event_open_errno", "userfaultfd_errno", "keyctl_errno", "af_alg_errno",
+    "af_packet_errno", "af_vsock_errno", "personality_errno", "mknod_errno", "ptrace_init_errno",
+    "open_init_mem_errno", "sysrq_errno", "core_pattern_errno", "sys_write_errno", "chroot_errno",
+    "sethostname_errno",
+])
+def test_dangerous_calls_are_refused(report, field):
+    assert report[field] != 0, f"{field}: the call succeeded inside the sandbox"
+
+
+def test_clone3_looks_absent(report):
+    assert report["clone3_errno"] == errno.ENOSYS
+
+
+def test_kcore_is_masked(report):
+    assert report["kcore_size"] <= 0
+
+
+def test_host_files_and_processes_are_invisible(daemon):
+    secret = tempfile.NamedTemporaryFile(prefix="sbx-secret-", dir="/var/tmp", delete=False)
+    secret.write(b"host secret\n")
+    secret.close()
+    try:
+        with daemon.client().create(image="busybox") as sb:
+            r = sb.exec(f"cat {secret.name}; cat /proc/1/root{secret.name}; ls /proc/1/root/")
+            assert "host secret" not in r.stdout
+            r = sb.exec("ps -o pid,comm")
+            assert "sbxd" not in r.stdout and "pytest" not in r.stdout
+            # kill -9 -1 reaches only the sandbox's own processes (the exec's own agent
+            # handler among them, so that exec may end with 503): PID 1, the daemon and
+            # other sandboxes live on.
+            with daemon.client().create(image="busybox") as other:
+                try:
+                    sb.exec("kill -9 -1", timeout_seconds=10)
+                except sbx.ApiError as e:
+                    assert e.status == 503
+                assert daemon.raw("GET", "/v1/health")[0] == 200
+                assert sb.exec("echo alive").stdout == "alive\n"
+                assert other.exec("echo alive").stdout == "alive\n"
+    finally:
+        os.unlink(secret.name)
+
+
+def test_sandboxes_cannot_see_each_other(daemon):
+    c = daemon.client()
+    with c.create(image="busybox") as a, c.create(image="busybox") as b:
+        a.exec("echo mine > /root/a-file; sleep 1000 > /dev/null 2>&1 &", check=True)
+        r = b.exec("ls /root; ps -o comm")
+        assert "a-file" not in r.stdout and "sleep" not in r.stdout
+
+
+def test_files_written_inside_belong_to_the_sandbox_uid(daemon):
+    with daemon.client().create(image="busybox") as sb:
+        sb.exec("echo x > /root/owned", check=True)
+        st = os.stat(os.path.join(daemon.data, "sandboxes", sb.id, "upper", "root", "owned"))
+        assert st.st_uid == daemon.uid_base
