@@ -33,7 +33,23 @@ struct Row {
   std::string name;
   std::vector<double> ms;
   std::string floor;  // which floor row it is compared to
+  std::string note;   // why a peer could not run here
 };
+
+// The first line a failing command prints on stderr, for the table.
+std::string FirstErrorLine(const std::vector<std::string>& argv) {
+  std::string cmd;
+  for (const auto& a : argv) cmd += "'" + a + "' ";
+  cmd += "2>&1 >/dev/null";
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return "";
+  char buf[512] = "";
+  if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+  pclose(f);
+  std::string s = buf;
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  return s;
+}
 
 double Pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -70,8 +86,11 @@ bool Have(const char* tool) {
 }
 
 Row SpawnRow(const std::string& name, const std::vector<std::string>& argv, int runs) {
-  Row r{name, {}, "true"};
-  if (TimeSpawn(argv) < 0) return r;  // warm-up, and a check that it works here
+  Row r{name, {}, "true", ""};
+  if (TimeSpawn(argv) < 0) {  // warm-up, and a check that it works here
+    r.note = FirstErrorLine(argv);
+    return r;
+  }
   for (int i = 0; i < runs; ++i) {
     double ms = TimeSpawn(argv);
     if (ms < 0) {
@@ -83,27 +102,28 @@ Row SpawnRow(const std::string& name, const std::vector<std::string>& argv, int 
   return r;
 }
 
-// A minimal OCI bundle (the host's static busybox) for crun.
+// A minimal OCI bundle (the host's static busybox) for crun; empty on failure.
 std::string MakeCrunBundle() {
   char tmpl[] = "/var/tmp/sbx-bench-XXXXXX";
   if (!mkdtemp(tmpl)) return "";
   std::string b = tmpl;
-  fs::MkdirAll(b + "/rootfs/bin");
-  fs::MkdirAll(b + "/rootfs/proc");
-  fs::MkdirAll(b + "/rootfs/dev");
-  fs::MkdirAll(b + "/rootfs/tmp");
+  for (const char* d : {"/rootfs/bin", "/rootfs/proc", "/rootfs/dev", "/rootfs/tmp"})
+    if (!fs::MkdirAll(b + d).ok()) return "";
   auto bin = fs::ReadFile("/bin/busybox", 16 << 20);
   if (!bin.ok() || !fs::WriteFile(b + "/rootfs/bin/busybox", *bin, true, 0755).ok()) return "";
-  for (const char* a : {"true", "sleep", "sh"}) symlink("busybox", (b + "/rootfs/bin/" + a).c_str());
+  for (const char* a : {"true", "sleep", "sh"})
+    if (symlink("busybox", (b + "/rootfs/bin/" + a).c_str()) != 0) return "";
   std::string spec = "cd " + b + " && crun spec >/dev/null 2>&1";
   if (std::system(spec.c_str()) != 0) return "";
-  auto cfg = json::parse(fs::ReadFile(b + "/config.json").value(), nullptr, false);
+  auto text = fs::ReadFile(b + "/config.json");
+  if (!text.ok()) return "";
+  auto cfg = json::parse(*text, nullptr, false);
   if (cfg.is_discarded()) return "";
   cfg["process"]["terminal"] = false;
   cfg["process"]["args"] = {"/bin/true"};
-  cfg["process"]["rlimits"] = json::array();
+  cfg["process"]["rlimits"] = json::array();  // this host's root cannot raise rlimits
   cfg["root"]["readonly"] = true;
-  fs::WriteFile(b + "/config.json", cfg.dump());
+  if (!fs::WriteFile(b + "/config.json", cfg.dump()).ok()) return "";
   return b;
 }
 
@@ -131,28 +151,31 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
     if (Have("crun") && !(crun_bundle = MakeCrunBundle()).empty()) {
       std::fprintf(stderr, "measuring crun...\n");
       rows.push_back(SpawnRow("crun run /bin/true (create-to-exit)",
-                              {"crun", "--cgroup-manager=disabled", "run", "--bundle", crun_bundle, "sbx-bench-run"}, runs));
+                              {"crun", "run", "--bundle", crun_bundle, "sbx-bench-run"}, runs));
       // exec into a running container
-      auto cfg = json::parse(fs::ReadFile(crun_bundle + "/config.json").value());
-      cfg["process"]["args"] = {"/bin/sleep", "100000"};
-      fs::WriteFile(crun_bundle + "/config.json", cfg.dump());
+      auto text = fs::ReadFile(crun_bundle + "/config.json");
+      auto cfg = json::parse(text.ok() ? *text : "", nullptr, false);
       std::string id = "sbx-bench-exec-" + std::to_string(getpid());
-      if (TimeSpawn({"crun", "--cgroup-manager=disabled", "run", "--detach", "--bundle", crun_bundle, id}) >= 0) {
-        rows.push_back(SpawnRow("crun exec /bin/true into a running container",
-                                {"crun", "--cgroup-manager=disabled", "exec", id, "/bin/true"}, runs));
-        TimeSpawn({"crun", "delete", "--force", id});
+      if (!cfg.is_discarded()) {
+        cfg["process"]["args"] = {"/bin/sleep", "100000"};
+        if (fs::WriteFile(crun_bundle + "/config.json", cfg.dump()).ok() &&
+            TimeSpawn({"crun", "run", "--detach", "--bundle", crun_bundle, id}) >= 0) {
+          rows.push_back(SpawnRow("crun exec /bin/true into a running container",
+                                  {"crun", "exec", id, "/bin/true"}, runs));
+          TimeSpawn({"crun", "delete", "--force", id});
+        }
       }
-      fs::RemoveTree(crun_bundle);
+      (void)fs::RemoveTree(crun_bundle);
     }
   }
 
   HttpClient c(g.url, g.api_key);
   json create_body = {{"type", "small"}, {"image", image}, {"no_env", true}, {"ttl_seconds", 600}};
-  Row create{"sbx create to ready (" + image + ")", {}, "true"};
-  Row exec{"sbx exec argv true, HTTP keep-alive round trip", {}, "true"};
-  Row exec_sh{"sbx exec \"true\" via /bin/sh -c", {}, "true"};
-  Row del{"sbx delete (answer)", {}, "true"};
-  Row cycle{"sbx create+exec+delete (fresh sandbox per call)", {}, "true"};
+  Row create{"sbx create to ready (" + image + ")", {}, "true", ""};
+  Row exec{"sbx exec argv true, HTTP keep-alive round trip", {}, "true", ""};
+  Row exec_sh{"sbx exec \"true\" via /bin/sh -c", {}, "true", ""};
+  Row del{"sbx delete (answer)", {}, "true", ""};
+  Row cycle{"sbx create+exec+delete (fresh sandbox per call)", {}, "true", ""};
   std::vector<std::string> ids;
   std::fprintf(stderr, "measuring sbx (%d runs each)...\n", runs);
   auto call = [&](const std::string& m, const std::string& t, const json& body, double* ms) -> std::optional<json> {
@@ -219,7 +242,9 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
   if (!g.json) std::printf("| operation | n | min ms | median ms | p99 ms | x floor |\n|---|--:|--:|--:|--:|--:|\n");
   for (const auto& r : rows) {
     if (r.ms.empty()) {
-      if (!g.json) std::printf("| %s | 0 | - | - | - | not available here |\n", r.name.c_str());
+      if (!g.json)
+        std::printf("| %s | 0 | - | - | - | failed here: %s |\n", r.name.c_str(),
+                    r.note.empty() ? "not installed" : r.note.c_str());
       continue;
     }
     double mn = *std::min_element(r.ms.begin(), r.ms.end()), med = Pct(r.ms, 0.5), p99 = Pct(r.ms, 0.99);

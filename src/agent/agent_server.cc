@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -118,20 +119,23 @@ void KillTree() {
 // Finds `name` on PATH (from the request's env) unless it holds a '/'.
 std::string Resolve(const std::string& name, const std::vector<std::string>& env) {
   if (name.find('/') != std::string::npos) return name;
-  std::string path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  std::string_view path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
   for (const auto& e : env)
-    if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
-  size_t i = 0;
-  while (i <= path.size()) {
-    size_t j = path.find(':', i);
-    if (j == std::string::npos) j = path.size();
-    std::string dir = path.substr(i, j - i);
+    if (e.rfind("PATH=", 0) == 0) path = std::string_view(e).substr(5);
+  char cand[4096];
+  while (true) {
+    size_t colon = path.find(':');
+    std::string_view dir = path.substr(0, colon);
     if (dir.empty()) dir = ".";
-    std::string cand = dir + "/" + name;
-    struct stat st;
-    if (stat(cand.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(cand.c_str(), X_OK) == 0)
-      return cand;
-    i = j + 1;
+    if (dir.size() + name.size() + 2 <= sizeof cand) {
+      std::memcpy(cand, dir.data(), dir.size());
+      cand[dir.size()] = '/';
+      std::memcpy(cand + dir.size() + 1, name.c_str(), name.size() + 1);
+      struct stat st;
+      if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) return cand;
+    }
+    if (colon == std::string_view::npos) break;
+    path = path.substr(colon + 1);
   }
   return "";
 }
@@ -188,6 +192,13 @@ bool Handler::Flush() {
 }
 
 void Handler::Run() {
+  // PID 1 may be shielded from the OOM killer; a handler and its commands are not.
+  int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (oom >= 0) {
+    ssize_t w = write(oom, "0", 1);
+    (void)w;
+    close(oom);
+  }
   Frame f;
   while (ReadFrame(&f)) {
     if (f.type == FrameType::kPing) {
@@ -227,64 +238,47 @@ void Handler::RunExec(const ExecRequest& req) {
   envp.push_back(nullptr);
   const char* cwd = req.cwd.empty() ? nullptr : req.cwd.c_str();  // empty: the agent's own
 
-  int in[2] = {-1, -1}, outp[2], errp[2], rep[2];
-  if (pipe2(outp, O_CLOEXEC) || pipe2(errp, O_CLOEXEC) || pipe2(rep, O_CLOEXEC) ||
-      (req.stdin_open && pipe2(in, O_CLOEXEC))) {
+  int in[2] = {-1, -1}, outp[2], errp[2];
+  if (pipe2(outp, O_CLOEXEC) || pipe2(errp, O_CLOEXEC) || (req.stdin_open && pipe2(in, O_CLOEXEC))) {
     SendError(std::string("pipe: ") + strerror(errno));
     return;
   }
+  UniqueFd devnull(req.stdin_open ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC));
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  sigset_t all, old;
+  // posix_spawn (a vfork-style clone): the command in a session of its own, default
+  // signal dispositions, an empty mask, stdio on the pipes, only 0-2 open.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
   sigfillset(&all);
-  sigprocmask(SIG_SETMASK, &all, &old);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, req.stdin_open ? in[0] : devnull.get(), 0);
+  posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+  if (cwd) posix_spawn_file_actions_addchdir_np(&fa, cwd);
   int64_t start_us = MonoUs();
-  pid_t pid = fork();
-  if (pid == 0) {
-    // Child: only async-signal-safe calls until execve.
-    struct {
-      int step;
-      int err;
-    } report;
-    for (int s = 1; s < NSIG; ++s) signal(s, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    setsid();
-    // The agent protects itself from the OOM killer; its commands do not inherit that.
-    int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-    if (oom >= 0) {
-      ssize_t w = write(oom, "0", 1);
-      (void)w;
-      close(oom);
-    }
-    int devnull = -1;
-    if (!req.stdin_open) devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (dup2(req.stdin_open ? in[0] : devnull, 0) < 0 || dup2(outp[1], 1) < 0 ||
-        dup2(errp[1], 2) < 0) {
-      report = {1, errno};
-    } else if (cwd && chdir(cwd) != 0) {
-      report = {2, errno};
-    } else if (path.empty()) {
-      report = {3, ENOENT};
-    } else {
-      execve(path.c_str(), argv.data(), envp.data());
-      report = {3, errno};
-    }
-    ssize_t unused = write(rep[1], &report, sizeof report);
-    (void)unused;
-    _exit(127);
-  }
-  sigprocmask(SIG_SETMASK, &old, nullptr);
+  pid_t pid = -1;
+  int spawn_err = path.empty() ? ENOENT
+                               : posix_spawn(&pid, path.c_str(), &fa, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
   close(outp[1]);
   close(errp[1]);
-  close(rep[1]);
   if (req.stdin_open) close(in[0]);
-  if (pid < 0) {
-    SendError(std::string("fork: ") + strerror(errno));
-    return;
+  std::string exec_failure;
+  if (spawn_err != 0) {
+    struct stat st;
+    bool bad_cwd = cwd && (stat(cwd, &st) != 0 || !S_ISDIR(st.st_mode));
+    exec_failure = bad_cwd ? std::string("sbx: chdir to ") + cwd + ": " + strerror(bad_cwd && errno ? errno : ENOTDIR) + "\n"
+                           : std::string("sbx: exec ") + req.argv[0] + ": " + strerror(spawn_err) + "\n";
+    pid = -1;
   }
   UniqueFd stdin_w(req.stdin_open ? in[1] : -1);
-  UniqueFd report_r(rep[0]);
   Stream streams[2];
   streams[0] = {outp[0], 0, req.stdout_cap, false, FrameType::kStdout};
   streams[1] = {errp[0], 0, req.stderr_cap, false, FrameType::kStderr};
@@ -307,10 +301,9 @@ void Handler::RunExec(const ExecRequest& req) {
   }
 
   std::string stdin_buf;
-  bool stdin_eof = false, peer_gone = false, timed_out = false, leader_done = false;
+  bool stdin_eof = false, peer_gone = false, timed_out = false, leader_done = pid < 0;
   int status = 0;
   int64_t end_us = 0;
-  std::string exec_failure;
   char buf[65536];
   int64_t last_sent_us = MonoUs();
 
@@ -332,16 +325,7 @@ void Handler::RunExec(const ExecRequest& req) {
     p[n++] = {sfd.get(), POLLIN, 0};
     int i_tmr = n;
     p[n++] = {tfd.get(), POLLIN, 0};
-    int i_in = -1;
-    if (stdin_w.valid() && !stdin_buf.empty()) {
-      i_in = n;
-      p[n++] = {stdin_w.get(), POLLOUT, 0};
-    }
-    int i_rep = -1;
-    if (report_r.valid()) {
-      i_rep = n;
-      p[n++] = {report_r.get(), POLLIN, 0};
-    }
+    if (stdin_w.valid() && !stdin_buf.empty()) p[n++] = {stdin_w.get(), POLLOUT, 0};
     int64_t quiet_ms = (MonoUs() - last_sent_us) / 1000;
     int wait_ms = leader_done ? kDrainQuietMs
                               : static_cast<int>(std::max<int64_t>(0, req.keepalive_ms - quiet_ms));
@@ -357,20 +341,6 @@ void Handler::RunExec(const ExecRequest& req) {
     if (!leader_done && (MonoUs() - last_sent_us) / 1000 >= req.keepalive_ms) {
       Queue(FrameType::kKeepalive, "", 0);
       last_sent_us = MonoUs();
-    }
-    if (i_rep >= 0 && p[i_rep].revents) {
-      struct {
-        int step;
-        int err;
-      } r;
-      ssize_t got = read(report_r.get(), &r, sizeof r);
-      if (got == sizeof r) {
-        const char* what = r.step == 1 ? "set up stdio" : r.step == 2 ? "chdir to " : "exec ";
-        exec_failure = std::string("sbx: ") + what +
-                       (r.step == 2 ? std::string(cwd ? cwd : "") : r.step == 3 ? req.argv[0] : "") + ": " +
-                       strerror(r.err) + "\n";
-      }
-      report_r.Reset();
     }
     if (p[i_sock].revents & (POLLERR | POLLHUP)) peer_gone = true;
     if (p[i_sock].revents & POLLIN) {
@@ -397,7 +367,7 @@ void Handler::RunExec(const ExecRequest& req) {
           } else if (f.type == FrameType::kSignal) {
             auto j = nlohmann::json::parse(f.payload, nullptr, false);
             int sig = j.is_object() ? j.value("signal", 0) : 0;
-            if (sig > 0 && sig < NSIG) kill(-pid, sig);
+            if (sig > 0 && sig < NSIG && pid > 0) kill(-pid, sig);
           }
         }
     }
@@ -477,15 +447,6 @@ void Handler::RunExec(const ExecRequest& req) {
   }
   for (auto& s : streams)
     if (s.fd >= 0) close(s.fd);
-  if (report_r.valid()) {
-    // The child reports an exec failure before it exits; read it if not yet seen.
-    struct {
-      int step;
-      int err;
-    } r;
-    if (read(report_r.get(), &r, sizeof r) == sizeof r)
-      exec_failure = std::string("sbx: exec ") + req.argv[0] + ": " + strerror(r.err) + "\n";
-  }
   if (!exec_failure.empty()) Queue(FrameType::kStderr, exec_failure.data(), exec_failure.size());
 
   ExitInfo info;
@@ -513,7 +474,30 @@ void Handler::RunExec(const ExecRequest& req) {
 
 }  // namespace
 
+namespace {
+
+// A spare handler: blocks in accept() on the shared listening socket, tells PID 1 it
+// took a connection (so PID 1 forks its replacement off the request's path), then serves
+// that one connection and exits.
+[[noreturn]] void RunSpare(int listen_fd, int notify_w) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  int c;
+  do {
+    c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  } while (c < 0 && (errno == EINTR || errno == ECONNABORTED));
+  pid_t me = getpid();
+  ssize_t w = write(notify_w, &me, sizeof me);
+  (void)w;
+  close(notify_w);
+  close(listen_fd);
+  if (c >= 0) Handler(c).Run();
+  _exit(0);
+}
+
+}  // namespace
+
 Status Serve(int listen_fd, bool is_init) {
+  constexpr size_t kSpares = 2;
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
@@ -521,36 +505,50 @@ Status Serve(int listen_fd, bool is_init) {
   signal(SIGPIPE, SIG_IGN);
   UniqueFd sfd(signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK));
   if (!sfd.valid()) return ErrnoError("signalfd");
+  int np[2];
+  if (pipe2(np, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoError("pipe");
+  UniqueFd notify_r(np[0]), notify_w(np[1]);
   // Outside a sandbox (development and unit tests) the agent is no PID 1: it still
   // collects the orphans of its commands.
   if (!is_init) prctl(PR_SET_CHILD_SUBREAPER, 1);
+  std::set<pid_t> spares;  // forked, not yet holding a connection
+  auto fork_spare = [&]() -> bool {
+    pid_t p = fork();
+    if (p == 0) {
+      sfd.Reset();
+      notify_r.Reset();
+      RunSpare(listen_fd, notify_w.get());
+    }
+    if (p < 0) return false;
+    spares.insert(p);
+    return true;
+  };
   while (true) {
-    struct pollfd p[2] = {{listen_fd, POLLIN, 0}, {sfd.get(), POLLIN, 0}};
-    int rc = poll(p, 2, -1);
+    // Keep the spares topped up (a failed fork, e.g. at the pids limit, is retried on
+    // the next event or after a short wait).
+    bool short_of_spares = false;
+    while (spares.size() < kSpares)
+      if (!fork_spare()) {
+        short_of_spares = true;
+        break;
+      }
+    struct pollfd p[2] = {{notify_r.get(), POLLIN, 0}, {sfd.get(), POLLIN, 0}};
+    int rc = poll(p, 2, short_of_spares ? 50 : -1);
     if (rc < 0) {
       if (errno == EINTR) continue;
       return ErrnoError("poll");
+    }
+    if (p[0].revents & POLLIN) {
+      pid_t taken;
+      while (read(notify_r.get(), &taken, sizeof taken) == sizeof taken) spares.erase(taken);
     }
     if (p[1].revents & POLLIN) {
       struct signalfd_siginfo si;
       while (read(sfd.get(), &si, sizeof si) > 0) {
       }
       int st;
-      while (waitpid(-1, &st, WNOHANG) > 0) {
-      }
-    }
-    if (p[0].revents & POLLIN) {
-      int c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c < 0) continue;
-      pid_t h = fork();
-      if (h == 0) {
-        close(listen_fd);
-        sfd.Reset();
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        Handler(c).Run();
-        _exit(0);
-      }
-      close(c);
+      pid_t r;
+      while ((r = waitpid(-1, &st, WNOHANG)) > 0) spares.erase(r);  // a spare killed idle
     }
   }
 }

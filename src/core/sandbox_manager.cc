@@ -384,7 +384,8 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
                           "sandbox " + id + " is " + (e->busy ? std::string("changing state") : e->rec.state) +
                               ", not running");
     if (!runtime_->Alive(e->inst))
-      co_return MakeError(Code::kUnavailable, "sandbox " + id + " has stopped unexpectedly");
+      co_return MakeError(Code::kUnavailable,
+                          "sandbox " + id + " has stopped unexpectedly (its init exited); it will be marked error");
     std::map<std::string, std::string> env = opts_.base_env;
     env["SBX_SANDBOX_ID"] = id;
     auto senv = json::parse(e->rec.env_json, nullptr, false);
@@ -426,12 +427,32 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
 
 void SandboxManager::Tick() {
   std::vector<std::string> expired;
+  std::vector<std::pair<std::string, runtime::Instance>> died;
   {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t now = Now();
-    for (const auto& [id, e] : sandboxes_)
-      if (e->rec.state == "running" && !e->busy && e->rec.expires_ms > 0 && e->rec.expires_ms <= now)
-        expired.push_back(id);
+    for (const auto& [id, e] : sandboxes_) {
+      if (e->rec.state != "running" || e->busy) continue;
+      if (!runtime_->Alive(e->inst)) {
+        // Its init ended (killed from outside, or the whole sandbox was OOM-killed).
+        CloseBilling(e->rec);
+        e->rec.state = "error";
+        e->rec.error = "the sandbox's init exited unexpectedly; start it to boot it again";
+        e->rec.pid = e->rec.pid_start = 0;
+        died.emplace_back(id, e->inst);
+        e->inst = runtime::Instance();
+        Status st = store_->UpdateSandbox(e->rec);
+        if (!st.ok()) SBX_LOG(kError) << st.error().message;
+        SBX_LOG(kWarn) << "sandbox " << id << ": " << e->rec.error;
+        continue;
+      }
+      if (e->rec.expires_ms > 0 && e->rec.expires_ms <= now) expired.push_back(id);
+    }
+  }
+  // What the dead sandboxes left (other processes, cgroups) goes; their files stay.
+  for (const auto& [id, inst] : died) {
+    Status st = runtime_->Stop(id, inst);
+    if (!st.ok()) SBX_LOG(kError) << st.error().message;
   }
   for (const auto& id : expired) {
     std::unique_lock<std::mutex> lock(mu_);

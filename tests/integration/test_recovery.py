@@ -29,11 +29,15 @@ def test_restart_cleans_orphans(fresh_daemon):
     sb = c.create(image="busybox")
     d.stop(signal.SIGKILL)
     # A sandbox whose processes died while sbxd was down is marked error, with a reason.
-    for pid in d.processes():
-        import os
-        os.kill(pid, signal.SIGKILL)
     import os, time
-    time.sleep(0.2)
+    for pid in d.processes():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # gone already: killing the init ends the rest of its namespace
+    deadline = time.time() + 10
+    while d.processes() and time.time() < deadline:
+        time.sleep(0.05)
     # A directory and a cgroup nobody owns.
     os.makedirs(os.path.join(d.data, "sandboxes", "sb-orphan00000000", "upper"))
     os.makedirs(f"/sys/fs/cgroup/pids/sbx-{d.instance}/sb-orphan11111111")

@@ -253,3 +253,25 @@ TEST_F(ManagerTest, RecoverReadoptsLiveSandboxesAndFlagsDeadOnes) {
 
 }  // namespace
 }  // namespace sbx::core
+
+namespace sbx::core {
+namespace {
+
+TEST_F(ManagerTest, AnInitThatDiesIsMarkedErrorAndCanStartAgain) {
+  auto v = manager_->Create({});
+  ASSERT_TRUE(v.ok());
+  ::kill(static_cast<pid_t>(v->rec.pid), SIGKILL);
+  for (int i = 0; i < 200 && manager_->Get(v->rec.id)->rec.state == "running"; ++i) {
+    usleep(5000);
+    manager_->Tick();
+  }
+  auto got = manager_->Get(v->rec.id);
+  EXPECT_EQ(got->rec.state, "error");
+  EXPECT_NE(got->rec.error.find("init exited"), std::string::npos);
+  EXPECT_EQ((*store_->GetSandbox(v->rec.id))->state, "error");
+  ASSERT_TRUE(manager_->Start(v->rec.id).ok());
+  EXPECT_EQ(manager_->Get(v->rec.id)->rec.state, "running");
+}
+
+}  // namespace
+}  // namespace sbx::core
