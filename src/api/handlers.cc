@@ -30,6 +30,11 @@ const std::vector<RouteInfo> kRoutes = {
     {"POST", "/v1/sandboxes/{id}/exec", false},
     {"POST", "/v1/sandboxes/{id}/stop", false},
     {"POST", "/v1/sandboxes/{id}/start", false},
+    {"POST", "/v1/sandboxes/{id}/snapshot", false},
+    {"POST", "/v1/sandboxes/{id}/fork", false},
+    {"GET", "/v1/snapshots", false},
+    {"GET", "/v1/snapshots/{name}", false},
+    {"DELETE", "/v1/snapshots/{name}", false},
     {"GET", "/v1/images", false},
     {"POST", "/v1/images/{name}", true},
 };
@@ -172,6 +177,17 @@ std::string TakeUtf8(std::string& carry, std::string_view data) {
   return s;
 }
 
+json SnapshotJson(const storage::SnapshotRecord& r) {
+  auto layers = json::parse(r.layers_json, nullptr, false);
+  return {{"name", r.name},
+          {"image", r.image},
+          {"parent", r.parent.empty() ? json(nullptr) : json(r.parent)},
+          {"source", r.source},
+          {"size_bytes", r.size_bytes},
+          {"layers", layers.is_array() ? layers.size() : 0},
+          {"created_at", FormatRfc3339(r.created_ms)}};
+}
+
 json ExitJson(const core::ExecResult& r) {
   json j = {{"exit_code", r.exit.exit_code},
             {"timed_out", r.exit.timed_out},
@@ -266,6 +282,8 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     o << "# TYPE sbx_creates_total counter\nsbx_creates_total " << c.creates << "\n";
     o << "# TYPE sbx_execs_total counter\nsbx_execs_total " << c.execs << "\n";
     o << "# TYPE sbx_deletes_total counter\nsbx_deletes_total " << c.deletes << "\n";
+    o << "# TYPE sbx_snapshots_total counter\nsbx_snapshots_total " << c.snapshots << "\n";
+    o << "# TYPE sbx_forks_total counter\nsbx_forks_total " << c.forks << "\n";
     o << "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes "
       << proc::SelfRssBytes() << "\n";
     o << "# TYPE process_open_fds gauge\nprocess_open_fds " << proc::SelfFdCount() << "\n";
@@ -484,6 +502,62 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
       co_return std::nullopt;
     };
     co_return r;
+  }
+
+  if (pat == "/v1/sandboxes/{id}/snapshot") {
+    auto j = ParseObject(req.body, {"name"});
+    if (!j.ok()) co_return ErrorResponse(j.error());
+    auto name = GetString(*j, "name");
+    if (!name.ok()) co_return ErrorResponse(name.error());
+    if (name->empty()) co_return Bad("name is required");
+    std::string id = req.params["id"];
+    std::function<Result<storage::SnapshotRecord>()> fn = [this, &id, &name] {
+      return manager_->Snapshot(id, *name);
+    };
+    auto rec = co_await RunBlocking(pool_, &fn);
+    if (!rec.ok()) co_return ErrorResponse(rec.error());
+    json out = SnapshotJson(*rec);
+    out["type"] = "snapshot.named.created";
+    co_return Json(201, out);
+  }
+
+  if (pat == "/v1/sandboxes/{id}/fork") {
+    auto j = ParseObject(req.body, {"count"});
+    if (!j.ok()) co_return ErrorResponse(j.error());
+    auto count = GetInt(*j, "count");
+    if (!count.ok()) co_return ErrorResponse(count.error());
+    int64_t n = count->value_or(1);
+    if (n < 1 || n > 64) co_return Bad("count must be between 1 and 64");
+    std::string id = req.params["id"];
+    std::function<Result<std::vector<core::SandboxView>>()> fn = [this, &id, n] {
+      return manager_->Fork(id, static_cast<int>(n));
+    };
+    auto list = co_await RunBlocking(pool_, &fn);
+    if (!list.ok()) co_return ErrorResponse(list.error());
+    json arr = json::array();
+    for (const auto& v : *list) arr.push_back(SandboxJson(v));
+    co_return Json(201, {{"sandboxes", arr}});
+  }
+
+  if (pat == "/v1/snapshots") {
+    auto list = manager_->ListSnapshots();
+    if (!list.ok()) co_return ErrorResponse(list.error());
+    json arr = json::array();
+    for (const auto& r : *list) arr.push_back(SnapshotJson(r));
+    co_return Json(200, {{"snapshots", arr}});
+  }
+
+  if (pat == "/v1/snapshots/{name}") {
+    std::string name = req.params["name"];
+    if (m == "GET") {
+      auto rec = manager_->GetSnapshot(name);
+      if (!rec.ok()) co_return ErrorResponse(rec.error());
+      co_return Json(200, SnapshotJson(*rec));
+    }
+    std::function<Status()> fn = [this, &name] { return manager_->DeleteSnapshot(name); };
+    auto st = co_await RunBlocking(pool_, &fn);
+    if (!st.ok()) co_return ErrorResponse(st.error());
+    co_return Json(200, {{"type", "snapshot.named.deleted"}, {"name", name}});
   }
 
   if (pat == "/v1/images" && m == "GET") {

@@ -7,6 +7,8 @@
 #include "base/fs.h"
 #include "base/ids.h"
 #include "base/log.h"
+#include "base/scope_exit.h"
+#include "layers/layer_copy.h"
 
 namespace sbx::core {
 
@@ -121,12 +123,27 @@ Result<SandboxView> SandboxManager::Create(const CreateRequest& req) {
     return MakeError(Code::kInvalidArgument, "resources.pids must be between 16 and 4194304");
   if (!req.from.empty()) {
     if (!ValidName(req.from)) return MakeError(Code::kInvalidArgument, "invalid snapshot name");
-    return MakeError(Code::kNotFound, "snapshot \"" + req.from + "\" not found");
+    if (!req.image.empty())
+      return MakeError(Code::kInvalidArgument, "give either image or from, not both");
+    SBX_ASSIGN_OR_RETURN(auto snap, GetSnapshot(req.from));
+    std::vector<std::string> layers;
+    auto arr = json::parse(snap.layers_json, nullptr, false);
+    if (arr.is_array())
+      for (const auto& l : arr)
+        if (l.is_string()) layers.push_back(l.get<std::string>());
+    if (layers.empty()) return MakeError(Code::kInternal, "snapshot " + req.from + " has no layers");
+    return CreateOn(req, snap.image, layers);
   }
   std::string image_name = req.image.empty() ? opts_.default_image : req.image;
   if (!ValidName(image_name)) return MakeError(Code::kInvalidArgument, "invalid image name");
   SBX_ASSIGN_OR_RETURN(auto image, images_->Get(image_name));
+  return CreateOn(req, image_name, {image.path});
+}
 
+Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std::string& image_name,
+                                             const std::vector<std::string>& layers) {
+  SBX_ASSIGN_OR_RETURN(SandboxType type, types_.Find(req.type));
+  int64_t ttl = req.ttl_seconds.value_or(opts_.default_ttl_seconds);
   auto e = std::make_shared<Entry>();
   SandboxRecord& r = e->rec;
   r.id = NewId("sb");
@@ -135,7 +152,8 @@ Result<SandboxView> SandboxManager::Create(const CreateRequest& req) {
   r.type = type.name;
   r.isolation = req.isolation;
   r.image = image_name;
-  r.layers_json = json::array({image.path}).dump();
+  r.from_snapshot = req.from;
+  r.layers_json = json(layers).dump();
   r.cpus = req.cpus.value_or(type.cpus);
   r.memory_mb = req.memory_mb.value_or(type.memory_mb);
   r.disk_mb = type.disk_mb;
@@ -269,7 +287,7 @@ void SandboxManager::TeardownLoop() {
     while (true) {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = deleting_.find(id);
-      if (it == deleting_.end() || !it->second->busy) {
+      if (it == deleting_.end() || (!it->second->busy && it->second->captures == 0)) {
         if (it != deleting_.end()) inst = it->second->inst;
         break;
       }
@@ -285,6 +303,7 @@ void SandboxManager::TeardownLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       deleting_.erase(id);
     }
+    CollectLayers();
     {
       std::lock_guard<std::mutex> lock(tq_mu_);
       --teardown_active_;
@@ -321,7 +340,8 @@ Status SandboxManager::StopLocked(std::unique_lock<std::mutex>& lock, const std:
 Result<SandboxView> SandboxManager::Stop(const std::string& id) {
   std::unique_lock<std::mutex> lock(mu_);
   SBX_ASSIGN_OR_RETURN(auto e, Find(id));
-  if (e->busy) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state; try again");
+  if (e->busy || e->captures)
+    return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state or being captured; try again");
   if (e->rec.state == "stopped") return ViewLocked(*e);
   if (e->rec.state != "running")
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state + ", not running");
@@ -332,7 +352,8 @@ Result<SandboxView> SandboxManager::Stop(const std::string& id) {
 Result<SandboxView> SandboxManager::Start(const std::string& id) {
   std::unique_lock<std::mutex> lock(mu_);
   SBX_ASSIGN_OR_RETURN(auto e, Find(id));
-  if (e->busy) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state; try again");
+  if (e->busy || e->captures)
+    return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state or being captured; try again");
   if (e->rec.state == "running") return ViewLocked(*e);
   if (e->rec.state != "stopped" && e->rec.state != "error")
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state);
@@ -355,6 +376,199 @@ Result<SandboxView> SandboxManager::Start(const std::string& id) {
   e->rec.expires_ms = e->rec.started_ms + e->rec.ttl_seconds * 1000;
   SBX_RETURN_IF_ERROR(store_->UpdateSandbox(e->rec));
   return ViewLocked(*e);
+}
+
+Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, uint64_t* bytes) {
+  std::shared_ptr<Entry> e;
+  bool running;
+  std::vector<std::string> layers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SBX_ASSIGN_OR_RETURN(e, Find(id));
+    if (e->busy) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state; try again");
+    if (e->rec.state != "running" && e->rec.state != "stopped")
+      return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state);
+    running = e->rec.state == "running";
+    ++e->captures;
+    auto arr = json::parse(e->rec.layers_json, nullptr, false);
+    if (arr.is_array())
+      for (const auto& l : arr)
+        if (l.is_string()) layers.push_back(l.get<std::string>());
+  }
+  ScopeExit release([&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    --e->captures;
+  });
+  std::string base = opts_.data_dir + "/layers";
+  SBX_RETURN_IF_ERROR(fs::MkdirAll(base, 0711));
+  // Copied under a temporary name, renamed when whole: a crash leaves no half layer
+  // under a real name (and the collector removes temporaries).
+  std::string tmp = base + "/tmp-" + RandomHex(8);
+  Result<layers::CopyStats> copied = layers::CopyStats{};
+  {
+    if (running) SBX_RETURN_IF_ERROR(runtime_->Freeze(id));
+    ScopeExit thaw([&] {
+      if (running) {
+        Status st = runtime_->Thaw(id);
+        if (!st.ok()) SBX_LOG(kError) << "thawing " << id << ": " << st.error().message;
+      }
+    });
+    copied = layers::CopyTree(DirOf(id) + "/upper", tmp);
+  }
+  if (!copied.ok()) {
+    (void)fs::RemoveTree(tmp);
+    return copied.error().Wrap("capturing " + id);
+  }
+  std::string layer = base + "/l-" + RandomHex(8);
+  if (::rename(tmp.c_str(), layer.c_str()) != 0) {
+    Error err = ErrnoError("rename " + tmp);
+    (void)fs::RemoveTree(tmp);
+    return err;
+  }
+  ::chmod(layer.c_str(), 0755);
+  if (bytes) *bytes = copied->bytes;
+  layers.insert(layers.begin(), layer);
+  return layers;
+}
+
+Result<storage::SnapshotRecord> SandboxManager::Snapshot(const std::string& id, const std::string& name) {
+  if (!ValidName(name)) return MakeError(Code::kInvalidArgument, "invalid snapshot name: names match [a-z0-9][a-z0-9._-]{0,62}");
+  {
+    auto existing = store_->GetSnapshot(name);
+    if (!existing.ok()) return existing.error();
+    if (existing->has_value()) return MakeError(Code::kAlreadyExists, "a snapshot named \"" + name + "\" exists");
+  }
+  std::string image, parent;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SBX_ASSIGN_OR_RETURN(auto e, Find(id));
+    image = e->rec.image;
+  }
+  uint64_t bytes = 0;
+  SBX_ASSIGN_OR_RETURN(auto chain, Capture(id, &bytes));
+  storage::SnapshotRecord rec;
+  rec.name = name;
+  rec.layers_json = json(chain).dump();
+  rec.image = image;
+  rec.source = id;
+  rec.size_bytes = static_cast<int64_t>(bytes);
+  rec.created_ms = Now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it != sandboxes_.end()) rec.parent = it->second->rec.from_snapshot;
+  }
+  Status st = store_->InsertSnapshot(rec);
+  if (!st.ok()) {
+    // The name was taken meanwhile (or the write failed): the fresh layer goes.
+    CollectLayers();
+    if (st.error().code == Code::kAlreadyExists)
+      return MakeError(Code::kAlreadyExists, "a snapshot named \"" + name + "\" exists");
+    return st.error();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++snapshots_;
+  }
+  return rec;
+}
+
+Result<std::vector<SandboxView>> SandboxManager::Fork(const std::string& id, int count) {
+  if (count < 1 || count > 64) return MakeError(Code::kInvalidArgument, "count must be between 1 and 64");
+  CreateRequest req;
+  std::string image;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SBX_ASSIGN_OR_RETURN(auto e, Find(id));
+    const auto& r = e->rec;
+    req.type = r.type;
+    req.isolation = r.isolation;
+    req.ttl_seconds = r.ttl_seconds;
+    req.ttl_action = r.ttl_action;
+    req.no_env = r.no_env;
+    req.cpus = static_cast<int>(r.cpus);
+    req.memory_mb = r.memory_mb;
+    req.pids = static_cast<int>(r.pids);
+    auto env = json::parse(r.env_json, nullptr, false);
+    if (env.is_object())
+      for (auto& [k, v] : env.items())
+        if (v.is_string()) req.env[k] = v.get<std::string>();
+    auto md = json::parse(r.metadata_json, nullptr, false);
+    if (md.is_object())
+      for (auto& [k, v] : md.items())
+        if (v.is_string()) req.metadata[k] = v.get<std::string>();
+    req.metadata["forked_from"] = id;
+    req.from = r.from_snapshot;
+    image = r.image;
+  }
+  SBX_ASSIGN_OR_RETURN(auto chain, Capture(id, nullptr));
+  std::vector<SandboxView> out;
+  for (int i = 0; i < count; ++i) {
+    auto v = CreateOn(req, image, chain);
+    if (!v.ok()) {
+      for (const auto& made : out) (void)Delete(made.rec.id);
+      CollectLayers();
+      return v.error().Wrap("fork " + std::to_string(i + 1) + " of " + std::to_string(count));
+    }
+    out.push_back(*v);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    forks_ += count;
+  }
+  return out;
+}
+
+Result<std::vector<storage::SnapshotRecord>> SandboxManager::ListSnapshots() { return store_->ListSnapshots(); }
+
+Result<storage::SnapshotRecord> SandboxManager::GetSnapshot(const std::string& name) {
+  if (!ValidName(name)) return MakeError(Code::kInvalidArgument, "invalid snapshot name");
+  SBX_ASSIGN_OR_RETURN(auto rec, store_->GetSnapshot(name));
+  if (!rec) return MakeError(Code::kNotFound, "snapshot \"" + name + "\" not found");
+  return *rec;
+}
+
+Status SandboxManager::DeleteSnapshot(const std::string& name) {
+  if (!ValidName(name)) return MakeError(Code::kInvalidArgument, "invalid snapshot name");
+  SBX_ASSIGN_OR_RETURN(bool removed, store_->DeleteSnapshot(name));
+  if (!removed) return MakeError(Code::kNotFound, "snapshot \"" + name + "\" not found");
+  CollectLayers();
+  return OkStatus();
+}
+
+void SandboxManager::CollectLayers() {
+  std::lock_guard<std::mutex> gc(gc_mu_);
+  std::set<std::string> used;
+  auto add = [&](const std::string& layers_json) {
+    auto arr = json::parse(layers_json, nullptr, false);
+    if (arr.is_array())
+      for (const auto& l : arr)
+        if (l.is_string()) used.insert(l.get<std::string>());
+  };
+  auto rows = store_->ListSandboxes();
+  auto snaps = store_->ListSnapshots();
+  if (!rows.ok() || !snaps.ok()) return;  // never collect on a partial view
+  for (const auto& r : *rows) add(r.layers_json);
+  for (const auto& r : *snaps) add(r.layers_json);
+  std::set<std::string> capturing;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [_, e] : sandboxes_) add(e->rec.layers_json);
+    for (const auto& [_, e] : deleting_) add(e->rec.layers_json);
+    for (const auto& [_, e] : sandboxes_)
+      if (e->captures) capturing.insert(e->rec.id);
+  }
+  std::string base = opts_.data_dir + "/layers";
+  auto dirs = fs::ListDir(base);
+  if (!dirs.ok()) return;
+  for (const auto& d : *dirs) {
+    std::string path = base + "/" + d;
+    if (used.count(path)) continue;
+    // A capture in flight writes a temporary, then a fresh layer that no row names yet.
+    if (!capturing.empty()) continue;
+    SBX_LOG(kDebug) << "removing unused layer " << d;
+    (void)fs::RemoveTree(path);
+  }
 }
 
 asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor ex,
@@ -481,6 +695,8 @@ SandboxManager::Counts SandboxManager::GetCounts() {
   c.creates = creates_;
   c.execs = execs_;
   c.deletes = deletes_;
+  c.snapshots = snapshots_;
+  c.forks = forks_;
   return c;
 }
 
@@ -541,7 +757,16 @@ Status SandboxManager::Recover() {
         SBX_LOG(kInfo) << "removing orphaned sandbox directory " << d;
         (void)runtime_->Destroy(d, DirOf(d));
       }
+  auto snaps = store_->ListSnapshots();
+  if (snaps.ok())
+    for (const auto& sn : *snaps) {
+      auto layers = json::parse(sn.layers_json, nullptr, false);
+      if (layers.is_array())
+        for (const auto& l : layers)
+          if (l.is_string()) layers_in_use.push_back(l.get<std::string>());
+    }
   images_->CollectGarbage(layers_in_use);
+  CollectLayers();
   return OkStatus();
 }
 

@@ -33,7 +33,7 @@ struct CreateRequest {
   std::string isolation = "container";
   std::string name;
   std::string image;  // empty: the default image
-  std::string from;   // a named snapshot (not yet supported: always not_found)
+  std::string from;   // a named snapshot to start from (its image is implied)
   std::optional<int64_t> ttl_seconds;
   std::string ttl_action = "stop";
   int64_t idle_timeout_seconds = 0;
@@ -70,6 +70,10 @@ struct SandboxView {
   storage::SandboxRecord rec;
   double billed_seconds = 0;
   double cost_usd = 0;
+};
+
+struct SnapshotView {
+  storage::SnapshotRecord rec;
 };
 
 struct ListFilter {
@@ -113,6 +117,18 @@ class SandboxManager {
   Result<SandboxView> Stop(const std::string& id);
   Result<SandboxView> Start(const std::string& id);
 
+  // Captures a sandbox's files (running: frozen only for the copy) as an immutable named
+  // snapshot stacked on the layers it runs on.
+  Result<storage::SnapshotRecord> Snapshot(const std::string& id, const std::string& name);
+  // `count` new running sandboxes, each with a copy-on-write view of the source's files.
+  Result<std::vector<SandboxView>> Fork(const std::string& id, int count);
+  Result<std::vector<storage::SnapshotRecord>> ListSnapshots();
+  Result<storage::SnapshotRecord> GetSnapshot(const std::string& name);
+  // Sandboxes already started from it keep their layers until they are gone.
+  Status DeleteSnapshot(const std::string& name);
+  // Removes layer directories that no sandbox and no snapshot refers to.
+  void CollectLayers();
+
   boost::asio::awaitable<Result<ExecResult>> Exec(boost::asio::any_io_executor ex,
                                                   const std::string& id, ExecRequest req,
                                                   agent::OutputFn on_output);
@@ -124,7 +140,7 @@ class SandboxManager {
 
   struct Counts {
     int running = 0, stopped = 0, error = 0, creating = 0, deleting = 0;
-    int64_t creates = 0, execs = 0, deletes = 0;
+    int64_t creates = 0, execs = 0, deletes = 0, snapshots = 0, forks = 0;
   };
   Counts GetCounts();
   const TypeTable& types() const { return types_; }
@@ -136,7 +152,12 @@ class SandboxManager {
     runtime::Instance inst;
     int active_execs = 0;
     bool busy = false;  // a blocking transition (start/stop) is in progress
+    int captures = 0;   // snapshots or forks copying its files
   };
+  // A capture of a sandbox's files as a new layer over its own: the whole chain.
+  Result<std::vector<std::string>> Capture(const std::string& id, uint64_t* bytes);
+  Result<SandboxView> CreateOn(const CreateRequest& req, const std::string& image,
+                               const std::vector<std::string>& layers);
 
   int64_t Now() const { return opts_.now_ms(); }
   SandboxView ViewLocked(const Entry& e) const;
@@ -158,7 +179,8 @@ class SandboxManager {
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> sandboxes_;  // not deleting
   std::map<std::string, std::shared_ptr<Entry>> deleting_;   // queued for teardown
-  int64_t creates_ = 0, execs_ = 0, deletes_ = 0;
+  int64_t creates_ = 0, execs_ = 0, deletes_ = 0, snapshots_ = 0, forks_ = 0;
+  std::mutex gc_mu_;  // one layer collection at a time
 
   std::mutex tq_mu_;
   std::condition_variable tq_cv_;

@@ -126,6 +126,37 @@ Status CgroupDir::Kill() {
   return MakeError(Code::kInternal, "processes of cgroup " + group_ + " survived SIGKILL");
 }
 
+Status CgroupDir::Freeze() {
+  if (mode_ == CgroupMode::kV1) {
+    std::string f = Dir("freezer") + "/freezer.state";
+    SBX_RETURN_IF_ERROR(fs::WriteFile(f, "FROZEN", false));
+    for (int i = 0; i < 5000; ++i) {
+      auto s = fs::ReadFile(f);
+      if (!s.ok()) return s.error();
+      if (s->rfind("FROZEN", 0) == 0) return OkStatus();
+      if (i > 20) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  } else if (mode_ == CgroupMode::kV2) {
+    SBX_RETURN_IF_ERROR(fs::WriteFile(Dir("") + "/cgroup.freeze", "1", false));
+    for (int i = 0; i < 5000; ++i) {
+      auto s = fs::ReadFile(Dir("") + "/cgroup.events");
+      if (!s.ok()) return s.error();
+      if (s->find("frozen 1") != std::string::npos) return OkStatus();
+      if (i > 20) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  } else {
+    return MakeError(Code::kFailedPrecondition, "no cgroup freezer on this host");
+  }
+  (void)Thaw();
+  return MakeError(Code::kUnavailable, "the sandbox did not freeze in time");
+}
+
+Status CgroupDir::Thaw() {
+  if (mode_ == CgroupMode::kV1) return fs::WriteFile(Dir("freezer") + "/freezer.state", "THAWED", false);
+  if (mode_ == CgroupMode::kV2) return fs::WriteFile(Dir("") + "/cgroup.freeze", "0", false);
+  return OkStatus();
+}
+
 Status CgroupDir::Remove() {
   for (const auto& d : Dirs()) {
     for (int i = 0; i < 200; ++i) {

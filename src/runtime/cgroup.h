@@ -35,6 +35,9 @@ class CgroupDir {
   // SIGKILLs every process until the group is empty (freezing first, so a fork bomb
   // cannot outrun it).
   Status Kill();
+  // Freezes every process of the group and waits until they are frozen; Thaw undoes it.
+  Status Freeze();
+  Status Thaw();
   // Removes the directories (the group must be empty).
   Status Remove();
   bool Exists() const;

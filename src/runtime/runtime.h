@@ -47,6 +47,9 @@ class Runtime {
   virtual Result<Instance> Start(const StartSpec& spec) = 0;
   // Kills every process of the sandbox and waits until they are gone; files stay.
   virtual Status Stop(const std::string& id, const Instance& inst) = 0;
+  // Stops every process of a running sandbox in place (memory kept), and lets them go on.
+  virtual Status Freeze(const std::string& id) = 0;
+  virtual Status Thaw(const std::string& id) = 0;
   // Removes the sandbox's files and kernel objects (it must be stopped).
   virtual Status Destroy(const std::string& id, const std::string& dir) = 0;
   // Re-attaches to a sandbox that an earlier daemon started; fails if it is gone.

@@ -26,12 +26,24 @@ CREATE TABLE images (name TEXT PRIMARY KEY, path TEXT NOT NULL, size_bytes INTEG
                      created_ms INTEGER NOT NULL);
 CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 )sql",
+    R"sql(
+CREATE TABLE snapshots (
+  name TEXT PRIMARY KEY,
+  layers_json TEXT NOT NULL,
+  image TEXT NOT NULL,
+  parent TEXT NOT NULL DEFAULT '',
+  source TEXT NOT NULL DEFAULT '',
+  size_bytes INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL
+);
+ALTER TABLE sandboxes ADD COLUMN from_snapshot TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 const char* kSandboxCols =
     "id, name, state, type, isolation, image, layers_json, cpus, memory_mb, disk_mb, pids, ttl_seconds, "
     "ttl_action, idle_timeout_seconds, no_env, env_json, metadata_json, network_json, "
-    "created_ms, started_ms, expires_ms, billed_ms, pid, pid_start, error";
+    "created_ms, started_ms, expires_ms, billed_ms, pid, pid_start, error, from_snapshot";
 
 std::vector<Value> SandboxValues(const SandboxRecord& r) {
   return {r.id,         r.name,        r.state,          r.type,
@@ -39,7 +51,7 @@ std::vector<Value> SandboxValues(const SandboxRecord& r) {
           r.disk_mb,    r.pids,        r.ttl_seconds,    r.ttl_action,
           r.idle_timeout_seconds, int64_t{r.no_env}, r.env_json, r.metadata_json,
           r.network_json, r.created_ms, r.started_ms,    r.expires_ms,
-          r.billed_ms,  r.pid,         r.pid_start,      r.error};
+          r.billed_ms,  r.pid,         r.pid_start,      r.error, r.from_snapshot};
 }
 
 SandboxRecord SandboxFromRow(const Row& w) {
@@ -70,6 +82,7 @@ SandboxRecord SandboxFromRow(const Row& w) {
   r.pid = w.Int(i++);
   r.pid_start = w.Int(i++);
   r.error = w.Text(i++);
+  r.from_snapshot = w.Text(i++);
   return r;
 }
 
@@ -103,7 +116,7 @@ Status Store::Migrate() {
 
 Status Store::InsertSandbox(const SandboxRecord& r) {
   return db_->Query(std::string("INSERT INTO sandboxes (") + kSandboxCols +
-                        ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     SandboxValues(r));
 }
 
@@ -114,7 +127,7 @@ Status Store::UpdateSandbox(const SandboxRecord& r) {
       "UPDATE sandboxes SET id=?, name=?, state=?, type=?, isolation=?, image=?, layers_json=?, cpus=?, "
       "memory_mb=?, disk_mb=?, pids=?, ttl_seconds=?, ttl_action=?, idle_timeout_seconds=?, "
       "no_env=?, env_json=?, metadata_json=?, network_json=?, created_ms=?, started_ms=?, "
-      "expires_ms=?, billed_ms=?, pid=?, pid_start=?, error=? WHERE id=?",
+      "expires_ms=?, billed_ms=?, pid=?, pid_start=?, error=?, from_snapshot=? WHERE id=?",
       v);
 }
 
@@ -158,6 +171,39 @@ Result<std::vector<ImageRecord>> Store::ListImages() {
                                    out.push_back(ImageRecord{r.Text(0), r.Text(1), r.Int(2), r.Int(3)});
                                  }));
   return out;
+}
+
+Status Store::InsertSnapshot(const SnapshotRecord& r) {
+  return db_->Query(
+      "INSERT INTO snapshots (name, layers_json, image, parent, source, size_bytes, created_ms) "
+      "VALUES (?,?,?,?,?,?,?)",
+      {r.name, r.layers_json, r.image, r.parent, r.source, r.size_bytes, r.created_ms});
+}
+
+namespace {
+const char* kSnapshotCols = "name, layers_json, image, parent, source, size_bytes, created_ms";
+SnapshotRecord SnapshotFromRow(const Row& w) {
+  return SnapshotRecord{w.Text(0), w.Text(1), w.Text(2), w.Text(3), w.Text(4), w.Int(5), w.Int(6)};
+}
+}  // namespace
+
+Result<std::optional<SnapshotRecord>> Store::GetSnapshot(const std::string& name) {
+  std::optional<SnapshotRecord> out;
+  SBX_RETURN_IF_ERROR(db_->Query(std::string("SELECT ") + kSnapshotCols + " FROM snapshots WHERE name=?",
+                                 {name}, [&](const Row& r) { out = SnapshotFromRow(r); }));
+  return out;
+}
+
+Result<std::vector<SnapshotRecord>> Store::ListSnapshots() {
+  std::vector<SnapshotRecord> out;
+  SBX_RETURN_IF_ERROR(db_->Query(std::string("SELECT ") + kSnapshotCols + " FROM snapshots ORDER BY created_ms, name",
+                                 {}, [&](const Row& r) { out.push_back(SnapshotFromRow(r)); }));
+  return out;
+}
+
+Result<bool> Store::DeleteSnapshot(const std::string& name) {
+  SBX_RETURN_IF_ERROR(db_->Query("DELETE FROM snapshots WHERE name=?", {name}));
+  return db_->Changes() > 0;
 }
 
 Status Store::SetSetting(const std::string& key, const std::string& value) {

@@ -36,12 +36,24 @@ struct SandboxRecord {
   int64_t pid = 0;         // the sandbox's init as seen from the host
   int64_t pid_start = 0;   // its start time, to tell it from a reused pid
   std::string error;
+  std::string from_snapshot;  // the snapshot it started from, if any
 };
 
 struct ImageRecord {
   std::string name;
   std::string path;
   int64_t size_bytes = 0;
+  int64_t created_ms = 0;
+};
+
+// A named snapshot: an immutable chain of read-only layers (topmost first) over an image.
+struct SnapshotRecord {
+  std::string name;
+  std::string layers_json;  // every layer a sandbox from it mounts, topmost first
+  std::string image;        // the image at the bottom of the chain
+  std::string parent;       // the snapshot the source sandbox started from, if any
+  std::string source;       // the sandbox it was taken from
+  int64_t size_bytes = 0;   // bytes of its own (topmost) layer
   int64_t created_ms = 0;
 };
 
@@ -59,6 +71,12 @@ class Store {
   Status PutImage(const ImageRecord& r);
   Result<std::optional<ImageRecord>> GetImage(const std::string& name);
   Result<std::vector<ImageRecord>> ListImages();
+
+  Status InsertSnapshot(const SnapshotRecord& r);
+  Result<std::optional<SnapshotRecord>> GetSnapshot(const std::string& name);
+  Result<std::vector<SnapshotRecord>> ListSnapshots();
+  // True if a row was removed.
+  Result<bool> DeleteSnapshot(const std::string& name);
 
   Status SetSetting(const std::string& key, const std::string& value);
   Result<std::optional<std::string>> GetSetting(const std::string& key);

@@ -6,7 +6,7 @@
         print(sb.exec("echo hello", check=True).stdout)
 """
 
-from .client import Api, Client, ExecResult, Images, Sandbox, Timing
+from .client import Answer, Api, Client, ExecResult, Images, Sandbox, Snapshot, Snapshots, Timing
 from .errors import (
     ApiError,
     AuthError,
@@ -28,6 +28,9 @@ __all__ = [
     "ExecResult",
     "Timing",
     "Images",
+    "Snapshot",
+    "Snapshots",
+    "Answer",
     "Api",
     "SbxError",
     "SbxConnectionError",

@@ -207,6 +207,10 @@ class Api:
         """
         return self._call(method, path, body=body, query=query)
 
+    def delete_named_snapshot(self, name: str) -> "Answer":
+        """Delete a named snapshot; ``.type == "snapshot.named.deleted"``."""
+        return Answer(self.request("DELETE", "/v1/snapshots/" + _seg(name)))
+
     def close(self) -> None:
         """Close the shared connection (it reopens on the next request)."""
         with self._lock:
@@ -443,6 +447,23 @@ class Sandbox:
     def start(self) -> "Sandbox":
         return self._update(self._client.api.request("POST", self._path("/start")))
 
+    def snapshot(self, name: str) -> "Snapshot":
+        """Capture this sandbox's files as the immutable named snapshot ``name``.
+
+        A running sandbox is frozen only for the copy and keeps running.
+        """
+        return Snapshot(self._client, self._client.api.request("POST", self._path("/snapshot"), body={"name": name}))
+
+    def fork(self, count: Optional[int] = None) -> Any:
+        """New running sandboxes with a copy-on-write view of this one's files.
+
+        ``fork()`` returns one :class:`Sandbox`; ``fork(count=K)`` returns a list of K.
+        """
+        body = {} if count is None else {"count": count}
+        d = self._client.api.request("POST", self._path("/fork"), body=body) or {}
+        made = [Sandbox(self._client, s) for s in (d.get("sandboxes") or [])]
+        return made[0] if count is None else made
+
     def delete(self) -> Any:
         """Delete the sandbox; returns the daemon's answer."""
         return self._client.api.request("DELETE", self._path())
@@ -597,6 +618,65 @@ class Images:
         return self._api._call("POST", target, raw=path_or_fileobj, content_type="application/x-tar")
 
 
+class Answer:
+    """A JSON answer with attribute access (``answer.type``); ``answer.data`` is the dict."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data if isinstance(data, dict) else {}
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self.__dict__["data"][key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def __repr__(self) -> str:
+        return "Answer(%r)" % (self.data,)
+
+
+class Snapshot:
+    """A named snapshot: an immutable template that sandboxes start from (``from_=name``)."""
+
+    def __init__(self, client: "Client", data: Dict[str, Any]) -> None:
+        self._client = client
+        self.data = dict(data or {})
+
+    @property
+    def name(self) -> str:
+        return self.data["name"]
+
+    @property
+    def size_bytes(self) -> int:
+        return int(self.data.get("size_bytes") or 0)
+
+    @property
+    def parent(self) -> Optional[str]:
+        return self.data.get("parent")
+
+    def __repr__(self) -> str:
+        return "Snapshot(%r)" % (self.data.get("name"),)
+
+    def delete(self) -> Answer:
+        return self._client.api.delete_named_snapshot(self.name)
+
+
+class Snapshots:
+    """Named snapshots: ``client.snapshots``."""
+
+    def __init__(self, client: "Client") -> None:
+        self._client = client
+
+    def list(self) -> List[Snapshot]:
+        d = self._client.api.request("GET", "/v1/snapshots") or {}
+        return [Snapshot(self._client, x) for x in (d.get("snapshots") or [])]
+
+    def get(self, name: str) -> Snapshot:
+        return Snapshot(self._client, self._client.api.request("GET", "/v1/snapshots/" + _seg(name)))
+
+    def delete(self, name: str) -> Answer:
+        return self._client.api.delete_named_snapshot(name)
+
+
 class Client:
     """Entry point of the SDK.
 
@@ -618,6 +698,7 @@ class Client:
             api_key = _default_api_key()
         self.api = Api(url, api_key, timeout)
         self.images = Images(self.api)
+        self.snapshots = Snapshots(self)
 
     def __repr__(self) -> str:
         return "Client(url=%r)" % (self.api.url,)

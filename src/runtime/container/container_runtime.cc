@@ -187,6 +187,11 @@ class ContainerRuntime : public Runtime {
     return cg.Remove();
   }
 
+  Status Freeze(const std::string& id) override {
+    return CgroupDir(mode_, Group(id), o_.cgroup_root).Freeze();
+  }
+  Status Thaw(const std::string& id) override { return CgroupDir(mode_, Group(id), o_.cgroup_root).Thaw(); }
+
   Status Destroy(const std::string& id, const std::string& dir) override {
     CgroupDir cg(mode_, Group(id), o_.cgroup_root);
     SBX_RETURN_IF_ERROR(cg.Kill());

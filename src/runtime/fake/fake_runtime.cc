@@ -75,6 +75,11 @@ class FakeRuntime : public Runtime {
     return OkStatus();
   }
 
+  // Without a cgroup there is nothing to freeze; tests of the fake runtime write no files
+  // while they capture.
+  Status Freeze(const std::string&) override { return OkStatus(); }
+  Status Thaw(const std::string&) override { return OkStatus(); }
+
   Status Destroy(const std::string&, const std::string& dir) override { return fs::RemoveTree(dir); }
 
   Result<Instance> Adopt(const StartSpec& spec, pid_t pid, uint64_t pid_start) override {
