@@ -231,7 +231,51 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
     if (!e || !call("DELETE", "/v1/sandboxes/" + sid, nullptr, nullptr)) return 1;
     cycle.ms.push_back(Ms(t0, Clock::now()));
   }
+  // Templates: snapshot, create from it (from the warm pool when sbxd has one), fork.
+  Row snap{"sbx snapshot (sandbox with a 1 MB file)", {}, "true", ""};
+  Row from{"sbx create from template to ready", {}, "true", ""};
+  Row fork{"sbx fork (count 1)", {}, "true", ""};
+  {
+    auto src = call("POST", "/v1/sandboxes", create_body, nullptr);
+    if (!src) return 1;
+    std::string sid = (*src)["id"];
+    if (!call("POST", "/v1/sandboxes/" + sid + "/exec", json{{"cmd", "head -c 1048576 /dev/urandom > /root/data"}}, nullptr))
+      return 1;
+    std::string base = "bench-" + std::to_string(getpid());
+    for (int i = 0; i < runs; ++i) {
+      double ms;
+      if (!call("POST", "/v1/sandboxes/" + sid + "/snapshot", json{{"name", base + "-" + std::to_string(i)}}, &ms)) return 1;
+      snap.ms.push_back(ms);
+    }
+    json from_body = {{"type", "small"}, {"from", base + "-0"}, {"no_env", true}, {"ttl_seconds", 600}};
+    // Two unmeasured creates let a warm pool learn the template.
+    for (int i = 0; i < 2; ++i) {
+      auto w2 = call("POST", "/v1/sandboxes", from_body, nullptr);
+      if (!w2) return 1;
+      call("DELETE", "/v1/sandboxes/" + (*w2)["id"].get<std::string>(), nullptr, nullptr);
+    }
+    for (int i = 0; i < runs; ++i) {
+      double ms;
+      auto j = call("POST", "/v1/sandboxes", from_body, &ms);
+      if (!j) return 1;
+      from.ms.push_back(ms);
+      call("DELETE", "/v1/sandboxes/" + (*j)["id"].get<std::string>(), nullptr, nullptr);
+      usleep(20000);  // let a pool refill between calls, as between tool calls
+    }
+    for (int i = 0; i < runs; ++i) {
+      double ms;
+      auto j = call("POST", "/v1/sandboxes/" + sid + "/fork", json{{"count", 1}}, &ms);
+      if (!j) return 1;
+      fork.ms.push_back(ms);
+      call("DELETE", "/v1/sandboxes/" + (*j)["sandboxes"][0]["id"].get<std::string>(), nullptr, nullptr);
+    }
+    call("DELETE", "/v1/sandboxes/" + sid, nullptr, nullptr);
+    for (int i = 0; i < runs; ++i) call("DELETE", "/v1/snapshots/" + base + "-" + std::to_string(i), nullptr, nullptr);
+  }
   rows.push_back(create);
+  rows.push_back(from);
+  rows.push_back(snap);
+  rows.push_back(fork);
   rows.push_back(exec);
   rows.push_back(exec_sh);
   rows.push_back(del);

@@ -1,7 +1,9 @@
 // Shared pieces of the sbx CLI. Main thread only.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "http_client.h"
 
@@ -15,6 +17,13 @@ struct Globals {
 
 // `sbx bench`: returns the process exit code.
 int RunBench(const Globals& g, int runs, const std::string& image, bool peers);
+// `sbx bench patterns`: the seed's three tool-call patterns, timed.
+int RunBenchPatterns(const Globals& g, int runs);
+// `sbx template build`: runs the steps in a fresh sandbox (streaming their output), then
+// snapshots it as `name`; a failing step fails the build and leaves no snapshot.
+int RunTemplateBuild(const Globals& g, const std::string& name, const std::string& image,
+                     const std::string& from, const std::string& type,
+                     const std::vector<std::string>& steps, int64_t timeout);
 // `sbx image build NAME`: builds (or reuses from the cache) a rootfs tarball and imports it.
 int RunImageBuild(const Globals& g, const std::string& name, const std::string& cache_dir);
 

@@ -16,11 +16,19 @@
 extern char** environ;
 
 namespace sbx::cli {
+
+// images/default/wheelhouse.py, embedded at build time (generated/wheelhouse_script.cc).
+extern const char* const kWheelScript;
+
 namespace {
 
-// Bump when the recipe changes, so the cache is rebuilt.
-constexpr const char* kDefaultRecipe = "default-bookworm-v1";
+// Bump when a recipe changes, so the cache is rebuilt. The base is the debootstrap tree
+// (slow: minutes); the image adds an offline wheelhouse to it (seconds).
+constexpr const char* kBaseRecipe = "default-bookworm-v1";
+constexpr const char* kImageRecipe = "default-bookworm-v1-wheels-v2";
 constexpr const char* kDefaultPackages = "python3,python3-venv,python3-pip,git,curl,ca-certificates";
+
+
 
 int Spawn(const std::vector<std::string>& argv) {
   std::vector<char*> a;
@@ -73,34 +81,67 @@ int RunImageBuild(const Globals& g, const std::string& name, const std::string& 
     std::fprintf(stderr, "sbx: %s\n", st.error().message.c_str());
     return 1;
   }
-  std::string tar = dir + "/" + kDefaultRecipe + ".tar";
+  std::string base = dir + "/" + kBaseRecipe + ".tar";
+  std::string tar = dir + "/" + kImageRecipe + ".tar";
   if (fs::Exists(tar)) {
-    std::fprintf(stderr, "[1/2] reusing the cached root filesystem %s\n", tar.c_str());
+    std::fprintf(stderr, "[1/3] reusing the cached image %s\n", tar.c_str());
   } else {
     if (::geteuid() != 0) {
       std::fprintf(stderr, "sbx: building the default image needs root (debootstrap)\n");
       return 1;
     }
-    std::string build = dir + "/" + kDefaultRecipe + ".build";
-    (void)fs::RemoveTree(build);
-    std::fprintf(stderr, "[1/2] debootstrap bookworm (%s) from %s; a few minutes, once\n", kDefaultPackages,
-                 Mirror().c_str());
-    int rc = Spawn({"debootstrap", "--variant=minbase", std::string("--include=") + kDefaultPackages,
-                    "bookworm", build, Mirror()});
-    if (rc != 0) {
-      std::fprintf(stderr, "sbx: debootstrap failed (exit %d); see %s/debootstrap/debootstrap.log\n", rc, build.c_str());
-      return 1;
+    if (fs::Exists(base)) {
+      std::fprintf(stderr, "[1/3] reusing the cached debootstrap tree %s\n", base.c_str());
+    } else {
+      std::string build = dir + "/" + kBaseRecipe + ".build";
+      (void)fs::RemoveTree(build);
+      std::fprintf(stderr, "[1/3] debootstrap bookworm (%s) from %s; a few minutes, once\n", kDefaultPackages,
+                   Mirror().c_str());
+      int rc = Spawn({"debootstrap", "--variant=minbase", std::string("--include=") + kDefaultPackages,
+                      "bookworm", build, Mirror()});
+      if (rc != 0) {
+        std::fprintf(stderr, "sbx: debootstrap failed (exit %d); see %s/debootstrap/debootstrap.log\n", rc, build.c_str());
+        return 1;
+      }
+      Spawn({"sh", "-c", "rm -rf '" + build + "'/var/cache/apt/archives/*.deb '" + build +
+                             "'/var/lib/apt/lists/* '" + build + "'/var/log/*.log"});
+      if (Spawn({"tar", "--numeric-owner", "-C", build, "-cf", base + ".tmp", "."}) != 0 ||
+          ::rename((base + ".tmp").c_str(), base.c_str()) != 0) {
+        std::fprintf(stderr, "sbx: cannot write %s\n", base.c_str());
+        return 1;
+      }
+      (void)fs::RemoveTree(build);
     }
-    Spawn({"sh", "-c", "rm -rf '" + build + "'/var/cache/apt/archives/*.deb '" + build +
-                           "'/var/lib/apt/lists/* '" + build + "'/var/log/*.log"});
-    if (Spawn({"tar", "--numeric-owner", "-C", build, "-cf", tar + ".tmp", "."}) != 0 ||
-        ::rename((tar + ".tmp").c_str(), tar.c_str()) != 0) {
-      std::fprintf(stderr, "sbx: cannot write %s\n", tar.c_str());
+    // The wheelhouse: sympy and mpmath as wheels (from Debian's packages), and pip set to
+    // install from it offline. A real `pip install sympy` in a venv still does all its work.
+    std::fprintf(stderr, "[2/3] adding an offline wheelhouse (sympy, mpmath) at /opt/sbx/wheelhouse\n");
+    std::string work = dir + "/" + kImageRecipe + ".build";
+    (void)fs::RemoveTree(work);
+    std::string root = work + "/rootfs", debs = work + "/debs", unpacked = work + "/unpacked";
+    for (const auto& d : {root, debs, unpacked}) (void)fs::MkdirAll(d);
+    auto fail = [&](const char* what) {
+      std::fprintf(stderr, "sbx: %s (work dir %s kept)\n", what, work.c_str());
       return 1;
-    }
-    (void)fs::RemoveTree(build);
+    };
+    if (Spawn({"tar", "--numeric-owner", "-C", root, "-xf", base}) != 0) return fail("cannot unpack the base tree");
+    std::string get = "cd '" + debs + "' && (apt-get download python3-sympy python3-mpmath >/dev/null 2>&1 || "
+                      "(apt-get update -qq && apt-get download python3-sympy python3-mpmath))";
+    if (Spawn({"sh", "-c", get}) != 0) return fail("cannot download python3-sympy and python3-mpmath");
+    if (Spawn({"sh", "-c", "for d in '" + debs + "'/*.deb; do dpkg-deb -x \"$d\" '" + unpacked + "' || exit 1; done"}) != 0)
+      return fail("cannot unpack the packages");
+    if (Spawn({"/usr/bin/python3", "-c", kWheelScript, unpacked, root + "/opt/sbx/wheelhouse",
+               "sympy:mpmath>=0.19", "mpmath"}) != 0)
+      return fail("cannot build the wheels");
+    if (!fs::WriteFile(root + "/etc/pip.conf",
+                       "# sbx: offline installs from the image's wheelhouse\n[global]\nno-index = true\n"
+                       "find-links = /opt/sbx/wheelhouse\n").ok())
+      return fail("cannot write /etc/pip.conf");
+    if (Spawn({"tar", "--numeric-owner", "-C", root, "-cf", tar + ".tmp", "."}) != 0 ||
+        ::rename((tar + ".tmp").c_str(), tar.c_str()) != 0)
+      return fail("cannot write the image tarball");
+    (void)fs::RemoveTree(work);
   }
-  std::fprintf(stderr, "[2/2] importing into sbxd as image \"%s\"\n", name.c_str());
+  std::fprintf(stderr, "[3/3] importing into sbxd as image \"%s\"\n", name.c_str());
   HttpClient c(g.url, g.api_key);
   int last = -1;
   auto r = c.Upload("/v1/images/" + name, tar, [&](uint64_t s, uint64_t t) {

@@ -119,6 +119,33 @@ int main(int argc, char** argv) {
   stop->add_option("id", life_id)->required();
   start->add_option("id", life_id)->required();
 
+  auto* snap = app.add_subcommand("snapshot", "capture a sandbox's files as a named snapshot");
+  std::string snap_id, snap_name;
+  snap->add_option("id", snap_id)->required();
+  snap->add_option("name", snap_name)->required();
+  auto* fork = app.add_subcommand("fork", "new sandboxes with a copy of a sandbox's files");
+  std::string fork_id;
+  int fork_count = 1;
+  fork->add_option("id", fork_id)->required();
+  fork->add_option("--count", fork_count, "how many (default 1)");
+
+  auto* tmpl = app.add_subcommand("template", "templates (named snapshots)");
+  tmpl->require_subcommand(1);
+  auto* tmpl_build = tmpl->add_subcommand("build", "run steps in a fresh sandbox, then snapshot it as NAME");
+  std::string tb_name, tb_image, tb_from, tb_type = "small";
+  std::vector<std::string> tb_steps;
+  int64_t tb_timeout = 1800;
+  tmpl_build->add_option("name", tb_name)->required();
+  tmpl_build->add_option("--image", tb_image, "image to start from (default: default)");
+  tmpl_build->add_option("--from", tb_from, "snapshot to start from");
+  tmpl_build->add_option("--type", tb_type, "sandbox type for the build");
+  tmpl_build->add_option("--run", tb_steps, "a step (shell command); repeat for more")->required();
+  tmpl_build->add_option("--timeout", tb_timeout, "seconds per step (default 1800)");
+  auto* tmpl_ls = tmpl->add_subcommand("ls", "list templates");
+  auto* tmpl_rm = tmpl->add_subcommand("rm", "delete templates");
+  std::vector<std::string> tmpl_rm_names;
+  tmpl_rm->add_option("names", tmpl_rm_names)->required();
+
   auto* img = app.add_subcommand("image", "images");
   img->require_subcommand(1);
   auto* img_ls = img->add_subcommand("ls", "list images");
@@ -135,6 +162,9 @@ int main(int argc, char** argv) {
   int runs = 50;
   std::string bench_image = "busybox";
   bool no_peers = false;
+  auto* bench_patterns = bench->add_subcommand("patterns", "the three tool-call patterns, timed (seed experiment)");
+  int pattern_runs = 5;
+  bench_patterns->add_option("--runs", pattern_runs, "calls per pattern (default 5)");
   bench->add_option("--runs", runs, "samples per row (default 50)");
   bench->add_option("--image", bench_image, "image for sandboxes (default busybox)");
   bench->add_flag("--no-peers", no_peers, "skip the peer tools");
@@ -261,7 +291,44 @@ int main(int argc, char** argv) {
     std::printf("%s\n", r->body.c_str());
     return 0;
   }
+  if (*snap) {
+    auto j = Api(c, "POST", "/v1/sandboxes/" + snap_id + "/snapshot", json{{"name", snap_name}});
+    if (!j) return 1;
+    if (g.json) std::printf("%s\n", j->dump().c_str());
+    else std::printf("%s (%.1f MB)\n", Str(*j, "name").c_str(), j->value("size_bytes", 0) / 1048576.0);
+    return 0;
+  }
+  if (*fork) {
+    auto j = Api(c, "POST", "/v1/sandboxes/" + fork_id + "/fork", json{{"count", fork_count}});
+    if (!j) return 1;
+    if (g.json) std::printf("%s\n", (*j)["sandboxes"].dump().c_str());
+    else
+      for (const auto& s : (*j)["sandboxes"]) std::printf("%s\n", Str(s, "id").c_str());
+    return 0;
+  }
+  if (*tmpl_build) return RunTemplateBuild(g, tb_name, tb_image, tb_from, tb_type, tb_steps, tb_timeout);
+  if (*tmpl_ls) {
+    auto j = Api(c, "GET", "/v1/snapshots");
+    if (!j) return 1;
+    if (g.json) {
+      std::printf("%s\n", (*j)["snapshots"].dump().c_str());
+      return 0;
+    }
+    std::printf("%-24s %-10s %-16s %10s %7s %s\n", "NAME", "IMAGE", "PARENT", "SIZE_MB", "LAYERS", "CREATED");
+    for (const auto& s : (*j)["snapshots"])
+      std::printf("%-24s %-10s %-16s %10.1f %7d %s\n", Str(s, "name").c_str(), Str(s, "image").c_str(),
+                  Str(s, "parent").c_str(), s.value("size_bytes", 0) / 1048576.0, s.value("layers", 0),
+                  Str(s, "created_at").c_str());
+    return 0;
+  }
+  if (*tmpl_rm) {
+    int rc = 0;
+    for (const auto& n : tmpl_rm_names)
+      if (!Api(c, "DELETE", "/v1/snapshots/" + n)) rc = 1;
+    return rc;
+  }
   if (*img_build) return RunImageBuild(g, build_name, cache_dir);
+  if (*bench_patterns) return RunBenchPatterns(g, pattern_runs);
   if (*bench) return RunBench(g, runs, bench_image, !no_peers);
   return 0;
 }

@@ -44,6 +44,7 @@ struct Flags {
   std::string default_image = "default";
   int64_t uid_base = 100000;
   int64_t output_cap = 16 << 20;
+  int64_t pool_size = 0;
   std::string log_level = "info";
 };
 
@@ -51,7 +52,7 @@ void Usage() {
   std::fprintf(stderr,
                "usage: sbxd [--listen HOST:PORT] [--socket PATH] [--data-dir DIR] [--config FILE]\n"
                "            [--agent PATH] [--default-image NAME] [--uid-base N]\n"
-               "            [--output-cap BYTES] [--log-level debug|info|warn|error]\n");
+               "            [--output-cap BYTES] [--pool-size N] [--log-level debug|info|warn|error]\n");
 }
 
 // A small subset of TOML: top-level `key = "string"` and `key = integer` lines.
@@ -113,7 +114,7 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
   if (f->config_given || fs::Exists(f->config)) SBX_RETURN_IF_ERROR(ReadConfig(f->config, &cfg));
   for (auto& [k, v] : given) cfg[k == "data-dir" ? "data_dir" : k == "default-image" ? "default_image"
                                  : k == "uid-base" ? "uid_base" : k == "output-cap" ? "output_cap"
-                                 : k == "log-level" ? "log_level" : k] = v;
+                                 : k == "log-level" ? "log_level" : k == "pool-size" ? "pool_size" : k] = v;
   for (auto& [k, v] : cfg) {
     try {
       if (k == "listen") f->listen = v;
@@ -124,6 +125,7 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       else if (k == "uid_base") f->uid_base = std::stoll(v);
       else if (k == "output_cap") f->output_cap = std::stoll(v);
       else if (k == "log_level") f->log_level = v;
+      else if (k == "pool_size") f->pool_size = std::stoll(v);
       else if (k == "config") continue;
       else return MakeError(Code::kInvalidArgument, "unknown option " + k);
     } catch (const std::exception&) {
@@ -133,6 +135,7 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
   if (f->uid_base < 1 || f->uid_base > (int64_t{1} << 31))
     return MakeError(Code::kInvalidArgument, "uid_base out of range");
   if (f->output_cap < 1024) return MakeError(Code::kInvalidArgument, "output_cap must be at least 1024");
+  if (f->pool_size < 0 || f->pool_size > 64) return MakeError(Code::kInvalidArgument, "pool_size must be between 0 and 64");
   return OkStatus();
 }
 
@@ -241,6 +244,7 @@ int Run(int argc, char** argv) {
   mo.data_dir = data_dir;
   mo.default_image = f.default_image;
   mo.output_cap = static_cast<uint64_t>(f.output_cap);
+  mo.pool_size = static_cast<int>(f.pool_size);
   core::SandboxManager manager(mo, store->get(), &images, rt.get());
   if (auto st = manager.Recover(); !st.ok()) return fail(st.error().Wrap("recovering state"));
 

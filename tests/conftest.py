@@ -38,7 +38,8 @@ def free_port() -> int:
 class Daemon:
     """One sbxd process on its own data dir, port and uid range."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, extra_args=()):
+        self.extra_args = list(extra_args)
         if os.geteuid() != 0:
             pytest.fail("the integration tests need root (run them through scripts/test.sh)")
         self.data = tempfile.mkdtemp(prefix=f"sbx-{name}-", dir="/var/tmp")
@@ -61,7 +62,8 @@ class Daemon:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [SBXD, "--listen", f"127.0.0.1:{self.port}", "--socket", os.path.join(self.data, "sbxd.sock"),
-             "--data-dir", self.data, "--uid-base", str(self.uid_base), "--default-image", "busybox"],
+             "--data-dir", self.data, "--uid-base", str(self.uid_base), "--default-image", "busybox",
+             *self.extra_args],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         deadline = time.time() + 20
         while time.time() < deadline:
@@ -169,9 +171,16 @@ class Daemon:
         raise AssertionError(f"leftovers: rows={self.sandboxes()} dirs={self.sandbox_dirs()} "
                              f"cgroups={self.cgroups()} procs={self.processes()}")
 
+    def metric(self, name: str) -> float:
+        status, text = self.raw("GET", "/metrics")
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise KeyError(name)
+
     def destroy(self):
         try:
-            if self.proc:
+            if self.proc and "--pool-size" not in self.extra_args:
                 self.delete_all()
                 self.wait_clean(timeout=30)
         finally:

@@ -33,7 +33,7 @@ std::string EncodeFrame(FrameType type, std::string_view payload) {
 Result<std::pair<FrameType, uint32_t>> DecodeHeader(const unsigned char* h) {
   uint32_t len = h[0] | (h[1] << 8) | (h[2] << 16) | (static_cast<uint32_t>(h[3]) << 24);
   uint8_t t = h[4];
-  if (t < 1 || t > static_cast<uint8_t>(FrameType::kKeepalive))
+  if (t < 1 || t > static_cast<uint8_t>(FrameType::kWarmDone))
     return MakeError(Code::kInvalidArgument, "agent protocol: unknown frame type " + std::to_string(t));
   if (h[5] || h[6] || h[7])
     return MakeError(Code::kInvalidArgument, "agent protocol: reserved header bytes set");
@@ -119,7 +119,9 @@ Result<ExitInfo> ExitInfo::FromJson(std::string_view s) {
   return e;
 }
 
-Status PingBlocking(const std::string& socket_path, int timeout_ms) {
+// One request frame, one answer frame of type `want`, on a fresh blocking connection.
+static Result<std::string> RoundTrip(const std::string& socket_path, FrameType req, FrameType want,
+                                     int timeout_ms) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return ErrnoError("socket");
   struct sockaddr_un addr = {};
@@ -129,24 +131,36 @@ Status PingBlocking(const std::string& socket_path, int timeout_ms) {
   std::strcpy(addr.sun_path, socket_path.c_str());
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     return ErrnoError("connect to agent");
-  std::string ping = EncodeFrame(FrameType::kPing, "");
-  if (::send(fd.get(), ping.data(), ping.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(ping.size()))
-    return ErrnoError("send ping");
+  std::string frame = EncodeFrame(req, "");
+  if (::send(fd.get(), frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size()))
+    return ErrnoError("send to agent");
   FrameDecoder dec;
   char buf[4096];
   while (true) {
     struct pollfd p = {fd.get(), POLLIN, 0};
-    if (::poll(&p, 1, timeout_ms) <= 0) return MakeError(Code::kDeadlineExceeded, "agent did not answer a ping");
+    if (::poll(&p, 1, timeout_ms) <= 0) return MakeError(Code::kDeadlineExceeded, "agent did not answer");
     ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n <= 0) return MakeError(Code::kUnavailable, "agent closed the connection");
     dec.Feed(buf, n);
     auto f = dec.Next();
     if (!f.ok()) return f.error();
     if (f->has_value()) {
-      if ((*f)->type != FrameType::kPong) return MakeError(Code::kInternal, "agent answered a ping with another frame");
-      return OkStatus();
+      if ((*f)->type != want) return MakeError(Code::kInternal, "agent answered with an unexpected frame");
+      return (*f)->payload;
     }
   }
+}
+
+Status WarmBlocking(const std::string& socket_path, int timeout_ms) {
+  auto r = RoundTrip(socket_path, FrameType::kWarm, FrameType::kWarmDone, timeout_ms);
+  if (!r.ok()) return r.error();
+  return OkStatus();
+}
+
+Status PingBlocking(const std::string& socket_path, int timeout_ms) {
+  auto r = RoundTrip(socket_path, FrameType::kPing, FrameType::kPong, timeout_ms);
+  if (!r.ok()) return r.error();
+  return OkStatus();
 }
 
 }  // namespace sbx::agent

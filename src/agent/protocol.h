@@ -4,7 +4,8 @@
 // A connection carries one request. Each frame is an 8-byte header, then the payload:
 //   u32 little-endian payload length (at most kMaxPayload), u8 type, 3 zero bytes.
 // Requests: kExec (JSON ExecRequest) then any number of kStdin / kStdinEof / kSignal;
-// or kPing (answered by kPong with JSON {"version", "agent"}).
+// or kPing (answered by kPong with JSON {"version", "agent"}); or kWarm (the agent walks
+// its root filesystem so lookups are cached, answered by kWarmDone with JSON {"entries"}).
 // Answers to kExec: kStdout / kStderr (raw bytes) in order, then one kExit (JSON ExitInfo),
 // or one kError (JSON {"message"}) if the request itself was refused.
 // Any thread may use these functions; they hold no state.
@@ -36,6 +37,8 @@ enum class FrameType : uint8_t {
   kPing = 9,
   kPong = 10,
   kKeepalive = 11,
+  kWarm = 12,
+  kWarmDone = 13,
 };
 
 struct Frame {
@@ -87,5 +90,7 @@ struct ExitInfo {
 
 // A blocking round trip to check that the agent at `socket_path` answers (any thread).
 Status PingBlocking(const std::string& socket_path, int timeout_ms);
+// Asks the agent to walk its root filesystem (warming the lookup caches); blocking.
+Status WarmBlocking(const std::string& socket_path, int timeout_ms);
 
 }  // namespace sbx::agent

@@ -284,6 +284,9 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     o << "# TYPE sbx_deletes_total counter\nsbx_deletes_total " << c.deletes << "\n";
     o << "# TYPE sbx_snapshots_total counter\nsbx_snapshots_total " << c.snapshots << "\n";
     o << "# TYPE sbx_forks_total counter\nsbx_forks_total " << c.forks << "\n";
+    o << "# HELP sbx_pool_ready Booted, warmed sandboxes waiting in the warm pool.\n"
+      << "# TYPE sbx_pool_ready gauge\nsbx_pool_ready " << c.pooled << "\n";
+    o << "# TYPE sbx_pool_claims_total counter\nsbx_pool_claims_total " << c.pool_claims << "\n";
     o << "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes "
       << proc::SelfRssBytes() << "\n";
     o << "# TYPE process_open_fds gauge\nprocess_open_fds " << proc::SelfFdCount() << "\n";

@@ -43,6 +43,7 @@ SandboxManager::SandboxManager(ManagerOptions opts, storage::Store* store,
   if (!opts_.now_ms) opts_.now_ms = [] { return NowUnixMs(); };
   for (int i = 0; i < std::max(1, opts_.teardown_threads); ++i)
     teardown_threads_.emplace_back([this] { TeardownLoop(); });
+  if (opts_.pool_size > 0) pool_thread_ = std::thread([this] { PoolLoop(); });
 }
 
 SandboxManager::~SandboxManager() {
@@ -51,6 +52,11 @@ SandboxManager::~SandboxManager() {
     stopping_ = true;
   }
   tq_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_cv_.notify_all();
+  }
+  if (pool_thread_.joinable()) pool_thread_.join();
   for (auto& t : teardown_threads_) t.join();
 }
 
@@ -62,7 +68,7 @@ runtime::StartSpec SandboxManager::SpecOf(const SandboxRecord& r) const {
     for (const auto& l : layers)
       if (l.is_string()) s.layers.push_back(l.get<std::string>());
   s.dir = DirOf(r.id);
-  s.hostname = r.name.empty() ? r.id : r.name;
+  s.hostname = r.id;
   s.limits.cpus = static_cast<int>(r.cpus);
   s.limits.memory_bytes = static_cast<uint64_t>(r.memory_mb) << 20;
   s.limits.pids = static_cast<int>(r.pids);
@@ -140,12 +146,10 @@ Result<SandboxView> SandboxManager::Create(const CreateRequest& req) {
   return CreateOn(req, image_name, {image.path});
 }
 
-Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std::string& image_name,
-                                             const std::vector<std::string>& layers) {
-  SBX_ASSIGN_OR_RETURN(SandboxType type, types_.Find(req.type));
-  int64_t ttl = req.ttl_seconds.value_or(opts_.default_ttl_seconds);
-  auto e = std::make_shared<Entry>();
-  SandboxRecord& r = e->rec;
+storage::SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, const SandboxType& type,
+                                                  const std::string& image_name,
+                                                  const std::vector<std::string>& layers) {
+  SandboxRecord r;
   r.id = NewId("sb");
   r.name = req.name;
   r.state = "creating";
@@ -158,7 +162,7 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
   r.memory_mb = req.memory_mb.value_or(type.memory_mb);
   r.disk_mb = type.disk_mb;
   r.pids = req.pids.value_or(type.pids);
-  r.ttl_seconds = ttl;
+  r.ttl_seconds = req.ttl_seconds.value_or(opts_.default_ttl_seconds);
   r.ttl_action = req.ttl_action;
   r.idle_timeout_seconds = req.idle_timeout_seconds;
   r.no_env = req.no_env;
@@ -166,6 +170,35 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
   r.metadata_json = json(req.metadata).dump();
   r.network_json = json{{"mode", req.network_mode}}.dump();
   r.created_ms = Now();
+  return r;
+}
+
+Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std::string& image_name,
+                                             const std::vector<std::string>& layers, bool use_pool) {
+  SBX_ASSIGN_OR_RETURN(SandboxType type, types_.Find(req.type));
+  if (use_pool && opts_.pool_size > 0 && req.isolation == "container") {
+    std::string key = json(layers).dump();
+    std::shared_ptr<Entry> pooled;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& k = wanted_[key];
+      k.image = image_name;
+      k.from = req.from;
+      k.layers = layers;
+      k.last_used_ms = Now();
+      pooled = TakePooled(key);
+      pool_cv_.notify_all();
+    }
+    if (pooled) {
+      auto v = Claim(pooled, req, type);
+      if (v.ok() || v.error().code == Code::kAlreadyExists) return v;
+      SBX_LOG(kWarn) << "claiming pooled sandbox " << pooled->rec.id << ": " << v.error().message
+                     << "; creating one instead";
+    }
+  }
+  auto e = std::make_shared<Entry>();
+  e->rec = MakeRecord(req, type, image_name, layers);
+  SandboxRecord& r = e->rec;
   e->busy = true;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -212,6 +245,183 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
   if (!st.ok()) SBX_LOG(kError) << "persisting sandbox " << r.id << ": " << st.error().message;
   ++creates_;
   return ViewLocked(*e);
+}
+
+std::shared_ptr<SandboxManager::Entry> SandboxManager::TakePooled(const std::string& key) {
+  auto it = pool_.find(key);
+  while (it != pool_.end() && !it->second.empty()) {
+    auto e = it->second.front();
+    it->second.pop_front();
+    if (runtime_->Alive(e->inst)) return e;
+    // Died while waiting (killed from outside): it goes.
+    e->rec.state = "deleting";
+    (void)store_->UpdateSandbox(e->rec);
+    deleting_[e->rec.id] = e;
+    EnqueueTeardown(e->rec.id);
+  }
+  return nullptr;
+}
+
+Result<SandboxView> SandboxManager::Claim(std::shared_ptr<Entry> e, const CreateRequest& req,
+                                          const SandboxType& type) {
+  // Only what is per-sandbox changes: the pooled sandbox has run nothing, so it is
+  // exactly what a cold create would have made.
+  SandboxRecord claimed = MakeRecord(req, type, e->rec.image, {});
+  claimed.id = e->rec.id;
+  claimed.layers_json = e->rec.layers_json;
+  claimed.pid = e->rec.pid;
+  claimed.pid_start = e->rec.pid_start;
+  runtime::Limits limits{static_cast<int>(claimed.cpus), static_cast<uint64_t>(claimed.memory_mb) << 20,
+                         static_cast<int>(claimed.pids)};
+  auto give_back = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    e->rec.state = "deleting";
+    (void)store_->UpdateSandbox(e->rec);
+    deleting_[e->rec.id] = e;
+    EnqueueTeardown(e->rec.id);
+  };
+  if (claimed.cpus != e->rec.cpus || claimed.memory_mb != e->rec.memory_mb || claimed.pids != e->rec.pids) {
+    Status st = runtime_->UpdateLimits(e->rec.id, limits);
+    if (!st.ok()) {
+      give_back();
+      return st.error();
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!claimed.name.empty())
+    for (const auto& [_, other] : sandboxes_)
+      if (other->rec.name == claimed.name) {
+        e->rec.state = "deleting";
+        (void)store_->UpdateSandbox(e->rec);
+        deleting_[e->rec.id] = e;
+        EnqueueTeardown(e->rec.id);
+        return MakeError(Code::kAlreadyExists, "a sandbox named \"" + claimed.name + "\" exists");
+      }
+  claimed.state = "running";
+  claimed.started_ms = Now();
+  claimed.expires_ms = claimed.started_ms + claimed.ttl_seconds * 1000;
+  SandboxRecord before = e->rec;
+  e->rec = claimed;
+  Status st = store_->UpdateSandbox(e->rec);
+  if (!st.ok()) {
+    e->rec = before;
+    e->rec.state = "deleting";
+    (void)store_->UpdateSandbox(e->rec);
+    deleting_[e->rec.id] = e;
+    EnqueueTeardown(e->rec.id);
+    if (st.error().code == Code::kAlreadyExists)
+      return MakeError(Code::kAlreadyExists, "a sandbox named \"" + claimed.name + "\" exists");
+    return st.error();
+  }
+  sandboxes_[e->rec.id] = e;
+  ++creates_;
+  ++pool_claims_;
+  return ViewLocked(*e);
+}
+
+bool SandboxManager::FillOne(const std::string& key, const PoolKey& k) {
+  auto type = types_.Find("small");
+  if (!type.ok()) return false;
+  for (const auto& l : k.layers)
+    if (!fs::IsDir(l)) {
+      // Its image or template is gone: nothing to keep warm.
+      std::lock_guard<std::mutex> lock(mu_);
+      DropPool(key);
+      return false;
+    }
+  CreateRequest req;
+  req.from = k.from;
+  auto e = std::make_shared<Entry>();
+  e->rec = MakeRecord(req, *type, k.image, k.layers);
+  e->rec.state = "pooled";
+  // The row first, so a crash leaves something Recover() removes.
+  if (!store_->InsertSandbox(e->rec).ok()) return false;
+  runtime::StartSpec spec = SpecOf(e->rec);
+  Status st = runtime_->Prepare(spec);
+  Result<runtime::Instance> inst = st.ok() ? runtime_->Start(spec) : Result<runtime::Instance>(st.error());
+  if (inst.ok()) {
+    // Walk the root once, so the first command of its user finds its files cached.
+    Status warm = agent::WarmBlocking(inst->agent_socket, 60000);
+    if (!warm.ok()) SBX_LOG(kWarn) << "warming pooled sandbox " << e->rec.id << ": " << warm.error().message;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!inst.ok()) {
+    SBX_LOG(kWarn) << "filling the pool: " << inst.error().message;
+    e->rec.state = "deleting";
+    (void)store_->UpdateSandbox(e->rec);
+    deleting_[e->rec.id] = e;
+    EnqueueTeardown(e->rec.id);
+    return false;
+  }
+  e->inst = *inst;
+  e->rec.pid = inst->pid;
+  e->rec.pid_start = static_cast<int64_t>(inst->pid_start);
+  (void)store_->UpdateSandbox(e->rec);
+  if (!wanted_.count(key)) {
+    // Its template went away meanwhile.
+    e->rec.state = "deleting";
+    (void)store_->UpdateSandbox(e->rec);
+    deleting_[e->rec.id] = e;
+    EnqueueTeardown(e->rec.id);
+    return true;
+  }
+  pool_[key].push_back(e);
+  return true;
+}
+
+void SandboxManager::DropPool(const std::string& key) {
+  wanted_.erase(key);
+  auto it = pool_.find(key);
+  if (it == pool_.end()) return;
+  for (auto& e : it->second) {
+    e->rec.state = "deleting";
+    (void)store_->UpdateSandbox(e->rec);
+    deleting_[e->rec.id] = e;
+    EnqueueTeardown(e->rec.id);
+  }
+  pool_.erase(it);
+}
+
+void SandboxManager::PoolLoop() {
+  while (true) {
+    std::string key;
+    PoolKey k;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      {
+        std::lock_guard<std::mutex> tl(tq_mu_);
+        if (stopping_) return;
+      }
+      // Keys unused for a while give their sandboxes back.
+      int64_t now = Now();
+      std::vector<std::string> stale;
+      for (const auto& [kk, w] : wanted_)
+        if (now - w.last_used_ms > opts_.pool_keep_ms) stale.push_back(kk);
+      for (const auto& kk : stale) DropPool(kk);
+      for (const auto& [kk, w] : wanted_)
+        if (pool_[kk].size() < static_cast<size_t>(opts_.pool_size) && w.retry_after_ms <= now) {
+          key = kk;
+          k = w;
+          break;
+        }
+      if (key.empty()) {
+        pool_cv_.wait_for(lock, std::chrono::milliseconds(500));
+        continue;
+      }
+    }
+    bool ok = FillOne(key, k);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = wanted_.find(key);
+    if (it == wanted_.end()) continue;
+    if (ok) {
+      it->second.failures = 0;
+      it->second.retry_after_ms = 0;
+    } else {
+      // Back off: 100 ms, doubling up to a minute.
+      int f = std::min(++it->second.failures, 10);
+      it->second.retry_after_ms = Now() + std::min<int64_t>(60000, 100LL << f);
+    }
+  }
 }
 
 Result<SandboxView> SandboxManager::Get(const std::string& id) {
@@ -504,7 +714,7 @@ Result<std::vector<SandboxView>> SandboxManager::Fork(const std::string& id, int
   SBX_ASSIGN_OR_RETURN(auto chain, Capture(id, nullptr));
   std::vector<SandboxView> out;
   for (int i = 0; i < count; ++i) {
-    auto v = CreateOn(req, image, chain);
+    auto v = CreateOn(req, image, chain, /*use_pool=*/false);
     if (!v.ok()) {
       for (const auto& made : out) (void)Delete(made.rec.id);
       CollectLayers();
@@ -530,8 +740,13 @@ Result<storage::SnapshotRecord> SandboxManager::GetSnapshot(const std::string& n
 
 Status SandboxManager::DeleteSnapshot(const std::string& name) {
   if (!ValidName(name)) return MakeError(Code::kInvalidArgument, "invalid snapshot name");
+  auto snap = store_->GetSnapshot(name);
   SBX_ASSIGN_OR_RETURN(bool removed, store_->DeleteSnapshot(name));
   if (!removed) return MakeError(Code::kNotFound, "snapshot \"" + name + "\" not found");
+  if (snap.ok() && snap->has_value()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    DropPool(json::parse((*snap)->layers_json, nullptr, false).dump());
+  }
   CollectLayers();
   return OkStatus();
 }
@@ -555,6 +770,8 @@ void SandboxManager::CollectLayers() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [_, e] : sandboxes_) add(e->rec.layers_json);
     for (const auto& [_, e] : deleting_) add(e->rec.layers_json);
+    for (const auto& [_, q] : pool_)
+      for (const auto& e : q) add(e->rec.layers_json);
     for (const auto& [_, e] : sandboxes_)
       if (e->captures) capturing.insert(e->rec.id);
   }
@@ -697,6 +914,8 @@ SandboxManager::Counts SandboxManager::GetCounts() {
   c.deletes = deletes_;
   c.snapshots = snapshots_;
   c.forks = forks_;
+  for (const auto& [_, q] : pool_) c.pooled += static_cast<int>(q.size());
+  c.pool_claims = pool_claims_;
   return c;
 }
 
@@ -710,7 +929,12 @@ Status SandboxManager::Recover() {
     if (layers.is_array())
       for (const auto& l : layers)
         if (l.is_string()) layers_in_use.push_back(l.get<std::string>());
-    if (r.state == "deleting") {
+    if (r.state == "deleting" || r.state == "pooled") {
+      // A warm-pool sandbox is cheaper to make again than to re-adopt.
+      if (r.state == "pooled") {
+        r.state = "deleting";
+        SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
+      }
       EnqueueTeardown(r.id);
       continue;
     }

@@ -96,6 +96,10 @@ struct ManagerOptions {
       {"HOME", "/root"},
       {"LANG", "C.UTF-8"},
       {"TERM", "xterm"}};
+  // Warm pool: this many booted, warmed sandboxes are kept ready per image or snapshot
+  // created from within the last pool_keep_ms (0: no pool).
+  int pool_size = 0;
+  int64_t pool_keep_ms = 10 * 60 * 1000;
   std::function<int64_t()> now_ms;  // wall clock (tests drive it); default: real time
 };
 
@@ -141,6 +145,8 @@ class SandboxManager {
   struct Counts {
     int running = 0, stopped = 0, error = 0, creating = 0, deleting = 0;
     int64_t creates = 0, execs = 0, deletes = 0, snapshots = 0, forks = 0;
+    int pooled = 0;               // ready in the warm pool
+    int64_t pool_claims = 0;      // creates served from the pool
   };
   Counts GetCounts();
   const TypeTable& types() const { return types_; }
@@ -156,8 +162,25 @@ class SandboxManager {
   };
   // A capture of a sandbox's files as a new layer over its own: the whole chain.
   Result<std::vector<std::string>> Capture(const std::string& id, uint64_t* bytes);
+  // use_pool: claim from (and teach) the warm pool; forks' one-off layers do not.
   Result<SandboxView> CreateOn(const CreateRequest& req, const std::string& image,
-                               const std::vector<std::string>& layers);
+                               const std::vector<std::string>& layers, bool use_pool = true);
+  storage::SandboxRecord MakeRecord(const CreateRequest& req, const SandboxType& type,
+                                    const std::string& image, const std::vector<std::string>& layers);
+  // The warm pool.
+  struct PoolKey {
+    std::string image, from;
+    std::vector<std::string> layers;
+    int64_t last_used_ms = 0;
+    int failures = 0;          // fills that failed in a row
+    int64_t retry_after_ms = 0;  // back-off after a failure
+  };
+  std::shared_ptr<Entry> TakePooled(const std::string& key);  // mu_ held
+  Result<SandboxView> Claim(std::shared_ptr<Entry> e, const CreateRequest& req, const SandboxType& type);
+  void PoolLoop();
+  // False if the fill failed.
+  bool FillOne(const std::string& key, const PoolKey& k);
+  void DropPool(const std::string& key);  // mu_ held
 
   int64_t Now() const { return opts_.now_ms(); }
   SandboxView ViewLocked(const Entry& e) const;
@@ -181,6 +204,11 @@ class SandboxManager {
   std::map<std::string, std::shared_ptr<Entry>> deleting_;   // queued for teardown
   int64_t creates_ = 0, execs_ = 0, deletes_ = 0, snapshots_ = 0, forks_ = 0;
   std::mutex gc_mu_;  // one layer collection at a time
+  std::map<std::string, PoolKey> wanted_;                                  // by layers_json
+  std::map<std::string, std::deque<std::shared_ptr<Entry>>> pool_;        // by layers_json
+  int64_t pool_claims_ = 0;
+  std::condition_variable pool_cv_;
+  std::thread pool_thread_;
 
   std::mutex tq_mu_;
   std::condition_variable tq_cv_;

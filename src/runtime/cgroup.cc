@@ -61,6 +61,14 @@ Status CgroupDir::Create(const CgroupLimits& l) {
       path += "/" + parts[i];
       SBX_RETURN_IF_ERROR(fs::MkdirAll(path));
     }
+    return SetLimits(l);
+  }
+  for (const char* c : kV1Controllers) SBX_RETURN_IF_ERROR(fs::MkdirAll(Dir(c)));
+  return SetLimits(l);
+}
+
+Status CgroupDir::SetLimits(const CgroupLimits& l) {
+  if (mode_ == CgroupMode::kV2) {
     std::string d = Dir("");
     if (l.memory_bytes) {
       SBX_RETURN_IF_ERROR(fs::WriteFile(d + "/memory.max", std::to_string(l.memory_bytes), false));
@@ -70,13 +78,15 @@ Status CgroupDir::Create(const CgroupLimits& l) {
     if (l.pids) SBX_RETURN_IF_ERROR(fs::WriteFile(d + "/pids.max", std::to_string(l.pids), false));
     return OkStatus();
   }
-  for (const char* c : kV1Controllers) SBX_RETURN_IF_ERROR(fs::MkdirAll(Dir(c)));
+  if (mode_ != CgroupMode::kV1) return MakeError(Code::kFailedPrecondition, "no usable cgroup hierarchy");
   if (l.memory_bytes) {
     std::string m = Dir("memory");
+    // With swap accounting the combined limit must stay at or above the memory limit:
+    // raise it first when growing, lower it last when shrinking.
+    bool memsw = fs::Exists(m + "/memory.memsw.limit_in_bytes");
+    if (memsw) (void)fs::WriteFile(m + "/memory.memsw.limit_in_bytes", "-1", false);
     SBX_RETURN_IF_ERROR(fs::WriteFile(m + "/memory.limit_in_bytes", std::to_string(l.memory_bytes), false));
-    // With swap accounting, forbid swapping past the limit too.
-    if (fs::Exists(m + "/memory.memsw.limit_in_bytes"))
-      (void)fs::WriteFile(m + "/memory.memsw.limit_in_bytes", std::to_string(l.memory_bytes), false);
+    if (memsw) (void)fs::WriteFile(m + "/memory.memsw.limit_in_bytes", std::to_string(l.memory_bytes), false);
     (void)fs::WriteFile(m + "/memory.swappiness", "0", false);
   }
   if (l.cpus) {

@@ -29,6 +29,8 @@ class CgroupDir {
   CgroupDir(CgroupMode mode, std::string group, std::string root = "/sys/fs/cgroup");
 
   Status Create(const CgroupLimits& limits);
+  // Writes the limits of an existing group.
+  Status SetLimits(const CgroupLimits& limits);
   Status AddProcess(pid_t pid);
   // PIDs of every process in the group.
   std::vector<pid_t> Pids() const;

@@ -47,6 +47,8 @@ class Runtime {
   virtual Result<Instance> Start(const StartSpec& spec) = 0;
   // Kills every process of the sandbox and waits until they are gone; files stay.
   virtual Status Stop(const std::string& id, const Instance& inst) = 0;
+  // Applies new resource limits to a running sandbox (a claimed pooled sandbox).
+  virtual Status UpdateLimits(const std::string& id, const Limits& limits) = 0;
   // Stops every process of a running sandbox in place (memory kept), and lets them go on.
   virtual Status Freeze(const std::string& id) = 0;
   virtual Status Thaw(const std::string& id) = 0;

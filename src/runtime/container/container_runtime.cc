@@ -187,6 +187,10 @@ class ContainerRuntime : public Runtime {
     return cg.Remove();
   }
 
+  Status UpdateLimits(const std::string& id, const Limits& l) override {
+    return CgroupDir(mode_, Group(id), o_.cgroup_root).SetLimits({l.cpus, l.memory_bytes, l.pids});
+  }
+
   Status Freeze(const std::string& id) override {
     return CgroupDir(mode_, Group(id), o_.cgroup_root).Freeze();
   }

@@ -75,6 +75,9 @@ class FakeRuntime : public Runtime {
     return OkStatus();
   }
 
+  // Without a cgroup there are no limits to change.
+  Status UpdateLimits(const std::string&, const Limits&) override { return OkStatus(); }
+
   // Without a cgroup there is nothing to freeze; tests of the fake runtime write no files
   // while they capture.
   Status Freeze(const std::string&) override { return OkStatus(); }
