@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -215,6 +216,10 @@ void Handler::Run() {
       // mounts) so that the first commands find their files in the dentry cache.
       static long entries;
       entries = 0;
+      // At idle priority: warming must never slow a command running elsewhere. (This
+      // handler exits after, so the setting dies with it.)
+      struct sched_param sp = {};
+      sched_setscheduler(0, SCHED_IDLE, &sp);
       // Outside a sandbox "/" is the host's: nothing to warm there.
       if (g_is_init)
         nftw("/", [](const char*, const struct stat*, int, struct FTW*) { ++entries; return 0; }, 32,

@@ -1,9 +1,12 @@
 #include "core/sandbox_manager.h"
 
+#include <sched.h>
+
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/fault.h"
 #include "base/fs.h"
 #include "base/ids.h"
 #include "base/log.h"
@@ -17,6 +20,14 @@ using nlohmann::json;
 using storage::SandboxRecord;
 
 namespace {
+
+// Background work (teardowns, pool refills) runs at idle CPU priority so that it never
+// slows the commands of live sandboxes; processes it starts get normal priority back.
+void BecomeIdle() {
+  struct sched_param sp = {};
+  if (::sched_setscheduler(0, SCHED_IDLE | SCHED_RESET_ON_FORK, &sp) != 0)
+    SBX_LOG(kDebug) << "cannot lower the priority of a background thread";
+}
 
 int64_t SteadyUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -42,8 +53,15 @@ SandboxManager::SandboxManager(ManagerOptions opts, storage::Store* store,
       types_(std::move(types)) {
   if (!opts_.now_ms) opts_.now_ms = [] { return NowUnixMs(); };
   for (int i = 0; i < std::max(1, opts_.teardown_threads); ++i)
-    teardown_threads_.emplace_back([this] { TeardownLoop(); });
-  if (opts_.pool_size > 0) pool_thread_ = std::thread([this] { PoolLoop(); });
+    teardown_threads_.emplace_back([this] {
+      BecomeIdle();
+      TeardownLoop();
+    });
+  if (opts_.pool_size > 0)
+    pool_thread_ = std::thread([this] {
+      BecomeIdle();
+      PoolLoop();
+    });
 }
 
 SandboxManager::~SandboxManager() {
@@ -215,11 +233,13 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
     }
     sandboxes_[r.id] = e;
   }
+  FaultPoint("create.row_inserted");
 
   runtime::StartSpec spec = SpecOf(r);
   Status prepared = runtime_->Prepare(spec);
   Result<runtime::Instance> inst = prepared.ok() ? runtime_->Start(spec) : Result<runtime::Instance>(prepared.error());
 
+  FaultPoint("create.started");
   std::unique_lock<std::mutex> lock(mu_);
   e->busy = false;
   bool deleted = sandboxes_.find(r.id) == sandboxes_.end();
@@ -468,6 +488,7 @@ Status SandboxManager::Delete(const std::string& id) {
     deleting_[id] = e;
     ++deletes_;
   }
+  FaultPoint("delete.marked");
   EnqueueTeardown(id);
   return OkStatus();
 }
@@ -623,7 +644,9 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
         if (!st.ok()) SBX_LOG(kError) << "thawing " << id << ": " << st.error().message;
       }
     });
+    FaultPoint("snapshot.frozen");
     copied = layers::CopyTree(DirOf(id) + "/upper", tmp);
+    FaultPoint("snapshot.copied");
   }
   if (!copied.ok()) {
     (void)fs::RemoveTree(tmp);
@@ -636,6 +659,7 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
     return err;
   }
   ::chmod(layer.c_str(), 0755);
+  FaultPoint("snapshot.renamed");
   if (bytes) *bytes = copied->bytes;
   layers.insert(layers.begin(), layer);
   return layers;
@@ -669,6 +693,7 @@ Result<storage::SnapshotRecord> SandboxManager::Snapshot(const std::string& id, 
     if (it != sandboxes_.end()) rec.parent = it->second->rec.from_snapshot;
   }
   Status st = store_->InsertSnapshot(rec);
+  FaultPoint("snapshot.recorded");
   if (!st.ok()) {
     // The name was taken meanwhile (or the write failed): the fresh layer goes.
     CollectLayers();
@@ -712,6 +737,7 @@ Result<std::vector<SandboxView>> SandboxManager::Fork(const std::string& id, int
     image = r.image;
   }
   SBX_ASSIGN_OR_RETURN(auto chain, Capture(id, nullptr));
+  FaultPoint("fork.captured");
   std::vector<SandboxView> out;
   for (int i = 0; i < count; ++i) {
     auto v = CreateOn(req, image, chain, /*use_pool=*/false);

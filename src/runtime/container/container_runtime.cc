@@ -209,6 +209,8 @@ class ContainerRuntime : public Runtime {
     SBX_ASSIGN_OR_RETURN(UniqueFd fd, proc::PidfdOpen(pid));
     // The pid was checked before the pidfd was opened: check again after.
     if (proc::StartTime(pid) != pid_start) return MakeError(Code::kNotFound, "the sandbox's init is gone");
+    // A capture cut short by a crash may have left it frozen: its agent could not answer.
+    SBX_RETURN_IF_ERROR(Thaw(spec.id));
     SBX_RETURN_IF_ERROR(agent::PingBlocking(Socket(spec.dir), 2000));
     Instance inst;
     inst.pid = pid;
