@@ -23,12 +23,19 @@ if ! $SBX image ls | grep -q '^default '; then
   $SBX image build default
 fi
 
-log "demo: create, exec, ls, rm"
+log "demo: create, exec, snapshot, create from it, fork, rm"
 set -x
 ID=$($SBX create --type small --ttl 600 --name demo-$$)
 $SBX exec "$ID" -- python3 -c 'print(1+1)'
 $SBX exec "$ID" -- sh -c 'echo "hello from $(hostname), uid $(id -u), caps $(grep CapEff /proc/self/status | cut -f2)"'
+$SBX exec "$ID" -- sh -c 'echo "state kept in the template" > /root/note'
+$SBX snapshot "$ID" demo-template-$$
+FROM=$($SBX create --from demo-template-$$ --ttl 600)
+$SBX exec "$FROM" -- cat /root/note
+FORK=$($SBX fork "$ID")
+$SBX exec "$FORK" -- cat /root/note
 $SBX ls
-$SBX rm "$ID"
+$SBX rm "$ID" "$FROM" "$FORK"
+$SBX template rm demo-template-$$
 set +x
 log "sbxd is running (pid $(cat /run/sbx/sbxd.pid 2>/dev/null || echo '?')); try: $BUILD/sbx create"
