@@ -146,6 +146,25 @@ int main(int argc, char** argv) {
   std::vector<std::string> tmpl_rm_names;
   tmpl_rm->add_option("names", tmpl_rm_names)->required();
 
+  auto* disk = app.add_subcommand("disk", "persistent disks and serverless calls");
+  disk->require_subcommand(1);
+  auto* disk_create = disk->add_subcommand("create", "create a disk");
+  std::string disk_name;
+  int64_t disk_size = 1024;
+  disk_create->add_option("--name", disk_name, "a unique name");
+  disk_create->add_option("--size-mb", disk_size, "size limit in MiB (default 1024)");
+  auto* disk_ls = disk->add_subcommand("ls", "list disks");
+  auto* disk_rm = disk->add_subcommand("rm", "delete disks");
+  std::vector<std::string> disk_rm_ids;
+  disk_rm->add_option("ids", disk_rm_ids)->required();
+  auto* disk_exec = disk->add_subcommand("exec", "run one command in a fresh sandbox on the disk");
+  std::string disk_exec_id;
+  std::vector<std::string> disk_cmd;
+  int64_t disk_timeout = 300;
+  disk_exec->add_option("id", disk_exec_id, "disk id or name")->required();
+  disk_exec->add_option("--timeout", disk_timeout, "seconds (at most 300)");
+  disk_exec->add_option("cmd", disk_cmd, "the command (after --)")->required();
+
   auto* img = app.add_subcommand("image", "images");
   img->require_subcommand(1);
   auto* img_ls = img->add_subcommand("ls", "list images");
@@ -326,6 +345,49 @@ int main(int argc, char** argv) {
     for (const auto& n : tmpl_rm_names)
       if (!Api(c, "DELETE", "/v1/snapshots/" + n)) rc = 1;
     return rc;
+  }
+  if (*disk_create) {
+    json body = {{"size_mb", disk_size}};
+    if (!disk_name.empty()) body["name"] = disk_name;
+    auto j = Api(c, "POST", "/v1/disks", body);
+    if (!j) return 1;
+    std::printf("%s\n", g.json ? j->dump().c_str() : Str(*j, "id").c_str());
+    return 0;
+  }
+  if (*disk_ls) {
+    auto j = Api(c, "GET", "/v1/disks");
+    if (!j) return 1;
+    if (g.json) {
+      std::printf("%s\n", (*j)["disks"].dump().c_str());
+      return 0;
+    }
+    std::printf("%-20s %-16s %10s %10s %s\n", "ID", "NAME", "SIZE_MB", "USED_MB", "CREATED");
+    for (const auto& d : (*j)["disks"])
+      std::printf("%-20s %-16s %10lld %10.1f %s\n", Str(d, "id").c_str(), Str(d, "name").c_str(),
+                  static_cast<long long>(d.value("size_mb", 0)), d.value("used_bytes", 0) / 1048576.0,
+                  Str(d, "created_at").c_str());
+    return 0;
+  }
+  if (*disk_rm) {
+    int rc = 0;
+    for (const auto& id : disk_rm_ids)
+      if (!Api(c, "DELETE", "/v1/disks/" + id)) rc = 1;
+    return rc;
+  }
+  if (*disk_exec) {
+    json body = {{"cmd", disk_cmd.size() == 1 ? json(disk_cmd[0]) : json(disk_cmd)}, {"timeout_seconds", disk_timeout}};
+    auto r = c.Call("POST", "/v1/disks/" + disk_exec_id + "/exec", body.dump());
+    if (!r.ok()) return Fail(r.error().message);
+    auto j = json::parse(r->body, nullptr, false);
+    if (j.is_object() && j.contains("stdout")) {
+      std::string o = j.value("stdout", ""), e = j.value("stderr", "");
+      ssize_t w = ::write(1, o.data(), o.size());
+      w = ::write(2, e.data(), e.size());
+      (void)w;
+    }
+    if (r->status >= 300) return Fail(ErrorMessage(*r));
+    if (g.json) std::fprintf(stderr, "%s\n", json{{"timing", j["timing"]}, {"cost_usd", j["cost_usd"]}}.dump().c_str());
+    return j.value("exit_code", 1);
   }
   if (*img_build) return RunImageBuild(g, build_name, cache_dir);
   if (*bench_patterns) return RunBenchPatterns(g, pattern_runs);

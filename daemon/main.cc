@@ -202,7 +202,7 @@ int Run(int argc, char** argv) {
   };
   if (auto st = fs::MkdirAll(f.data_dir, 0711); !st.ok()) return fail(st.error());
   ::chmod(f.data_dir.c_str(), 0711);
-  for (const char* d : {"sandboxes", "images", "tmp"}) {
+  for (const char* d : {"sandboxes", "images", "tmp", "disks"}) {
     std::string p = f.data_dir + "/" + d;
     if (auto st = fs::MkdirAll(p, 0711); !st.ok()) return fail(st.error());
     ::chmod(p.c_str(), d[0] == 't' ? 0700 : 0711);
@@ -246,11 +246,14 @@ int Run(int argc, char** argv) {
   mo.output_cap = static_cast<uint64_t>(f.output_cap);
   mo.pool_size = static_cast<int>(f.pool_size);
   core::SandboxManager manager(mo, store->get(), &images, rt.get());
+  disks::DiskStore disk_store(data_dir, store->get(), co.uid_base);
+  if (auto st = disk_store.MountAll(); !st.ok()) return fail(st.error().Wrap("mounting disks"));
+  manager.AttachDisks(&disk_store);
   if (auto st = manager.Recover(); !st.ok()) return fail(st.error().Wrap("recovering state"));
 
   asio::io_context io;
   asio::thread_pool pool(8);
-  api::Api api(&manager, &images, *key_hash, &pool, data_dir + "/tmp");
+  api::Api api(&manager, &images, &disk_store, *key_hash, &pool, data_dir + "/tmp");
   api::ServerOptions so;
   auto colon = f.listen.rfind(':');
   if (colon == std::string::npos) return fail(MakeError(Code::kInvalidArgument, "--listen wants HOST:PORT"));

@@ -209,6 +209,10 @@ class Daemon:
                     os.rmdir(base)
                 except OSError:
                     pass
+            # Disks are host mounts under the data dir: unmount them before removing it.
+            for line in self.host_mounts():
+                target = line.split()[4]
+                subprocess.run(["umount", "-l", target], check=False)
             shutil.rmtree(self.data, ignore_errors=True)
 
 

@@ -70,6 +70,24 @@ Status Mask(const std::string& path) {
   return Mount("/dev/null", path, nullptr, MS_BIND);
 }
 
+// Creates each directory of `rel` (absolute inside the root) below `root`, refusing
+// symlinks and non-directories on the way, so an image cannot redirect a mount.
+Status EnsureDirsUnder(const std::string& root, const std::string& rel) {
+  std::string path = root;
+  size_t i = 1;
+  while (i <= rel.size()) {
+    size_t j = rel.find('/', i);
+    if (j == std::string::npos) j = rel.size();
+    std::string part = rel.substr(i, j - i);
+    if (part.empty() || part == "." || part == "..")
+      return MakeError(Code::kInvalidArgument, "bad mount path " + rel);
+    path += "/" + part;
+    SBX_RETURN_IF_ERROR(EnsureDir(path));
+    i = j + 1;
+  }
+  return OkStatus();
+}
+
 Status SetUpDev(const std::string& root) {
   std::string dev = root + "/dev";
   SBX_RETURN_IF_ERROR(EnsureDir(dev));
@@ -131,6 +149,9 @@ Result<SandboxConfig> SandboxConfig::FromJson(const std::string& s) {
     c.socket_path = j.at("socket").get<std::string>();
     c.hostname = j.value("hostname", std::string("sandbox"));
     c.tmp_bytes = j.value("tmp_bytes", uint64_t{0});
+    if (j.contains("binds"))
+      for (const auto& b : j["binds"])
+        c.binds.emplace_back(b.at("source").get<std::string>(), b.at("target").get<std::string>());
   } catch (const std::exception& e) {
     return MakeError(Code::kInvalidArgument, std::string("sandbox config: ") + e.what());
   }
@@ -260,6 +281,14 @@ Result<UniqueFd> InitSandbox(const SandboxConfig& cfg) {
   SBX_RETURN_IF_ERROR(EnsureDir(root + "/tmp", 01777));
   SBX_RETURN_IF_ERROR(
       Mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777" + tmp_size));
+
+  // Disks: bind mounts of host filesystems that sbxd mounted nosuid,nodev (flags a bind
+  // inside a user namespace cannot clear).
+  for (const auto& [source, target] : cfg.binds) {
+    SBX_RETURN_IF_ERROR(EnsureDirsUnder(root, target));
+    // The bind keeps the source's nosuid,nodev,noatime, locked by the user namespace.
+    SBX_RETURN_IF_ERROR(Mount(source.c_str(), root + target, nullptr, MS_BIND | MS_REC));
+  }
 
   for (const char* p : {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
                         "/proc/latency_stats", "/proc/acpi", "/proc/scsi", "/sys/firmware",

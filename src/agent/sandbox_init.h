@@ -19,6 +19,7 @@ struct SandboxConfig {
   std::string socket_path;         // host path of the agent's listening socket
   std::string hostname;
   uint64_t tmp_bytes = 0;  // size of /tmp and /dev/shm (0: half of memory)
+  std::vector<std::pair<std::string, std::string>> binds;  // host source, target inside
   static Result<SandboxConfig> FromJson(const std::string& s);
   std::string ToJson() const;
 };

@@ -35,6 +35,11 @@ const std::vector<RouteInfo> kRoutes = {
     {"GET", "/v1/snapshots", false},
     {"GET", "/v1/snapshots/{name}", false},
     {"DELETE", "/v1/snapshots/{name}", false},
+    {"POST", "/v1/disks", false},
+    {"GET", "/v1/disks", false},
+    {"GET", "/v1/disks/{id}", false},
+    {"DELETE", "/v1/disks/{id}", false},
+    {"POST", "/v1/disks/{id}/exec", false},
     {"GET", "/v1/images", false},
     {"POST", "/v1/images/{name}", true},
 };
@@ -188,6 +193,14 @@ json SnapshotJson(const storage::SnapshotRecord& r) {
           {"created_at", FormatRfc3339(r.created_ms)}};
 }
 
+json DiskJson(const storage::DiskRecord& d, int64_t used) {
+  return {{"id", d.id},
+          {"name", d.name.empty() ? json(nullptr) : json(d.name)},
+          {"size_mb", d.size_mb},
+          {"used_bytes", used},
+          {"created_at", FormatRfc3339(d.created_ms)}};
+}
+
 json ExitJson(const core::ExecResult& r) {
   json j = {{"exit_code", r.exit.exit_code},
             {"timed_out", r.exit.timed_out},
@@ -204,10 +217,10 @@ json ExitJson(const core::ExecResult& r) {
 
 const std::vector<RouteInfo>& Routes() { return kRoutes; }
 
-Api::Api(core::SandboxManager* manager, layers::ImageStore* images, std::string admin_key_hash,
-         asio::thread_pool* pool, std::string tmp_dir)
-    : manager_(manager), images_(images), admin_key_hash_(std::move(admin_key_hash)), pool_(pool),
-      tmp_dir_(std::move(tmp_dir)) {}
+Api::Api(core::SandboxManager* manager, layers::ImageStore* images, disks::DiskStore* disks,
+         std::string admin_key_hash, asio::thread_pool* pool, std::string tmp_dir)
+    : manager_(manager), images_(images), disks_(disks), admin_key_hash_(std::move(admin_key_hash)),
+      pool_(pool), tmp_dir_(std::move(tmp_dir)) {}
 
 const RouteInfo* Api::Match(Request& req) const {
   auto segs = Split(req.path);
@@ -342,9 +355,21 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
       if (n.contains("allow") && !(n["allow"].is_array() && n["allow"].empty()))
         co_return Bad("network.allow is not available on this sbxd yet");
     }
-    if (j->contains("disks") && !(*j)["disks"].is_null() &&
-        !((*j)["disks"].is_array() && (*j)["disks"].empty()))
-      co_return Bad("disks are not available on this sbxd yet");
+    if (j->contains("disks") && !(*j)["disks"].is_null()) {
+      const json& ds = (*j)["disks"];
+      if (!ds.is_array()) co_return Bad("disks must be an array of {id, mount_path}");
+      for (const auto& d : ds) {
+        if (!d.is_object()) co_return Bad("disks must be an array of {id, mount_path}");
+        for (auto& [k, _] : d.items())
+          if (k != "id" && k != "mount_path") co_return Bad("unknown field disks[]." + k);
+        auto id = GetString(d, "id");
+        auto path = GetString(d, "mount_path", "/mnt/disk");
+        if (!id.ok()) co_return ErrorResponse(id.error());
+        if (!path.ok()) co_return ErrorResponse(path.error());
+        if (!ValidName(*id)) co_return Bad("disks[].id is not a valid disk id");
+        c.disks.emplace_back(*id, *path);
+      }
+    }
     if (j->contains("resources") && !(*j)["resources"].is_null()) {
       const json& r = (*j)["resources"];
       if (!r.is_object()) co_return Bad("resources must be an object");
@@ -561,6 +586,103 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     auto st = co_await RunBlocking(pool_, &fn);
     if (!st.ok()) co_return ErrorResponse(st.error());
     co_return Json(200, {{"type", "snapshot.named.deleted"}, {"name", name}});
+  }
+
+  if (pat == "/v1/disks" || pat == "/v1/disks/{id}") {
+    if (!disks_) co_return ErrorResponse(503, "unavailable", "disks are not available on this sbxd");
+    if (pat == "/v1/disks" && m == "POST") {
+      auto j = ParseObject(req.body, {"name", "size_mb"});
+      if (!j.ok()) co_return ErrorResponse(j.error());
+      auto name = GetString(*j, "name");
+      auto size = GetInt(*j, "size_mb");
+      if (!name.ok()) co_return ErrorResponse(name.error());
+      if (!size.ok()) co_return ErrorResponse(size.error());
+      int64_t mb = size->value_or(1024);
+      std::function<Result<storage::DiskRecord>()> fn = [this, &name, mb] { return disks_->Create(*name, mb); };
+      auto d = co_await RunBlocking(pool_, &fn);
+      if (!d.ok()) co_return ErrorResponse(d.error());
+      co_return Json(201, DiskJson(*d, disks_->UsedBytes(d->id)));
+    }
+    if (pat == "/v1/disks") {
+      auto list = disks_->List();
+      if (!list.ok()) co_return ErrorResponse(list.error());
+      json arr = json::array();
+      for (const auto& d : *list) arr.push_back(DiskJson(d, disks_->UsedBytes(d.id)));
+      co_return Json(200, {{"disks", arr}});
+    }
+    std::string id = req.params["id"];
+    if (m == "GET") {
+      auto d = disks_->Get(id);
+      if (!d.ok()) co_return ErrorResponse(d.error());
+      co_return Json(200, DiskJson(*d, disks_->UsedBytes(d->id)));
+    }
+    std::function<Status()> fn = [this, &id] { return manager_->DeleteDisk(id); };
+    auto st = co_await RunBlocking(pool_, &fn);
+    if (!st.ok()) co_return ErrorResponse(st.error());
+    co_return Json(200, {{"type", "disk.deleted"}, {"id", id}});
+  }
+
+  if (pat == "/v1/disks/{id}/exec") {
+    if (!disks_) co_return ErrorResponse(503, "unavailable", "disks are not available on this sbxd");
+    // A serverless call: a fresh sandbox with the disk at /mnt/disk, one command, gone.
+    auto j = ParseObject(req.body, {"cmd", "cwd", "env", "timeout_seconds", "image", "from"});
+    if (!j.ok()) co_return ErrorResponse(j.error());
+    core::ExecRequest e;
+    e.arrival_us = req.arrival_us;
+    if (!j->contains("cmd")) co_return Bad("cmd is required");
+    const json& cmd = (*j)["cmd"];
+    if (cmd.is_string() && !cmd.get<std::string>().empty()) {
+      e.argv = {"/bin/sh", "-c", cmd.get<std::string>()};
+    } else if (cmd.is_array() && !cmd.empty()) {
+      for (const auto& a : cmd) {
+        if (!a.is_string()) co_return Bad("cmd must be a string or an array of strings");
+        e.argv.push_back(a.get<std::string>());
+      }
+    } else {
+      co_return Bad("cmd must be a string or a non-empty array of strings");
+    }
+    auto cwd = GetString(*j, "cwd", "/mnt/disk");
+    auto env = GetStringMap(*j, "env");
+    auto timeout = GetInt(*j, "timeout_seconds");
+    auto image = GetString(*j, "image");
+    auto from = GetString(*j, "from");
+    for (const Error* err : {cwd.ok() ? nullptr : &cwd.error(), env.ok() ? nullptr : &env.error(),
+                             timeout.ok() ? nullptr : &timeout.error(), image.ok() ? nullptr : &image.error(),
+                             from.ok() ? nullptr : &from.error()})
+      if (err) co_return ErrorResponse(*err);
+    e.timeout_seconds = timeout->value_or(300);
+    if (e.timeout_seconds < 1 || e.timeout_seconds > 300) co_return Bad("timeout_seconds must be between 1 and 300");
+    e.cwd = *cwd;
+    e.env = *env;
+    std::string id = req.params["id"];
+    std::string img = *image, frm = *from;
+    std::function<Result<core::SandboxView>()> fn = [this, &id, &img, &frm] {
+      return manager_->CreateForDiskCall(id, img, frm);
+    };
+    auto sb = co_await RunBlocking(pool_, &fn);
+    if (!sb.ok()) co_return ErrorResponse(sb.error());
+    std::string sid = sb->rec.id;
+    auto out = std::make_shared<std::string>();
+    auto err = std::make_shared<std::string>();
+    agent::OutputFn collect = [out, err](agent::FrameType t, std::string_view d) -> asio::awaitable<void> {
+      if (t == agent::FrameType::kStdout) out->append(d);
+      else if (t == agent::FrameType::kStderr) err->append(d);
+      co_return;
+    };
+    auto ex = co_await asio::this_coro::executor;
+    auto res = co_await manager_->Exec(ex, sid, std::move(e), collect);
+    (void)manager_->Delete(sid);  // the call's sandbox goes at once; its teardown runs behind
+    if (!res.ok()) co_return ErrorResponse(res.error());
+    json body = ExitJson(*res);
+    body["stdout"] = *out;
+    body["stderr"] = *err;
+    body["cost_usd"] = manager_->serverless_call_usd();
+    if (res->exit.timed_out) {
+      // Past the limit the whole tree is gone; the answer still carries what it printed.
+      body["error"] = {{"code", "exec_timeout"}, {"message", "Exec timed out"}};
+      co_return Json(504, body);
+    }
+    co_return Json(200, body);
   }
 
   if (pat == "/v1/images" && m == "GET") {

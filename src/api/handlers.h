@@ -29,8 +29,8 @@ const std::string& OpenApiDocument();
 
 class Api {
  public:
-  Api(core::SandboxManager* manager, layers::ImageStore* images, std::string admin_key_hash,
-      boost::asio::thread_pool* pool, std::string tmp_dir);
+  Api(core::SandboxManager* manager, layers::ImageStore* images, disks::DiskStore* disks,
+      std::string admin_key_hash, boost::asio::thread_pool* pool, std::string tmp_dir);
 
   // Finds the route for a method and path; fills req.params. nullptr if none.
   const RouteInfo* Match(Request& req) const;
@@ -43,6 +43,7 @@ class Api {
 
   core::SandboxManager* manager_;
   layers::ImageStore* images_;
+  disks::DiskStore* disks_;
   std::string admin_key_hash_;
   boost::asio::thread_pool* pool_;
   std::string tmp_dir_;

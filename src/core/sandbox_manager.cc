@@ -35,6 +35,26 @@ int64_t SteadyUs() {
       .count();
 }
 
+// An absolute, normalized path of at most 255 bytes, no "." or ".." parts, no control
+// characters, and not under /proc, /sys or /dev.
+bool ValidMountPath(const std::string& path) {
+  if (path.size() < 2 || path.size() > 255 || path[0] != '/' || path.back() == '/') return false;
+  size_t i = 1;
+  bool first = true;
+  while (i <= path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    std::string part = path.substr(i, j - i);
+    if (part.empty() || part == "." || part == "..") return false;
+    for (unsigned char c : part)
+      if (c < 0x20 || c == 0x7f) return false;
+    if (first && (part == "proc" || part == "sys" || part == "dev")) return false;
+    first = false;
+    i = j + 1;
+  }
+  return true;
+}
+
 Status ValidateEnv(const std::map<std::string, std::string>& env, const char* what) {
   for (const auto& [k, v] : env) {
     if (k.empty() || k.size() > 1024 || k.find('=') != std::string::npos ||
@@ -87,6 +107,11 @@ runtime::StartSpec SandboxManager::SpecOf(const SandboxRecord& r) const {
       if (l.is_string()) s.layers.push_back(l.get<std::string>());
   s.dir = DirOf(r.id);
   s.hostname = r.id;
+  auto ds = json::parse(r.disks_json, nullptr, false);
+  if (ds.is_array() && disks_)
+    for (const auto& d : ds)
+      if (d.is_object() && d.contains("id") && d.contains("mount_path"))
+        s.binds.push_back({disks_->MountPath(d["id"].get<std::string>()), d["mount_path"].get<std::string>()});
   s.limits.cpus = static_cast<int>(r.cpus);
   s.limits.memory_bytes = static_cast<uint64_t>(r.memory_mb) << 20;
   s.limits.pids = static_cast<int>(r.pids);
@@ -139,6 +164,19 @@ Result<SandboxView> SandboxManager::Create(const CreateRequest& req) {
                                                  ? "network mode \"outbound\" is not available on this sbxd yet"
                                                  : "network mode must be \"none\" or \"outbound\"");
   SBX_RETURN_IF_ERROR(ValidateEnv(req.env, "env"));
+  if (!req.disks.empty()) {
+    if (!disks_) return MakeError(Code::kInvalidArgument, "disks are not available on this sbxd");
+    if (req.disks.size() > 8) return MakeError(Code::kInvalidArgument, "at most 8 disks per sandbox");
+    std::set<std::string> paths;
+    for (const auto& [id, path] : req.disks) {
+      SBX_ASSIGN_OR_RETURN(auto disk, disks_->Get(id));
+      (void)disk;
+      if (!ValidMountPath(path))
+        return MakeError(Code::kInvalidArgument, "invalid mount_path \"" + path +
+                                                     "\": an absolute, normalized path outside /proc, /sys and /dev");
+      if (!paths.insert(path).second) return MakeError(Code::kInvalidArgument, "two disks on " + path);
+    }
+  }
   if (req.cpus && (*req.cpus < 1 || *req.cpus > 256))
     return MakeError(Code::kInvalidArgument, "resources.cpus must be between 1 and 256");
   if (req.memory_mb && (*req.memory_mb < 16 || *req.memory_mb > (int64_t{1} << 22)))
@@ -187,6 +225,17 @@ storage::SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, cons
   r.env_json = json(req.env).dump();
   r.metadata_json = json(req.metadata).dump();
   r.network_json = json{{"mode", req.network_mode}}.dump();
+  json ds = json::array();
+  for (const auto& [id, path] : req.disks) {
+    // Stored by id: a name may be reused by another disk later.
+    std::string disk_id = id;
+    if (disks_) {
+      auto d = disks_->Get(id);
+      if (d.ok()) disk_id = d->id;
+    }
+    ds.push_back({{"id", disk_id}, {"mount_path", path}});
+  }
+  r.disks_json = ds.dump();
   r.created_ms = Now();
   return r;
 }
@@ -194,7 +243,7 @@ storage::SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, cons
 Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std::string& image_name,
                                              const std::vector<std::string>& layers, bool use_pool) {
   SBX_ASSIGN_OR_RETURN(SandboxType type, types_.Find(req.type));
-  if (use_pool && opts_.pool_size > 0 && req.isolation == "container") {
+  if (use_pool && opts_.pool_size > 0 && req.isolation == "container" && req.disks.empty()) {
     std::string key = json(layers).dump();
     std::shared_ptr<Entry> pooled;
     {
@@ -663,6 +712,47 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
   if (bytes) *bytes = copied->bytes;
   layers.insert(layers.begin(), layer);
   return layers;
+}
+
+namespace {
+bool UsesDisk(const storage::SandboxRecord& r, const std::string& disk_id) {
+  auto ds = json::parse(r.disks_json, nullptr, false);
+  if (ds.is_array())
+    for (const auto& d : ds)
+      if (d.is_object() && d.value("id", "") == disk_id) return true;
+  return false;
+}
+}  // namespace
+
+Status SandboxManager::DeleteDisk(const std::string& id) {
+  if (!disks_) return MakeError(Code::kNotFound, "disk " + id + " not found");
+  SBX_ASSIGN_OR_RETURN(auto disk, disks_->Get(id));
+  for (int i = 0; i < 1000; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [sid, e] : sandboxes_)
+        if (UsesDisk(e->rec, disk.id))
+          return MakeError(Code::kFailedPrecondition, "disk " + disk.id + " is in use by sandbox " + sid);
+      bool tearing_down = false;
+      for (const auto& [sid, e] : deleting_)
+        if (UsesDisk(e->rec, disk.id)) tearing_down = true;
+      if (!tearing_down) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a teardown still holds it
+  }
+  return disks_->Delete(disk.id);
+}
+
+Result<SandboxView> SandboxManager::CreateForDiskCall(const std::string& disk_id, const std::string& image,
+                                                      const std::string& from) {
+  CreateRequest req;
+  req.image = image;
+  req.from = from;
+  req.no_env = true;
+  req.ttl_seconds = 600;
+  req.disks = {{disk_id, "/mnt/disk"}};
+  req.metadata = {{"serverless_disk", disk_id}};
+  return Create(req);
 }
 
 Result<storage::SnapshotRecord> SandboxManager::Snapshot(const std::string& id, const std::string& name) {

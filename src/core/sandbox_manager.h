@@ -22,6 +22,7 @@
 
 #include "agent/client.h"
 #include "core/types.h"
+#include "disks/disk_store.h"
 #include "layers/images.h"
 #include "runtime/runtime.h"
 #include "storage/store.h"
@@ -41,6 +42,7 @@ struct CreateRequest {
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> metadata;
   std::string network_mode = "none";
+  std::vector<std::pair<std::string, std::string>> disks;  // disk id or name, mount path
   // Optional overrides of the type's resources.
   std::optional<int> cpus;
   std::optional<int64_t> memory_mb;
@@ -99,6 +101,7 @@ struct ManagerOptions {
   // Warm pool: this many booted, warmed sandboxes are kept ready per image or snapshot
   // created from within the last pool_keep_ms (0: no pool).
   int pool_size = 0;
+  double serverless_call_usd = 0.05 / 1000;  // price of one serverless call on a disk
   int64_t pool_keep_ms = 10 * 60 * 1000;
   std::function<int64_t()> now_ms;  // wall clock (tests drive it); default: real time
 };
@@ -108,6 +111,15 @@ class SandboxManager {
   SandboxManager(ManagerOptions opts, storage::Store* store, layers::ImageStore* images,
                  runtime::Runtime* runtime, TypeTable types = TypeTable::Defaults());
   ~SandboxManager();
+
+  // Disks become available to sandboxes (optional: unit tests run without).
+  void AttachDisks(disks::DiskStore* disks) { disks_ = disks; }
+  // Deletes a disk no sandbox uses (409 otherwise; waits briefly for teardowns).
+  Status DeleteDisk(const std::string& id);
+  // A fresh sandbox for one serverless call: the disk at /mnt/disk, TTL 10 minutes.
+  Result<SandboxView> CreateForDiskCall(const std::string& disk_id, const std::string& image,
+                                        const std::string& from);
+  double serverless_call_usd() const { return opts_.serverless_call_usd; }
 
   // Reconciles SQLite with the kernel: re-adopts live sandboxes, finishes interrupted
   // deletes, marks the rest `error`, and removes orphaned cgroups and directories.
@@ -196,6 +208,7 @@ class SandboxManager {
   ManagerOptions opts_;
   storage::Store* store_;
   layers::ImageStore* images_;
+  disks::DiskStore* disks_ = nullptr;
   runtime::Runtime* runtime_;
   TypeTable types_;
 

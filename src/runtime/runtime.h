@@ -21,8 +21,14 @@ struct Limits {
   int pids = 0;
 };
 
+struct Bind {
+  std::string source;  // host path (a mounted disk)
+  std::string target;  // absolute, normalized path inside the sandbox
+};
+
 struct StartSpec {
   std::string id;
+  std::vector<Bind> binds;
   std::vector<std::string> layers;  // read-only root layers (host paths), topmost first
   std::string dir;                  // the sandbox's own host directory
   std::string hostname;

@@ -38,12 +38,22 @@ CREATE TABLE snapshots (
 );
 ALTER TABLE sandboxes ADD COLUMN from_snapshot TEXT NOT NULL DEFAULT '';
 )sql",
+    R"sql(
+CREATE TABLE disks (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL DEFAULT '',
+  size_mb INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX disks_name ON disks(name) WHERE name != '';
+ALTER TABLE sandboxes ADD COLUMN disks_json TEXT NOT NULL DEFAULT '[]';
+)sql",
 };
 
 const char* kSandboxCols =
     "id, name, state, type, isolation, image, layers_json, cpus, memory_mb, disk_mb, pids, ttl_seconds, "
     "ttl_action, idle_timeout_seconds, no_env, env_json, metadata_json, network_json, "
-    "created_ms, started_ms, expires_ms, billed_ms, pid, pid_start, error, from_snapshot";
+    "created_ms, started_ms, expires_ms, billed_ms, pid, pid_start, error, from_snapshot, disks_json";
 
 std::vector<Value> SandboxValues(const SandboxRecord& r) {
   return {r.id,         r.name,        r.state,          r.type,
@@ -51,7 +61,7 @@ std::vector<Value> SandboxValues(const SandboxRecord& r) {
           r.disk_mb,    r.pids,        r.ttl_seconds,    r.ttl_action,
           r.idle_timeout_seconds, int64_t{r.no_env}, r.env_json, r.metadata_json,
           r.network_json, r.created_ms, r.started_ms,    r.expires_ms,
-          r.billed_ms,  r.pid,         r.pid_start,      r.error, r.from_snapshot};
+          r.billed_ms,  r.pid,         r.pid_start,      r.error, r.from_snapshot, r.disks_json};
 }
 
 SandboxRecord SandboxFromRow(const Row& w) {
@@ -83,6 +93,7 @@ SandboxRecord SandboxFromRow(const Row& w) {
   r.pid_start = w.Int(i++);
   r.error = w.Text(i++);
   r.from_snapshot = w.Text(i++);
+  r.disks_json = w.Text(i++);
   return r;
 }
 
@@ -116,7 +127,7 @@ Status Store::Migrate() {
 
 Status Store::InsertSandbox(const SandboxRecord& r) {
   return db_->Query(std::string("INSERT INTO sandboxes (") + kSandboxCols +
-                        ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     SandboxValues(r));
 }
 
@@ -127,7 +138,7 @@ Status Store::UpdateSandbox(const SandboxRecord& r) {
       "UPDATE sandboxes SET id=?, name=?, state=?, type=?, isolation=?, image=?, layers_json=?, cpus=?, "
       "memory_mb=?, disk_mb=?, pids=?, ttl_seconds=?, ttl_action=?, idle_timeout_seconds=?, "
       "no_env=?, env_json=?, metadata_json=?, network_json=?, created_ms=?, started_ms=?, "
-      "expires_ms=?, billed_ms=?, pid=?, pid_start=?, error=?, from_snapshot=? WHERE id=?",
+      "expires_ms=?, billed_ms=?, pid=?, pid_start=?, error=?, from_snapshot=?, disks_json=? WHERE id=?",
       v);
 }
 
@@ -205,6 +216,31 @@ Result<bool> Store::DeleteSnapshot(const std::string& name) {
   SBX_RETURN_IF_ERROR(db_->Query("DELETE FROM snapshots WHERE name=?", {name}));
   return db_->Changes() > 0;
 }
+
+Status Store::InsertDisk(const DiskRecord& r) {
+  return db_->Query("INSERT INTO disks (id, name, size_mb, created_ms) VALUES (?,?,?,?)",
+                    {r.id, r.name, r.size_mb, r.created_ms});
+}
+
+Result<std::optional<DiskRecord>> Store::GetDisk(const std::string& id) {
+  std::optional<DiskRecord> out;
+  SBX_RETURN_IF_ERROR(db_->Query("SELECT id, name, size_mb, created_ms FROM disks WHERE id=? OR (name=? AND name != '')",
+                                 {id, id}, [&](const Row& r) {
+                                   out = DiskRecord{r.Text(0), r.Text(1), r.Int(2), r.Int(3)};
+                                 }));
+  return out;
+}
+
+Result<std::vector<DiskRecord>> Store::ListDisks() {
+  std::vector<DiskRecord> out;
+  SBX_RETURN_IF_ERROR(db_->Query("SELECT id, name, size_mb, created_ms FROM disks ORDER BY created_ms, id", {},
+                                 [&](const Row& r) {
+                                   out.push_back(DiskRecord{r.Text(0), r.Text(1), r.Int(2), r.Int(3)});
+                                 }));
+  return out;
+}
+
+Status Store::DeleteDisk(const std::string& id) { return db_->Query("DELETE FROM disks WHERE id=?", {id}); }
 
 Status Store::SetSetting(const std::string& key, const std::string& value) {
   return db_->Query("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", {key, value});

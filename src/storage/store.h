@@ -37,6 +37,15 @@ struct SandboxRecord {
   int64_t pid_start = 0;   // its start time, to tell it from a reused pid
   std::string error;
   std::string from_snapshot;  // the snapshot it started from, if any
+  std::string disks_json = "[]";  // [{"id", "mount_path"}]
+};
+
+// A persistent disk: a filesystem of its own that outlives sandboxes.
+struct DiskRecord {
+  std::string id;
+  std::string name;
+  int64_t size_mb = 0;
+  int64_t created_ms = 0;
 };
 
 struct ImageRecord {
@@ -77,6 +86,12 @@ class Store {
   Result<std::vector<SnapshotRecord>> ListSnapshots();
   // True if a row was removed.
   Result<bool> DeleteSnapshot(const std::string& name);
+
+  Status InsertDisk(const DiskRecord& r);
+  // By id, or by name.
+  Result<std::optional<DiskRecord>> GetDisk(const std::string& id_or_name);
+  Result<std::vector<DiskRecord>> ListDisks();
+  Status DeleteDisk(const std::string& id);
 
   Status SetSetting(const std::string& key, const std::string& value);
   Result<std::optional<std::string>> GetSetting(const std::string& key);

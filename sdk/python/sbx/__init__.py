@@ -6,7 +6,7 @@
         print(sb.exec("echo hello", check=True).stdout)
 """
 
-from .client import Answer, Api, Client, ExecResult, Images, Sandbox, Snapshot, Snapshots, Timing
+from .client import Answer, Api, Client, Disk, Disks, ExecResult, Images, Sandbox, Snapshot, Snapshots, Timing
 from .errors import (
     ApiError,
     AuthError,
@@ -31,6 +31,8 @@ __all__ = [
     "Snapshot",
     "Snapshots",
     "Answer",
+    "Disk",
+    "Disks",
     "Api",
     "SbxError",
     "SbxConnectionError",

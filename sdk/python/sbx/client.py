@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import (
     ExecError,
+    ExecTimeoutError,
     NotFoundError,
     SbxConnectionError,
     SbxError,
@@ -699,6 +700,7 @@ class Client:
         self.api = Api(url, api_key, timeout)
         self.images = Images(self.api)
         self.snapshots = Snapshots(self)
+        self.disks = Disks(self)
 
     def __repr__(self) -> str:
         return "Client(url=%r)" % (self.api.url,)
@@ -776,3 +778,78 @@ class Client:
             query.append(("metadata." + str(k), v))
         d = self.api.request("GET", "/v1/sandboxes", query=query) or {}
         return [Sandbox(self, s) for s in (d.get("sandboxes") or [])]
+
+
+class Disk:
+    """A persistent disk. ``disk.exec(cmd)`` is a serverless call: a fresh sandbox with
+    the disk at ``/mnt/disk`` runs one command (in ``/mnt/disk``) and is gone."""
+
+    def __init__(self, client: "Client", data: Dict[str, Any]) -> None:
+        self._client = client
+        self.data = dict(data or {})
+
+    @property
+    def id(self) -> str:
+        return self.data["id"]
+
+    @property
+    def name(self) -> Optional[str]:
+        return self.data.get("name")
+
+    def __repr__(self) -> str:
+        return "Disk(%r)" % (self.data.get("id"),)
+
+    def exec(
+        self,
+        cmd: Union[str, List[str]],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Dict[str, str]] = None,
+        timeout_seconds: Optional[int] = None,
+        image: Optional[str] = None,
+        check: bool = False,
+    ) -> ExecResult:
+        """Run one command in a fresh sandbox on this disk. Past ``timeout_seconds`` (at
+        most 300) the daemon answers 504; this raises :class:`ExecTimeoutError` whose
+        ``.result`` carries the partial output."""
+        body = _drop_none({"cmd": cmd if isinstance(cmd, str) else list(cmd), "cwd": cwd,
+                           "env": dict(env) if env is not None else None,
+                           "timeout_seconds": timeout_seconds, "image": image})
+        http_timeout = max(self._client.api.timeout, float(timeout_seconds or 300) + 60.0)
+        try:
+            d = self._client.api._call("POST", "/v1/disks/" + _seg(self.id) + "/exec", body=body,
+                                       timeout=http_timeout)
+        except ExecTimeoutError as e:
+            payload = getattr(e, "payload", None)
+            if isinstance(payload, dict):
+                e.result = ExecResult._from_json(payload)
+            raise
+        result = ExecResult._from_json(d or {})
+        if check and result.exit_code != 0:
+            raise ExecError(result)
+        return result
+
+    def refresh(self) -> "Disk":
+        self.data = dict(self._client.api.request("GET", "/v1/disks/" + _seg(self.id)) or {})
+        return self
+
+    def delete(self) -> Answer:
+        return Answer(self._client.api.request("DELETE", "/v1/disks/" + _seg(self.id)))
+
+
+class Disks:
+    """Persistent disks: ``client.disks``."""
+
+    def __init__(self, client: "Client") -> None:
+        self._client = client
+
+    def create(self, name: Optional[str] = None, size_mb: Optional[int] = None) -> Disk:
+        body = _drop_none({"name": name, "size_mb": size_mb})
+        return Disk(self._client, self._client.api.request("POST", "/v1/disks", body=body))
+
+    def get(self, id: str) -> Disk:
+        return Disk(self._client, self._client.api.request("GET", "/v1/disks/" + _seg(id)))
+
+    def list(self) -> List[Disk]:
+        d = self._client.api.request("GET", "/v1/disks") or {}
+        return [Disk(self._client, x) for x in (d.get("disks") or [])]

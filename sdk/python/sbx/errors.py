@@ -131,4 +131,7 @@ def error_from_payload(status: Optional[int], payload: Any, fallback: str = "") 
     if not message:
         message = "request failed with HTTP status %d" % status
     cls = _class_for(status, code)
-    return cls(status, code, message)
+    exc = cls(status, code, message)
+    # The whole body stays reachable: a serverless 504 carries the partial output.
+    exc.payload = payload
+    return exc

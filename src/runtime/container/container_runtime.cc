@@ -82,6 +82,11 @@ class ContainerRuntime : public Runtime {
     nlohmann::json cfg = {{"base", spec.dir},                {"lower", lower},
                           {"upper", "upper"},                {"work", "work"},
                           {"rootfs", spec.dir + "/root"},
+                          {"binds", [&] {
+                             nlohmann::json b = nlohmann::json::array();
+                             for (const auto& x : spec.binds) b.push_back({{"source", x.source}, {"target", x.target}});
+                             return b;
+                           }()},
                           {"socket", Socket(spec.dir)},     {"hostname", spec.hostname},
                           {"tmp_bytes", spec.limits.memory_bytes / 2}};
     std::string go = "G" + cfg.dump();

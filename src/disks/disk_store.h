@@ -1,0 +1,42 @@
+// DiskStore: persistent disks. Each is a sparse ext4 image of its own size (so a full disk
+// is ENOSPC inside, never a full host), loop-mounted nosuid,nodev on the host at
+// <data>/disks/<id>/mnt and bind-mounted into the sandboxes that use it. Any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "storage/store.h"
+
+namespace sbx::disks {
+
+class DiskStore {
+ public:
+  DiskStore(std::string data_dir, storage::Store* store, uid_t uid_base);
+
+  Result<storage::DiskRecord> Create(const std::string& name, int64_t size_mb);
+  Result<storage::DiskRecord> Get(const std::string& id_or_name);
+  Result<std::vector<storage::DiskRecord>> List();
+  // Unmounts and removes a disk (the caller checks that nothing uses it).
+  Status Delete(const std::string& id);
+  // Mounts every disk that is not mounted (at start-up).
+  Status MountAll();
+  // Where the disk's filesystem is mounted on the host.
+  std::string MountPath(const std::string& id) const { return data_dir_ + "/disks/" + id + "/mnt"; }
+  // Bytes used on the disk's filesystem.
+  int64_t UsedBytes(const std::string& id) const;
+
+ private:
+  Status Mount(const std::string& id);
+  bool Mounted(const std::string& id) const;
+  std::string data_dir_;
+  storage::Store* store_;
+  uid_t uid_base_;
+  std::mutex mu_;
+};
+
+}  // namespace sbx::disks
