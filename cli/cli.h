@@ -17,6 +17,8 @@ struct Globals {
 
 // `sbx bench`: returns the process exit code.
 int RunBench(const Globals& g, int runs, const std::string& image, bool peers);
+// `sbx bench disk-exec`: serverless calls on a disk, and a test suite against the host.
+int RunBenchDiskExec(const Globals& g, int runs, const std::string& data_dir);
 // `sbx bench patterns`: the seed's three tool-call patterns, timed.
 int RunBenchPatterns(const Globals& g, int runs);
 // `sbx template build`: runs the steps in a fresh sandbox (streaming their output), then

@@ -184,6 +184,9 @@ int main(int argc, char** argv) {
   auto* bench_patterns = bench->add_subcommand("patterns", "the three tool-call patterns, timed (seed experiment)");
   int pattern_runs = 5;
   bench_patterns->add_option("--runs", pattern_runs, "calls per pattern (default 5)");
+  auto* bench_disk = bench->add_subcommand("disk-exec", "serverless calls on a disk; a test suite against the host");
+  int disk_runs = 50;
+  bench_disk->add_option("--runs", disk_runs, "calls of `true` (default 50)");
   bench->add_option("--runs", runs, "samples per row (default 50)");
   bench->add_option("--image", bench_image, "image for sandboxes (default busybox)");
   bench->add_flag("--no-peers", no_peers, "skip the peer tools");
@@ -391,6 +394,7 @@ int main(int argc, char** argv) {
   }
   if (*img_build) return RunImageBuild(g, build_name, cache_dir);
   if (*bench_patterns) return RunBenchPatterns(g, pattern_runs);
+  if (*bench_disk) return RunBenchDiskExec(g, disk_runs, data_dir);
   if (*bench) return RunBench(g, runs, bench_image, !no_peers);
   return 0;
 }

@@ -228,3 +228,94 @@ int RunBenchPatterns(const Globals& g, int runs) {
 }
 
 }  // namespace sbx::cli
+
+namespace sbx::cli {
+namespace {
+
+double Pctl(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * (v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+}  // namespace
+
+int RunBenchDiskExec(const Globals& g, int runs, const std::string& data_dir) {
+  HttpClient c(g.url, g.api_key);
+  auto disk = Must(c, "POST", "/v1/disks", json{{"size_mb", 512}});
+  if (!disk) return 1;
+  std::string id = (*disk)["id"];
+  auto cleanup = [&] { Must(c, "DELETE", "/v1/disks/" + id, nullptr); };
+  auto call = [&](const json& body, double* e2e, double* queue) -> std::optional<json> {
+    auto t0 = Clock::now();
+    auto j = Must(c, "POST", "/v1/disks/" + id + "/exec", body);
+    if (e2e) *e2e = Secs(t0, Clock::now()) * 1000;
+    if (j && queue) *queue = (*j)["timing"].value("queue_ms", 0.0);
+    return j;
+  };
+  std::fprintf(stderr, "%d sequential serverless calls of `true`...\n", runs);
+  json t = {{"cmd", {"true"}}};
+  if (!call(t, nullptr, nullptr)) return cleanup(), 1;
+  std::vector<double> e2e, queue, exec_ms;
+  for (int i = 0; i < runs; ++i) {
+    double a, q;
+    auto j = call(t, &a, &q);
+    if (!j || (*j)["exit_code"] != 0) return cleanup(), 1;
+    e2e.push_back(a);
+    queue.push_back(q);
+    exec_ms.push_back((*j)["timing"].value("execute_ms", 0.0));
+  }
+  std::printf("| serverless `true` on a disk (ms) | n | median | p90 |\n|---|--:|--:|--:|\n");
+  std::printf("| end to end (loopback HTTP) | %zu | %.2f | %.2f |\n", e2e.size(), Pctl(e2e, 0.5), Pctl(e2e, 0.9));
+  std::printf("| queue_ms | %zu | %.2f | %.2f |\n", queue.size(), Pctl(queue, 0.5), Pctl(queue, 0.9));
+  std::printf("| execute_ms | %zu | %.2f | %.2f |\n", exec_ms.size(), Pctl(exec_ms, 0.5), Pctl(exec_ms, 0.9));
+
+  // A real project's test suite on the disk: mpmath (from the default image's wheelhouse,
+  // made from Debian's python3-mpmath), with its own runner.
+  // Modules whose tests need nothing beyond mpmath (others import pytest).
+  const std::string suite = "basic_ops convert gammazeta identify diff eigen interval";
+  std::fprintf(stderr, "copying mpmath onto the disk and running part of its test suite 5 times...\n");
+  json copy = {{"cmd", "python3 -c \"import glob, zipfile; zipfile.ZipFile(glob.glob('/opt/sbx/wheelhouse/mpmath-*.whl')[0]).extractall('.')\""},
+               {"image", "default"}};
+  auto cp = call(copy, nullptr, nullptr);
+  if (!cp || (*cp)["exit_code"] != 0) {
+    std::fprintf(stderr, "sbx bench: cannot copy mpmath onto the disk (is the default image built?)\n");
+    return cleanup(), 1;
+  }
+  json run = {{"cmd", "PYTHONPATH=/mnt/disk python3 mpmath/tests/runtests.py " + suite}, {"image", "default"}};
+  std::vector<double> suite_ms;
+  for (int i = 0; i < 5; ++i) {
+    double a;
+    auto j = call(run, &a, nullptr);
+    if (!j || (*j)["exit_code"] != 0 || j->value("stdout", "").find("finished tests") == std::string::npos) {
+      std::fprintf(stderr, "sbx bench: the suite failed: %s\n", j ? j->value("stderr", "").c_str() : "");
+      return cleanup(), 1;
+    }
+    suite_ms.push_back(a);
+  }
+  // The floor: the same files and the same suite run directly on the host.
+  std::string mnt = data_dir + "/disks/" + id + "/mnt";
+  std::vector<double> host_ms;
+  if (::access((mnt + "/mpmath/tests/runtests.py").c_str(), R_OK) == 0 && ::access("/usr/bin/python3", X_OK) == 0) {
+    for (int i = 0; i < 5; ++i) {
+      auto t0 = Clock::now();
+      std::string cmd = "cd '" + mnt + "' && PYTHONPATH='" + mnt + "' /usr/bin/python3 mpmath/tests/runtests.py " + suite +
+                        " > /dev/null 2>&1";
+      if (std::system(cmd.c_str()) != 0) break;
+      host_ms.push_back(Secs(t0, Clock::now()) * 1000);
+    }
+  }
+  std::printf("\n| mpmath test suite (%s) | n | median ms |\n|---|--:|--:|\n", suite.c_str());
+  std::printf("| serverless call on the disk | 5 | %.0f |\n", Pctl(suite_ms, 0.5));
+  if (!host_ms.empty()) {
+    std::printf("| directly on the host (floor) | %zu | %.0f |\n", host_ms.size(), Pctl(host_ms, 0.5));
+    std::printf("\nserverless / host: %.3f\n", Pctl(suite_ms, 0.5) / Pctl(host_ms, 0.5));
+  } else {
+    std::printf("| directly on the host (floor) | 0 | - (disk not reachable from here; pass --data-dir) |\n");
+  }
+  cleanup();
+  return 0;
+}
+
+}  // namespace sbx::cli
