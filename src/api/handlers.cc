@@ -40,6 +40,8 @@ const std::vector<RouteInfo> kRoutes = {
     {"GET", "/v1/disks/{id}", false},
     {"DELETE", "/v1/disks/{id}", false},
     {"POST", "/v1/disks/{id}/exec", false},
+    {"GET", "/v1/disks/{id}/files", false},
+    {"PUT", "/v1/disks/{id}/files", false},
     {"GET", "/v1/images", false},
     {"POST", "/v1/images/{name}", true},
 };
@@ -620,6 +622,26 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     auto st = co_await RunBlocking(pool_, &fn);
     if (!st.ok()) co_return ErrorResponse(st.error());
     co_return Json(200, {{"type", "disk.deleted"}, {"id", id}});
+  }
+
+  if (pat == "/v1/disks/{id}/files") {
+    if (!disks_) co_return ErrorResponse(503, "unavailable", "disks are not available on this sbxd");
+    auto q = req.query.find("path");
+    if (q == req.query.end() || q->second.empty()) co_return Bad("the path query parameter is required");
+    std::string id = req.params["id"], path = q->second;
+    if (m == "GET") {
+      std::function<Result<std::string>()> fn = [this, &id, &path] { return disks_->ReadFile(id, path, 64 << 20); };
+      auto data = co_await RunBlocking(pool_, &fn);
+      if (!data.ok()) co_return ErrorResponse(data.error());
+      Response r;
+      r.content_type = "application/octet-stream";
+      r.body = std::move(*data);
+      co_return r;
+    }
+    std::function<Status()> fn = [this, &id, &path, &req] { return disks_->WriteFile(id, path, req.body); };
+    auto st = co_await RunBlocking(pool_, &fn);
+    if (!st.ok()) co_return ErrorResponse(st.error());
+    co_return Json(200, {{"path", path}, {"size_bytes", req.body.size()}});
   }
 
   if (pat == "/v1/disks/{id}/exec") {

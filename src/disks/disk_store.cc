@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -103,6 +105,112 @@ Status DiskStore::MountAll() {
   for (const auto& d : disks) {
     Status st = Mount(d.id);
     if (!st.ok()) SBX_LOG(kError) << st.error().message;
+  }
+  return OkStatus();
+}
+
+namespace {
+
+struct OpenHow {
+  uint64_t flags, mode, resolve;
+};
+constexpr uint64_t kResolveNoXdev = 0x01, kResolveNoMagiclinks = 0x02, kResolveInRoot = 0x10;
+
+// openat2 with `dir` as the root: "..", absolute paths and symlinks all stay inside it.
+int OpenInRoot(int dir, const std::string& path, uint64_t flags, uint64_t mode = 0) {
+  OpenHow how{flags | O_CLOEXEC, mode, kResolveInRoot | kResolveNoMagiclinks | kResolveNoXdev};
+  return static_cast<int>(::syscall(SYS_openat2, dir, path.c_str(), &how, sizeof how));
+}
+
+Status CheckPath(const std::string& path) {
+  if (path.empty() || path.size() > 4096 || path.find('\0') != std::string::npos)
+    return MakeError(Code::kInvalidArgument, "path must be a non-empty path inside the disk");
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<std::string> DiskStore::ReadFile(const std::string& id, const std::string& path, size_t max_bytes) {
+  SBX_RETURN_IF_ERROR(CheckPath(path));
+  SBX_ASSIGN_OR_RETURN(auto disk, Get(id));
+  UniqueFd root(::open(MountPath(disk.id).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root.valid()) return ErrnoError("open disk " + disk.id);
+  // O_NONBLOCK: a fifo planted on the disk must not hang the daemon.
+  UniqueFd fd(OpenInRoot(root.get(), path, O_RDONLY | O_NOCTTY | O_NONBLOCK));
+  if (!fd.valid()) return ErrnoError(path);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError("stat " + path);
+  if (!S_ISREG(st.st_mode)) return MakeError(Code::kInvalidArgument, path + " is not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > max_bytes)
+    return MakeError(Code::kTooLarge, path + " is larger than " + std::to_string(max_bytes) + " bytes");
+  std::string out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::read(fd.get(), buf, sizeof buf)) > 0) {
+    out.append(buf, n);
+    if (out.size() > max_bytes) return MakeError(Code::kTooLarge, path + " grew past the limit");
+  }
+  if (n < 0) return ErrnoError("read " + path);
+  return out;
+}
+
+Status DiskStore::WriteFile(const std::string& id, const std::string& path, const std::string& data) {
+  SBX_RETURN_IF_ERROR(CheckPath(path));
+  SBX_ASSIGN_OR_RETURN(auto disk, Get(id));
+  // Split into the parent directories and the file name.
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i <= path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    std::string part = path.substr(i, j - i);
+    if (part == "..") return MakeError(Code::kInvalidArgument, "path may not hold \"..\"");
+    if (!part.empty() && part != ".") parts.push_back(part);
+    i = j + 1;
+  }
+  if (parts.empty()) return MakeError(Code::kInvalidArgument, "path names no file");
+  std::string name = parts.back();
+  parts.pop_back();
+  UniqueFd dir(::open(MountPath(disk.id).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return ErrnoError("open disk " + disk.id);
+  for (const auto& part : parts) {
+    int next = OpenInRoot(dir.get(), part, O_PATH | O_DIRECTORY);
+    if (next < 0 && errno == ENOENT) {
+      if (::mkdirat(dir.get(), part.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("mkdir " + part);
+      (void)::fchownat(dir.get(), part.c_str(), uid_base_, uid_base_, AT_SYMLINK_NOFOLLOW);
+      next = OpenInRoot(dir.get(), part, O_PATH | O_DIRECTORY);
+    }
+    if (next < 0) return ErrnoError(part);
+    dir.Reset(next);
+  }
+  // O_PATH fds cannot be written through: reopen the directory for the *at calls.
+  UniqueFd d(OpenInRoot(dir.get(), ".", O_RDONLY | O_DIRECTORY));
+  if (!d.valid()) return ErrnoError("open the parent of " + path);
+  std::string tmp = ".sbx-upload-" + RandomHex(6);
+  UniqueFd fd(::openat(d.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd.valid()) return ErrnoError("create " + path);
+  auto drop = [&] { (void)::unlinkat(d.get(), tmp.c_str(), 0); };
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::write(fd.get(), data.data() + off, data.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      Error e = ErrnoError("write " + path);
+      drop();
+      return e;  // ENOSPC on a full disk
+    }
+    off += n;
+  }
+  if (::fchown(fd.get(), uid_base_, uid_base_) != 0 || ::fchmod(fd.get(), 0644) != 0) {
+    Error e = ErrnoError("chown " + path);
+    drop();
+    return e;
+  }
+  // The rename replaces whatever has the name, a symlink included, without following it.
+  if (::renameat(d.get(), tmp.c_str(), d.get(), name.c_str()) != 0) {
+    Error e = ErrnoError("rename to " + path);
+    drop();
+    return e;
   }
   return OkStatus();
 }

@@ -27,6 +27,11 @@ class DiskStore {
   Status MountAll();
   // Where the disk's filesystem is mounted on the host.
   std::string MountPath(const std::string& id) const { return data_dir_ + "/disks/" + id + "/mnt"; }
+  // A file of the disk, `path` resolved inside the disk (symlinks too; no way out).
+  Result<std::string> ReadFile(const std::string& id, const std::string& path, size_t max_bytes);
+  // Writes a file (whole, atomically: a temporary then a rename), creating missing parent
+  // directories. It belongs to the sandboxes' root, without set-id bits.
+  Status WriteFile(const std::string& id, const std::string& path, const std::string& data);
   // Bytes used on the disk's filesystem.
   int64_t UsedBytes(const std::string& id) const;
 

@@ -156,3 +156,47 @@ def test_bad_disk_attachments(client, daemon):
         assert status == 404
     finally:
         disk.delete()
+
+
+def test_disk_files_api_is_confined_to_the_disk(client, daemon):
+    disk = client.disks.create(size_mb=32)
+    try:
+        disk.write_file("dir/sub/hello.txt", "from the api\n")
+        assert disk.exec("cat dir/sub/hello.txt; stat -c '%u %a' dir/sub/hello.txt", image="busybox").stdout == \
+            "from the api\n0 644\n"
+        disk.exec("echo from-call > made; ln -s /etc/hostname abs; ln -s ../../.. up; mkfifo fifo; "
+                  "ln -s /proc/self/root/etc magic", image="busybox", check=True)
+        assert disk.read_file("made") == b"from-call\n"
+        assert disk.read_file("/dir/../made") == b"from-call\n"
+        # Symlinks, absolute paths and ".." resolve inside the disk, never on the host.
+        for path in ("abs", "up/etc/hostname", "../../../../etc/hostname", "/etc/passwd", "magic/passwd"):
+            with pytest.raises(sbx.ApiError) as e:
+                disk.read_file(path)
+            assert e.value.status in (400, 403, 404), (path, e.value)
+        # A fifo never hangs the daemon.
+        with pytest.raises(sbx.InvalidRequestError):
+            disk.read_file("fifo")
+        # Writing through a planted symlink replaces the link, not its target.
+        disk.write_file("abs", "replaced\n")
+        assert disk.read_file("abs") == b"replaced\n"
+        assert os.path.exists("/etc/hostname") and open("/etc/hostname").read() != "replaced\n"
+        with pytest.raises(sbx.InvalidRequestError):
+            disk.write_file("a/../../x", "no")
+        status, _ = daemon.raw("GET", f"/v1/disks/{disk.id}/files")
+        assert status == 400
+        with pytest.raises(sbx.NotFoundError):
+            disk.read_file("missing")
+    finally:
+        disk.delete()
+
+
+def test_disk_files_api_respects_the_size_limit(client):
+    disk = client.disks.create(size_mb=16)
+    try:
+        with pytest.raises(sbx.ApiError) as e:
+            disk.write_file("big", b"\0" * (30 << 20))
+        # ENOSPC on the disk is the disk's quota: 429 quota_exceeded, with the cause.
+        assert e.value.status == 429 and "No space left" in e.value.message
+        assert "big" not in disk.exec("ls", image="busybox").stdout  # no partial file under the name
+    finally:
+        disk.delete()
