@@ -18,7 +18,7 @@ struct Globals {
 // `sbx bench`: returns the process exit code.
 int RunBench(const Globals& g, int runs, const std::string& image, bool peers);
 // `sbx bench disk-exec`: serverless calls on a disk, and a test suite against the host.
-int RunBenchDiskExec(const Globals& g, int runs, const std::string& data_dir);
+int RunBenchDiskExec(const Globals& g, int runs, const std::string& data_dir, int gap_ms);
 // `sbx bench patterns`: the seed's three tool-call patterns, timed.
 int RunBenchPatterns(const Globals& g, int runs);
 // `sbx template build`: runs the steps in a fresh sandbox (streaming their output), then

@@ -187,6 +187,8 @@ int main(int argc, char** argv) {
   auto* bench_disk = bench->add_subcommand("disk-exec", "serverless calls on a disk; a test suite against the host");
   int disk_runs = 50;
   bench_disk->add_option("--runs", disk_runs, "calls of `true` (default 50)");
+  int disk_gap = 0;
+  bench_disk->add_option("--gap-ms", disk_gap, "think time between calls (default 0: back to back)");
   bench->add_option("--runs", runs, "samples per row (default 50)");
   bench->add_option("--image", bench_image, "image for sandboxes (default busybox)");
   bench->add_flag("--no-peers", no_peers, "skip the peer tools");
@@ -394,7 +396,7 @@ int main(int argc, char** argv) {
   }
   if (*img_build) return RunImageBuild(g, build_name, cache_dir);
   if (*bench_patterns) return RunBenchPatterns(g, pattern_runs);
-  if (*bench_disk) return RunBenchDiskExec(g, disk_runs, data_dir);
+  if (*bench_disk) return RunBenchDiskExec(g, disk_runs, data_dir, disk_gap);
   if (*bench) return RunBench(g, runs, bench_image, !no_peers);
   return 0;
 }

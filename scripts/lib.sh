@@ -28,6 +28,8 @@ install_packages() {
   for p in "${PACKAGES[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
   done
+  # Node.js for the TypeScript SDK: Debian's (18 in bookworm) unless one is installed.
+  if ! command -v node >/dev/null 2>&1; then missing+=(nodejs npm); fi
   if [ "${#missing[@]}" -gt 0 ]; then
     log "installing ${missing[*]}"
     apt-get update -qq
@@ -39,4 +41,9 @@ build() {
   log "building (build/)"
   cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$BUILD" -j"$(nproc)"
+}
+
+build_ts_sdk() {
+  log "building the TypeScript SDK (sdk/ts)"
+  (cd "$ROOT/sdk/ts" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build)
 }

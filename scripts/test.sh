@@ -5,6 +5,7 @@ source "$(dirname "$0")/lib.sh"
 need_root
 install_packages
 build
+build_ts_sdk
 
 log "unit tests"
 (cd "$BUILD" && ctest --output-on-failure -j2)

@@ -653,8 +653,9 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     e.arrival_us = req.arrival_us;
     if (!j->contains("cmd")) co_return Bad("cmd is required");
     const json& cmd = (*j)["cmd"];
+    std::string shell_cmd;  // a string command runs with the image's bash (or sh)
     if (cmd.is_string() && !cmd.get<std::string>().empty()) {
-      e.argv = {"/bin/sh", "-c", cmd.get<std::string>()};
+      shell_cmd = cmd.get<std::string>();
     } else if (cmd.is_array() && !cmd.empty()) {
       for (const auto& a : cmd) {
         if (!a.is_string()) co_return Bad("cmd must be a string or an array of strings");
@@ -684,6 +685,7 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     auto sb = co_await RunBlocking(pool_, &fn);
     if (!sb.ok()) co_return ErrorResponse(sb.error());
     std::string sid = sb->rec.id;
+    if (!shell_cmd.empty()) e.argv = {manager_->ShellFor(*sb), "-c", shell_cmd};
     auto out = std::make_shared<std::string>();
     auto err = std::make_shared<std::string>();
     agent::OutputFn collect = [out, err](agent::FrameType t, std::string_view d) -> asio::awaitable<void> {

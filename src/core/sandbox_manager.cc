@@ -1,6 +1,7 @@
 #include "core/sandbox_manager.h"
 
 #include <sched.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -243,8 +244,12 @@ storage::SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, cons
 Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std::string& image_name,
                                              const std::vector<std::string>& layers, bool use_pool) {
   SBX_ASSIGN_OR_RETURN(SandboxType type, types_.Find(req.type));
-  if (use_pool && opts_.pool_size > 0 && req.isolation == "container" && req.disks.empty()) {
-    std::string key = json(layers).dump();
+  if (use_pool && opts_.pool_size > 0 && req.isolation == "container") {
+    // The key: the root's layers, and the disks bound at boot (repeated serverless calls
+    // on one disk claim sandboxes that already have it).
+    json disk_key = json::array();
+    for (const auto& [d, path] : req.disks) disk_key.push_back({d, path});
+    std::string key = req.disks.empty() ? json(layers).dump() : json{layers, disk_key}.dump();
     std::shared_ptr<Entry> pooled;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -252,6 +257,7 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
       k.image = image_name;
       k.from = req.from;
       k.layers = layers;
+      k.disks = req.disks;
       k.last_used_ms = Now();
       pooled = TakePooled(key);
       pool_cv_.notify_all();
@@ -338,6 +344,7 @@ Result<SandboxView> SandboxManager::Claim(std::shared_ptr<Entry> e, const Create
   SandboxRecord claimed = MakeRecord(req, type, e->rec.image, {});
   claimed.id = e->rec.id;
   claimed.layers_json = e->rec.layers_json;
+  claimed.disks_json = e->rec.disks_json;
   claimed.pid = e->rec.pid;
   claimed.pid_start = e->rec.pid_start;
   runtime::Limits limits{static_cast<int>(claimed.cpus), static_cast<uint64_t>(claimed.memory_mb) << 20,
@@ -400,6 +407,8 @@ bool SandboxManager::FillOne(const std::string& key, const PoolKey& k) {
     }
   CreateRequest req;
   req.from = k.from;
+  req.disks = k.disks;
+  if (!k.disks.empty()) req.metadata = {{"serverless_disk", k.disks.front().first}};
   auto e = std::make_shared<Entry>();
   e->rec = MakeRecord(req, *type, k.image, k.layers);
   e->rec.state = "pooled";
@@ -727,6 +736,15 @@ bool UsesDisk(const storage::SandboxRecord& r, const std::string& disk_id) {
 Status SandboxManager::DeleteDisk(const std::string& id) {
   if (!disks_) return MakeError(Code::kNotFound, "disk " + id + " not found");
   SBX_ASSIGN_OR_RETURN(auto disk, disks_->Get(id));
+  {
+    // Warm sandboxes waiting with this disk bound give it back first.
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> keys;
+    for (const auto& [key, k] : wanted_)
+      for (const auto& [d, _] : k.disks)
+        if (d == id || d == disk.id || d == disk.name) keys.push_back(key);
+    for (const auto& key : keys) DropPool(key);
+  }
   for (int i = 0; i < 1000; ++i) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -741,6 +759,19 @@ Status SandboxManager::DeleteDisk(const std::string& id) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a teardown still holds it
   }
   return disks_->Delete(disk.id);
+}
+
+std::string SandboxManager::ShellFor(const SandboxView& v) const {
+  auto layers = json::parse(v.rec.layers_json, nullptr, false);
+  if (layers.is_array())
+    for (const auto& l : layers) {
+      if (!l.is_string()) continue;
+      for (const char* p : {"/usr/bin/bash", "/bin/bash"}) {
+        struct stat st;
+        if (::lstat((l.get<std::string>() + p).c_str(), &st) == 0 && S_ISREG(st.st_mode)) return "/bin/bash";
+      }
+    }
+  return "/bin/sh";
 }
 
 Result<SandboxView> SandboxManager::CreateForDiskCall(const std::string& disk_id, const std::string& image,

@@ -120,6 +120,9 @@ class SandboxManager {
   Result<SandboxView> CreateForDiskCall(const std::string& disk_id, const std::string& image,
                                         const std::string& from);
   double serverless_call_usd() const { return opts_.serverless_call_usd; }
+  // The shell that string commands of serverless calls run with: bash where the
+  // sandbox's root has it, else /bin/sh.
+  std::string ShellFor(const SandboxView& v) const;
 
   // Reconciles SQLite with the kernel: re-adopts live sandboxes, finishes interrupted
   // deletes, marks the rest `error`, and removes orphaned cgroups and directories.
@@ -183,6 +186,7 @@ class SandboxManager {
   struct PoolKey {
     std::string image, from;
     std::vector<std::string> layers;
+    std::vector<std::pair<std::string, std::string>> disks;  // bound at boot
     int64_t last_used_ms = 0;
     int failures = 0;          // fills that failed in a row
     int64_t retry_after_ms = 0;  // back-off after a failure

@@ -200,3 +200,12 @@ def test_disk_files_api_respects_the_size_limit(client):
         assert "big" not in disk.exec("ls", image="busybox").stdout  # no partial file under the name
     finally:
         disk.delete()
+
+
+def test_string_commands_run_with_bash_where_the_image_has_it(client):
+    disk = client.disks.create(size_mb=16)
+    try:
+        assert disk.exec('echo "${BASH_VERSION:+bash}"', image="default").stdout == "bash\n"
+        assert disk.exec('echo "${BASH_VERSION:-sh}"', image="busybox").stdout == "sh\n"
+    finally:
+        disk.delete()

@@ -98,3 +98,21 @@ def test_forks_do_not_seed_the_pool(pooled):
     # Only the image's key is kept warm; no refill chases a fork's deleted layer.
     assert d.metric("sbx_pool_ready") <= 2
     assert "filling the pool" not in d.log()
+
+
+def test_repeated_calls_on_a_disk_claim_sandboxes_with_it_bound(pooled):
+    d = pooled
+    c = d.client()
+    disk = c.disks.create(size_mb=16)
+    disk.exec("echo first > f", image="busybox", check=True)  # teaches the pool this disk
+    wait_pool(d, 2)
+    claims = d.metric("sbx_pool_claims_total")
+    r = disk.exec("cat f; echo again > g", image="busybox")
+    assert r.stdout == "first\n" and d.metric("sbx_pool_claims_total") == claims + 1
+    assert disk.exec("cat g", image="busybox").stdout == "again\n"
+    # Deleting the disk first gives back the warm sandboxes that hold it.
+    disk.delete()
+    deadline = time.time() + 30
+    while d.metric("sbx_pool_ready") > 0 and time.time() < deadline:
+        time.sleep(0.05)
+    assert d.metric("sbx_pool_ready") == 0

@@ -1,0 +1,48 @@
+/**
+ * The TypeScript client for sbxd, the self-hosted sandbox daemon for AI agents'
+ * tool calls.
+ *
+ *     import { Client } from "@sbx/sdk";
+ *     const client = new Client();
+ *     const sb = await client.create({ image: "busybox", ttlSeconds: 600 });
+ *     try {
+ *       console.log((await sb.exec("echo hi", { check: true })).stdout);
+ *     } finally {
+ *       await sb.delete();
+ *     }
+ */
+export { Client, DEFAULT_DATA_DIR, DEFAULT_TIMEOUT_SECONDS, DEFAULT_URL, type ClientOptions } from "./client.js";
+export { Disk } from "./disk.js";
+export { Sandbox, Snapshot } from "./sandbox.js";
+export {
+  AuthError,
+  ConflictError,
+  ERROR_STATUS,
+  ExecError,
+  ExecTimeoutError,
+  InvalidRequestError,
+  NotFoundError,
+  SbxApiError,
+  SbxConnectionError,
+  SbxError,
+} from "./errors.js";
+export type { Query } from "./http.js";
+export type {
+  Command,
+  CreateDiskOptions,
+  CreateOptions,
+  Deleted,
+  DiskData,
+  DiskExecOptions,
+  DiskMount,
+  ExecOptions,
+  ExecResult,
+  ExecTiming,
+  Health,
+  JsonObject,
+  ListSandboxesOptions,
+  Resources,
+  SandboxData,
+  SnapshotData,
+  WriteFileResult,
+} from "./types.js";

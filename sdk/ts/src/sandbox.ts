@@ -1,0 +1,159 @@
+import type { Client } from "./client.js";
+import { ExecError } from "./errors.js";
+import { LONG_EXEC_SECONDS, budget, cmdField, defined } from "./exec.js";
+import { readExecStream, seg } from "./http.js";
+import {
+  execResultFromJson,
+  type Command,
+  type Deleted,
+  type ExecOptions,
+  type ExecResult,
+  type JsonObject,
+  type SandboxData,
+  type SnapshotData,
+} from "./types.js";
+
+/** The daemon's default exec timeout, in seconds. */
+const DEFAULT_EXEC_TIMEOUT = 60;
+
+/** A named snapshot (template) that new sandboxes can start `from`. */
+export class Snapshot {
+  /** The raw JSON from the daemon. */
+  data: SnapshotData;
+
+  constructor(
+    private readonly client: Client,
+    data: SnapshotData,
+  ) {
+    this.data = data;
+  }
+
+  get name(): string {
+    return this.data.name;
+  }
+
+  /** `snapshot.named.created` for a snapshot just taken. */
+  get type(): string | undefined {
+    return this.data.type;
+  }
+
+  /** Deletes the snapshot's name; sandboxes made from it keep working. */
+  delete(): Promise<Deleted> {
+    return this.client.deleteNamedSnapshot(this.name);
+  }
+}
+
+/** A sandbox: an isolated machine that runs commands until it is deleted or its TTL ends. */
+export class Sandbox {
+  /** The raw JSON from the daemon, as of the last call that returned it. */
+  data: SandboxData;
+
+  constructor(
+    private readonly client: Client,
+    data: SandboxData,
+  ) {
+    this.data = data;
+  }
+
+  get id(): string {
+    return this.data.id;
+  }
+
+  get name(): string | null {
+    return this.data.name ?? null;
+  }
+
+  get state(): string {
+    return this.data.state;
+  }
+
+  get metadata(): Record<string, string> {
+    return this.data.metadata ?? {};
+  }
+
+  private path(suffix = ""): string {
+    return `/v1/sandboxes/${seg(this.id)}${suffix}`;
+  }
+
+  /**
+   * Runs a command and resolves to its result once it ends. A non-zero exit is a
+   * normal result unless `check` is set. With `onStdout` or `onStderr`, the output
+   * is streamed to them as it arrives, and the full result is still returned.
+   */
+  async exec(command: Command, options: ExecOptions = {}): Promise<ExecResult> {
+    const body = defined({
+      cmd: cmdField(command),
+      cwd: options.cwd,
+      env: options.env,
+      stdin: options.stdin,
+      timeout_seconds: options.timeoutSeconds,
+    });
+    const limit = options.timeoutSeconds ?? DEFAULT_EXEC_TIMEOUT;
+    const wait = budget(this.client.http.timeoutSeconds, limit + 30);
+    const { onStdout, onStderr } = options;
+    // A long command is streamed even without callbacks: the stream's keepalive
+    // lines keep fetch from giving up on a quiet connection.
+    const stream = onStdout !== undefined || onStderr !== undefined || limit > LONG_EXEC_SECONDS;
+    let result: ExecResult;
+    if (stream) {
+      const res = await this.client.http.send("POST", this.path("/exec"), {
+        json: body,
+        accept: "application/x-ndjson",
+        timeoutSeconds: wait,
+      });
+      if ((res.headers.get("content-type") ?? "").includes("application/x-ndjson")) {
+        result = await readExecStream(res, onStdout, onStderr, wait);
+      } else {
+        // A daemon that does not stream answered with the whole result.
+        result = execResultFromJson((await res.json()) as JsonObject);
+        if (result.stdout) onStdout?.(result.stdout);
+        if (result.stderr) onStderr?.(result.stderr);
+      }
+    } else {
+      const d = await this.client.http.json<JsonObject>("POST", this.path("/exec"), { json: body, timeoutSeconds: wait });
+      result = execResultFromJson(d);
+    }
+    if (options.check && result.exitCode !== 0) throw new ExecError(result);
+    return result;
+  }
+
+  /** Captures the sandbox's files as a named snapshot (a template for `create({ from })`). */
+  async snapshot(name: string): Promise<Snapshot> {
+    const d = await this.client.http.json<SnapshotData>("POST", this.path("/snapshot"), { json: { name } });
+    return new Snapshot(this.client, d);
+  }
+
+  /** One new running sandbox with a copy of this one's files. */
+  fork(options?: { count?: undefined }): Promise<Sandbox>;
+  /** `count` new running sandboxes (1 to 64), each with a copy of this one's files. */
+  fork(options: { count: number }): Promise<Sandbox[]>;
+  async fork(options: { count?: number } = {}): Promise<Sandbox | Sandbox[]> {
+    const body = options.count === undefined ? {} : { count: options.count };
+    const d = await this.client.http.json<{ sandboxes?: SandboxData[] }>("POST", this.path("/fork"), { json: body });
+    const made = (d?.sandboxes ?? []).map((s) => new Sandbox(this.client, s));
+    return options.count === undefined ? made[0]! : made;
+  }
+
+  /** Reloads `data` from the daemon. */
+  async refresh(): Promise<this> {
+    this.data = await this.client.http.json<SandboxData>("GET", this.path());
+    return this;
+  }
+
+  /** Kills every process and keeps the files. */
+  async stop(): Promise<this> {
+    this.data = await this.client.http.json<SandboxData>("POST", this.path("/stop"), { json: {} });
+    return this;
+  }
+
+  /** Boots a stopped sandbox again on its files. */
+  async start(): Promise<this> {
+    this.data = await this.client.http.json<SandboxData>("POST", this.path("/start"), { json: {} });
+    return this;
+  }
+
+  /** Deletes the sandbox: `{"type": "sandbox.deleted", "id"}`. */
+  delete(): Promise<Deleted> {
+    return this.client.http.json<Deleted>("DELETE", this.path());
+  }
+}

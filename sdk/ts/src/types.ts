@@ -1,0 +1,188 @@
+/** A JSON object as the daemon sent it (snake_case keys). */
+export type JsonObject = { [key: string]: unknown };
+
+/** A command: a string runs as `/bin/sh -c CMD`; an array is the argv (no shell). */
+export type Command = string | readonly string[];
+
+export interface ExecTiming {
+  /** Milliseconds from the request's arrival to the answer, minus `executeMs`. */
+  queueMs: number;
+  /** Milliseconds from the start of the command to the exit of its leader. */
+  executeMs: number;
+}
+
+export interface ExecResult {
+  stdout: string;
+  stderr: string;
+  /** The exit status; 128+N when signal N killed the command, 124 on timeout. */
+  exitCode: number;
+  /** The signal that killed the command, or null. */
+  signal: number | null;
+  timedOut: boolean;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+  timing: ExecTiming;
+  costUsd: number;
+}
+
+function num(v: unknown, fallback: number): number {
+  return typeof v === "number" && Number.isFinite(v) ? v : fallback;
+}
+
+/** Converts an exec answer (snake_case) to an `ExecResult`. */
+export function execResultFromJson(d: JsonObject): ExecResult {
+  const timing = (d.timing && typeof d.timing === "object" ? d.timing : {}) as JsonObject;
+  return {
+    stdout: typeof d.stdout === "string" ? d.stdout : "",
+    stderr: typeof d.stderr === "string" ? d.stderr : "",
+    exitCode: num(d.exit_code, -1),
+    signal: typeof d.signal === "number" ? d.signal : null,
+    timedOut: d.timed_out === true,
+    stdoutTruncated: d.stdout_truncated === true,
+    stderrTruncated: d.stderr_truncated === true,
+    timing: { queueMs: num(timing.queue_ms, 0), executeMs: num(timing.execute_ms, 0) },
+    costUsd: num(d.cost_usd, 0),
+  };
+}
+
+export interface Health {
+  status: string;
+  version: string;
+  [key: string]: unknown;
+}
+
+/** The raw JSON of a sandbox. */
+export interface SandboxData {
+  id: string;
+  name: string | null;
+  state: string;
+  type: string;
+  image: string;
+  created_at: string;
+  expires_at: string | null;
+  ttl_seconds: number;
+  metadata: Record<string, string>;
+  resources: { cpus?: number; memory_mb?: number; pids?: number; disk_mb?: number; [key: string]: unknown };
+  billed_seconds: number;
+  cost_usd: number;
+  error: string | null;
+  [key: string]: unknown;
+}
+
+/** The raw JSON of a persistent disk. */
+export interface DiskData {
+  id: string;
+  name: string | null;
+  size_mb: number;
+  used_bytes: number;
+  created_at: string;
+  [key: string]: unknown;
+}
+
+/** The raw JSON of a named snapshot. */
+export interface SnapshotData {
+  name: string;
+  type?: string;
+  image?: string;
+  source?: string;
+  parent?: string | null;
+  layers?: number;
+  size_bytes?: number;
+  created_at?: string;
+  [key: string]: unknown;
+}
+
+/** The answer to a delete: `{"type": "sandbox.deleted" | "disk.deleted", "id"}`. */
+export interface Deleted {
+  type: string;
+  id?: string;
+  name?: string;
+  [key: string]: unknown;
+}
+
+export interface Resources {
+  cpus?: number;
+  memoryMb?: number;
+  pids?: number;
+}
+
+export interface DiskMount {
+  /** The disk's id or name. */
+  id: string;
+  /** Where the disk appears inside the sandbox. */
+  mountPath: string;
+}
+
+export interface CreateOptions {
+  /** `small` (the daemon's default), `default` or `large`. */
+  type?: string;
+  /** `container` (the default). */
+  isolation?: string;
+  /** Unique among sandboxes; matches `[a-z0-9][a-z0-9._-]{0,62}`. */
+  name?: string;
+  /** An imported image; give either `image` or `from`. */
+  image?: string;
+  /** A named snapshot to start from. */
+  from?: string;
+  ttlSeconds?: number;
+  ttlAction?: string;
+  idleTimeoutSeconds?: number;
+  noEnv?: boolean;
+  /** Variables set for every exec. */
+  env?: Record<string, string>;
+  /** Free labels, usable as list filters. */
+  metadata?: Record<string, string>;
+  /** A mode such as `"none"`, or the full object. */
+  network?: string | { mode?: string; allow?: string[] };
+  resources?: Resources;
+  disks?: DiskMount[];
+}
+
+export interface ListSandboxesOptions {
+  name?: string;
+  state?: string;
+  /** Every key must match. */
+  metadata?: Record<string, string>;
+}
+
+export interface ExecOptions {
+  /** The working directory (default `/root`). */
+  cwd?: string;
+  /** Variables for this command, over the sandbox's own. */
+  env?: Record<string, string>;
+  /** Fed to the command's stdin, followed by EOF (default: `/dev/null`). */
+  stdin?: string;
+  /** The daemon kills the command's tree past this (default 60, at most 86400). */
+  timeoutSeconds?: number;
+  /** Throw `ExecError` when the command exits with a non-zero code. */
+  check?: boolean;
+  /** Called with each stdout chunk as it arrives (turns on streaming). */
+  onStdout?: (chunk: string) => void;
+  /** Called with each stderr chunk as it arrives (turns on streaming). */
+  onStderr?: (chunk: string) => void;
+}
+
+export interface DiskExecOptions {
+  /** The working directory (default `/mnt/disk`). */
+  cwd?: string;
+  env?: Record<string, string>;
+  /** Default and maximum 300; past it the call throws `ExecTimeoutError`. */
+  timeoutSeconds?: number;
+  /** The image of the call's sandbox (default: the daemon's default image). */
+  image?: string;
+  /** A named snapshot for the call's sandbox instead of an image. */
+  from?: string;
+  /** Throw `ExecError` when the command exits with a non-zero code. */
+  check?: boolean;
+}
+
+export interface CreateDiskOptions {
+  name?: string;
+  /** The size of the disk's filesystem (daemon default 1024). */
+  sizeMb?: number;
+}
+
+export interface WriteFileResult {
+  path: string;
+  sizeBytes: number;
+}
