@@ -143,11 +143,11 @@ test("a disk in a sandbox; no delete while it is in use", async () => {
     const sb = await client.create({
       image,
       ttlSeconds: 300,
-      disks: [{ id: disk.id, mountPath: "/work/data" }],
+      disks: [{ id: disk.id, mountPath: "/srv/data" }],
     });
     leftovers.add(sb);
     try {
-      await sb.exec("echo from-session > /work/data/shared", { check: true });
+      await sb.exec("echo from-session > /srv/data/shared", { check: true });
       assert.equal((await disk.exec("cat shared", { image })).stdout, "from-session\n");
       await assert.rejects(disk.delete(), (e) => {
         assert.ok(e instanceof ConflictError);
