@@ -11,6 +11,13 @@ PORT="${SBX_PORT:-7070}"
 export SBX_URL="http://127.0.0.1:$PORT"
 SBX="$BUILD/sbx --data-dir $DATA_DIR"
 mkdir -p /run/sbx
+# A daemon this script started earlier is restarted on the new build (its sandboxes keep
+# running and are re-adopted); a daemon started some other way is left alone.
+if [ -f /run/sbx/sbxd.pid ] && kill -0 "$(cat /run/sbx/sbxd.pid)" 2>/dev/null; then
+  log "restarting the sbxd this script started (pid $(cat /run/sbx/sbxd.pid))"
+  kill "$(cat /run/sbx/sbxd.pid)"
+  for _ in $(seq 100); do kill -0 "$(cat /run/sbx/sbxd.pid)" 2>/dev/null || break; sleep 0.1; done
+fi
 if ! $SBX health >/dev/null 2>&1; then
   log "starting sbxd on 127.0.0.1:$PORT (state in $DATA_DIR/sbxd.db, log in /var/log/sbxd.log)"
   nohup "$BUILD/sbxd" --listen "127.0.0.1:$PORT" --data-dir "$DATA_DIR" >>/var/log/sbxd.log 2>&1 &
@@ -23,7 +30,7 @@ if ! $SBX image ls | grep -q '^default '; then
   $SBX image build default
 fi
 
-log "demo: create, exec, snapshot, create from it, fork, rm"
+log "demo: create, exec, snapshot, create from it, fork, rm, serverless calls on a disk"
 set -x
 ID=$($SBX create --type small --ttl 600 --name demo-$$)
 $SBX exec "$ID" -- python3 -c 'print(1+1)'
@@ -37,5 +44,9 @@ $SBX exec "$FORK" -- cat /root/note
 $SBX ls
 $SBX rm "$ID" "$FROM" "$FORK"
 $SBX template rm demo-template-$$
+DISK=$($SBX disk create --size-mb 256)
+$SBX disk exec "$DISK" -- 'echo "written by call one in $SBX_SANDBOX_ID" > notes.txt'
+$SBX disk exec "$DISK" -- 'cat notes.txt; echo "read by call two in $SBX_SANDBOX_ID"'
+$SBX disk rm "$DISK"
 set +x
 log "sbxd is running (pid $(cat /run/sbx/sbxd.pid 2>/dev/null || echo '?')); try: $BUILD/sbx create"
