@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+#include <optional>
+
 #include "http_client.h"
 
 namespace sbx::cli {
@@ -14,6 +17,11 @@ struct Globals {
   std::string api_key;
   bool json = false;
 };
+
+// A streamed exec of `body` in sandbox `id`: output goes to this process's stdout/stderr
+// when `echo`, stdout also into *out; the exit line, or nullopt after printing the error.
+std::optional<nlohmann::json> StreamExecBody(HttpClient& c, const std::string& id,
+                                             const nlohmann::json& body, bool echo, std::string* out);
 
 // `sbx bench`: returns the process exit code.
 int RunBench(const Globals& g, int runs, const std::string& image, bool peers);

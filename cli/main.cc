@@ -240,28 +240,12 @@ int main(int argc, char** argv) {
       e[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
     if (!e.empty()) body["env"] = e;
-    int exit_code = 1;
-    json last;
-    auto r = c.Stream("POST", "/v1/sandboxes/" + exec_id + "/exec", body.dump(), [&](const std::string& line) {
-      auto j = json::parse(line, nullptr, false);
-      if (!j.is_object()) return;
-      std::string t = j.value("type", "");
-      if (t == "stdout" || t == "stderr") {
-        std::string d = j.value("data", "");
-        ssize_t w = ::write(t == "stdout" ? 1 : 2, d.data(), d.size());
-        (void)w;
-      } else if (t == "exit") {
-        last = j;
-        exit_code = j.value("exit_code", 1);
-      } else if (t == "error") {
-        last = j;
-      }
-    });
-    if (!r.ok()) return Fail(r.error().message);
-    if (r->status >= 300) return Fail(ErrorMessage(*r));
-    if (last.contains("error")) return Fail(last["error"].value("message", "exec failed"));
-    if (last.value("timed_out", false)) std::fprintf(stderr, "sbx: the command timed out after %lld s\n", static_cast<long long>(timeout));
-    if (g.json) std::fprintf(stderr, "%s\n", last.dump().c_str());
+    auto last = StreamExecBody(c, exec_id, body, /*echo=*/true, nullptr);
+    if (!last) return 1;
+    int exit_code = last->value("exit_code", 1);
+    if (last->value("timed_out", false))
+      std::fprintf(stderr, "sbx: the command timed out after %lld s\n", static_cast<long long>(timeout));
+    if (g.json) std::fprintf(stderr, "%s\n", last->dump().c_str());
     return exit_code;
   }
   if (*ls) {

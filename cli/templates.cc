@@ -39,7 +39,20 @@ std::optional<json> Must(HttpClient& c, const std::string& method, const std::st
 // Runs `cmd` through the streaming exec, passing output on as it comes; the exit line.
 std::optional<json> StreamExec(HttpClient& c, const std::string& id, const json& cmd, int64_t timeout,
                                bool echo, std::string* out) {
-  json body = {{"cmd", cmd}, {"timeout_seconds", timeout}};
+  return StreamExecBody(c, id, json{{"cmd", cmd}, {"timeout_seconds", timeout}}, echo, out);
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+std::optional<json> StreamExecBody(HttpClient& c, const std::string& id, const json& body, bool echo,
+                                   std::string* out) {
   json last;
   auto r = c.Stream("POST", "/v1/sandboxes/" + id + "/exec", body.dump(), [&](const std::string& line) {
     auto j = json::parse(line, nullptr, false);
@@ -71,15 +84,6 @@ std::optional<json> StreamExec(HttpClient& c, const std::string& id, const json&
   }
   return last;
 }
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-}  // namespace
 
 int RunTemplateBuild(const Globals& g, const std::string& name, const std::string& image,
                      const std::string& from, const std::string& type,

@@ -501,8 +501,10 @@ namespace {
 // A spare handler: blocks in accept() on the shared listening socket, tells PID 1 it
 // took a connection (so PID 1 forks its replacement off the request's path), then serves
 // that one connection and exits.
-[[noreturn]] void RunSpare(int listen_fd, int notify_w) {
+[[noreturn]] void RunSpare(int listen_fd, int notify_w, pid_t parent) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The parent may have died before the prctl took effect: then nobody would signal us.
+  if (getppid() != parent) _exit(0);
   int c;
   do {
     c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
@@ -535,12 +537,13 @@ Status Serve(int listen_fd, bool is_init) {
   // collects the orphans of its commands.
   if (!is_init) prctl(PR_SET_CHILD_SUBREAPER, 1);
   std::set<pid_t> spares;  // forked, not yet holding a connection
+  const pid_t self = getpid();
   auto fork_spare = [&]() -> bool {
     pid_t p = fork();
     if (p == 0) {
       sfd.Reset();
       notify_r.Reset();
-      RunSpare(listen_fd, notify_w.get());
+      RunSpare(listen_fd, notify_w.get(), self);
     }
     if (p < 0) return false;
     spares.insert(p);

@@ -134,6 +134,25 @@ Result<std::map<std::string, std::string>> GetStringMap(const json& j, const cha
   return out;
 }
 
+// The "cmd" of an exec: a non-empty string (for a shell; returned in *shell) or a
+// non-empty array of strings (the argv; appended to *argv).
+Status ParseCmd(const json& body, std::string* shell, std::vector<std::string>* argv) {
+  if (!body.contains("cmd")) return MakeError(Code::kInvalidArgument, "cmd is required");
+  const json& cmd = body["cmd"];
+  if (cmd.is_string() && !cmd.get<std::string>().empty()) {
+    *shell = cmd.get<std::string>();
+    return OkStatus();
+  }
+  if (cmd.is_array() && !cmd.empty()) {
+    for (const auto& a : cmd) {
+      if (!a.is_string()) return MakeError(Code::kInvalidArgument, "cmd must be a string or an array of strings");
+      argv->push_back(a.get<std::string>());
+    }
+    return OkStatus();
+  }
+  return MakeError(Code::kInvalidArgument, "cmd must be a string or a non-empty array of strings");
+}
+
 json SandboxJson(const core::SandboxView& v) {
   const auto& r = v.rec;
   json j = {{"id", r.id},
@@ -443,19 +462,9 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     if (!j.ok()) co_return ErrorResponse(j.error());
     core::ExecRequest e;
     e.arrival_us = req.arrival_us;
-    if (!j->contains("cmd")) co_return Bad("cmd is required");
-    const json& cmd = (*j)["cmd"];
-    if (cmd.is_string()) {
-      if (cmd.get<std::string>().empty()) co_return Bad("cmd is empty");
-      e.argv = {"/bin/sh", "-c", cmd.get<std::string>()};
-    } else if (cmd.is_array() && !cmd.empty()) {
-      for (const auto& a : cmd) {
-        if (!a.is_string()) co_return Bad("cmd must be a string or an array of strings");
-        e.argv.push_back(a.get<std::string>());
-      }
-    } else {
-      co_return Bad("cmd must be a string or a non-empty array of strings");
-    }
+    std::string shell_cmd;
+    if (auto st = ParseCmd(*j, &shell_cmd, &e.argv); !st.ok()) co_return ErrorResponse(st.error());
+    if (!shell_cmd.empty()) e.argv = {"/bin/sh", "-c", shell_cmd};
     auto cwd = GetString(*j, "cwd");
     auto env = GetStringMap(*j, "env");
     auto timeout = GetInt(*j, "timeout_seconds");
@@ -651,19 +660,8 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     if (!j.ok()) co_return ErrorResponse(j.error());
     core::ExecRequest e;
     e.arrival_us = req.arrival_us;
-    if (!j->contains("cmd")) co_return Bad("cmd is required");
-    const json& cmd = (*j)["cmd"];
     std::string shell_cmd;  // a string command runs with the image's bash (or sh)
-    if (cmd.is_string() && !cmd.get<std::string>().empty()) {
-      shell_cmd = cmd.get<std::string>();
-    } else if (cmd.is_array() && !cmd.empty()) {
-      for (const auto& a : cmd) {
-        if (!a.is_string()) co_return Bad("cmd must be a string or an array of strings");
-        e.argv.push_back(a.get<std::string>());
-      }
-    } else {
-      co_return Bad("cmd must be a string or a non-empty array of strings");
-    }
+    if (auto st = ParseCmd(*j, &shell_cmd, &e.argv); !st.ok()) co_return ErrorResponse(st.error());
     auto cwd = GetString(*j, "cwd", "/mnt/disk");
     auto env = GetStringMap(*j, "env");
     auto timeout = GetInt(*j, "timeout_seconds");

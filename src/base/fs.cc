@@ -31,20 +31,26 @@ Result<std::string> ReadFile(const std::string& path, size_t max_bytes) {
   return out;
 }
 
-Status WriteFile(const std::string& path, const std::string& data, bool create, mode_t mode) {
-  int flags = O_WRONLY | O_CLOEXEC | O_TRUNC | (create ? O_CREAT : 0);
-  UniqueFd fd(::open(path.c_str(), flags, mode));
-  if (!fd.valid()) return ErrnoError("open " + path);
+namespace {
+Status WriteAll(int fd, const std::string& data, const std::string& what) {
   size_t off = 0;
   while (off < data.size()) {
-    ssize_t n = ::write(fd.get(), data.data() + off, data.size() - off);
+    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoError("write " + path);
+      return ErrnoError("write " + what);
     }
     off += n;
   }
   return OkStatus();
+}
+}  // namespace
+
+Status WriteFile(const std::string& path, const std::string& data, bool create, mode_t mode) {
+  int flags = O_WRONLY | O_CLOEXEC | O_TRUNC | (create ? O_CREAT : 0);
+  UniqueFd fd(::open(path.c_str(), flags, mode));
+  if (!fd.valid()) return ErrnoError("open " + path);
+  return WriteAll(fd.get(), data, path);
 }
 
 Status WriteFileAtomic(const std::string& path, const std::string& data, mode_t mode) {
@@ -52,15 +58,7 @@ Status WriteFileAtomic(const std::string& path, const std::string& data, mode_t 
   {
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
     if (!fd.valid()) return ErrnoError("open " + tmp);
-    size_t off = 0;
-    while (off < data.size()) {
-      ssize_t n = ::write(fd.get(), data.data() + off, data.size() - off);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoError("write " + tmp);
-      }
-      off += n;
-    }
+    SBX_RETURN_IF_ERROR(WriteAll(fd.get(), data, tmp));
     if (::fsync(fd.get()) != 0) return ErrnoError("fsync " + tmp);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp);

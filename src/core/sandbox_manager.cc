@@ -717,6 +717,11 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
     return err;
   }
   ::chmod(layer.c_str(), 0755);
+  {
+    // Until its caller has recorded it, the layer is in no row: keep the collector off it.
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_layers_.insert(layer);
+  }
   FaultPoint("snapshot.renamed");
   if (bytes) *bytes = copied->bytes;
   layers.insert(layers.begin(), layer);
@@ -801,6 +806,10 @@ Result<storage::SnapshotRecord> SandboxManager::Snapshot(const std::string& id, 
   }
   uint64_t bytes = 0;
   SBX_ASSIGN_OR_RETURN(auto chain, Capture(id, &bytes));
+  ScopeExit unpin([&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_layers_.erase(pending_layers_.find(chain.front()));
+  });
   storage::SnapshotRecord rec;
   rec.name = name;
   rec.layers_json = json(chain).dump();
@@ -817,6 +826,11 @@ Result<storage::SnapshotRecord> SandboxManager::Snapshot(const std::string& id, 
   FaultPoint("snapshot.recorded");
   if (!st.ok()) {
     // The name was taken meanwhile (or the write failed): the fresh layer goes.
+    unpin.Release();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_layers_.erase(pending_layers_.find(chain.front()));
+    }
     CollectLayers();
     if (st.error().code == Code::kAlreadyExists)
       return MakeError(Code::kAlreadyExists, "a snapshot named \"" + name + "\" exists");
@@ -859,16 +873,22 @@ Result<std::vector<SandboxView>> SandboxManager::Fork(const std::string& id, int
   }
   SBX_ASSIGN_OR_RETURN(auto chain, Capture(id, nullptr));
   FaultPoint("fork.captured");
+  auto unpin = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_layers_.erase(pending_layers_.find(chain.front()));
+  };
   std::vector<SandboxView> out;
   for (int i = 0; i < count; ++i) {
     auto v = CreateOn(req, image, chain, /*use_pool=*/false);
     if (!v.ok()) {
       for (const auto& made : out) (void)Delete(made.rec.id);
+      unpin();
       CollectLayers();
       return v.error().Wrap("fork " + std::to_string(i + 1) + " of " + std::to_string(count));
     }
     out.push_back(*v);
   }
+  unpin();
   {
     std::lock_guard<std::mutex> lock(mu_);
     forks_ += count;
@@ -921,6 +941,7 @@ void SandboxManager::CollectLayers() {
       for (const auto& e : q) add(e->rec.layers_json);
     for (const auto& [_, e] : sandboxes_)
       if (e->captures) capturing.insert(e->rec.id);
+    for (const auto& l : pending_layers_) used.insert(l);
   }
   std::string base = opts_.data_dir + "/layers";
   auto dirs = fs::ListDir(base);

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -221,6 +222,8 @@ class SandboxManager {
   std::map<std::string, std::shared_ptr<Entry>> deleting_;   // queued for teardown
   int64_t creates_ = 0, execs_ = 0, deletes_ = 0, snapshots_ = 0, forks_ = 0;
   std::mutex gc_mu_;  // one layer collection at a time
+  // Fresh layers that no row names yet (a capture's caller records them): never collected.
+  std::multiset<std::string> pending_layers_;
   std::map<std::string, PoolKey> wanted_;                                  // by layers_json
   std::map<std::string, std::deque<std::shared_ptr<Entry>>> pool_;        // by layers_json
   int64_t pool_claims_ = 0;

@@ -11,6 +11,8 @@
 #include <boost/asio/detached.hpp>
 #include <atomic>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
 
 #include "base/fs.h"
 #include "core/sandbox_manager.h"
@@ -271,6 +273,38 @@ TEST_F(ManagerTest, AnInitThatDiesIsMarkedErrorAndCanStartAgain) {
   EXPECT_EQ((*store_->GetSandbox(v->rec.id))->state, "error");
   ASSERT_TRUE(manager_->Start(v->rec.id).ok());
   EXPECT_EQ(manager_->Get(v->rec.id)->rec.state, "running");
+}
+
+}  // namespace
+}  // namespace sbx::core
+
+namespace sbx::core {
+namespace {
+
+// A collector running at any moment never takes a fresh snapshot's layer (it is in no
+// row until the snapshot is recorded).
+TEST_F(ManagerTest, LayerCollectionNeverRacesAFreshSnapshot) {
+  auto v = manager_->Create({});
+  ASSERT_TRUE(v.ok());
+  ASSERT_TRUE(fs::WriteFile(dir_ + "/sandboxes/" + v->rec.id + "/upper/file", "data").ok());
+  std::atomic<bool> stop{false};
+  std::thread collector([&] {
+    while (!stop) manager_->CollectLayers();
+  });
+  for (int i = 0; i < 30; ++i) {
+    std::string name = "race-" + std::to_string(i);
+    auto snap = manager_->Snapshot(v->rec.id, name);
+    ASSERT_TRUE(snap.ok()) << snap.error().message;
+    auto layers = nlohmann::json::parse(snap->layers_json);
+    ASSERT_TRUE(fs::IsDir(layers[0].get<std::string>())) << "layer of " << name << " was collected";
+    ASSERT_TRUE(fs::Exists(layers[0].get<std::string>() + "/file"));
+  }
+  stop = true;
+  collector.join();
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(manager_->DeleteSnapshot("race-" + std::to_string(i)).ok());
+  auto left = fs::ListDir(dir_ + "/layers");
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty());
 }
 
 }  // namespace
