@@ -322,6 +322,13 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
   return ViewLocked(*e);
 }
 
+void SandboxManager::DiscardLocked(const std::shared_ptr<Entry>& e) {
+  e->rec.state = "deleting";
+  (void)store_->UpdateSandbox(e->rec);
+  deleting_[e->rec.id] = e;
+  EnqueueTeardown(e->rec.id);
+}
+
 std::shared_ptr<SandboxManager::Entry> SandboxManager::TakePooled(const std::string& key) {
   auto it = pool_.find(key);
   while (it != pool_.end() && !it->second.empty()) {
@@ -329,10 +336,7 @@ std::shared_ptr<SandboxManager::Entry> SandboxManager::TakePooled(const std::str
     it->second.pop_front();
     if (runtime_->Alive(e->inst)) return e;
     // Died while waiting (killed from outside): it goes.
-    e->rec.state = "deleting";
-    (void)store_->UpdateSandbox(e->rec);
-    deleting_[e->rec.id] = e;
-    EnqueueTeardown(e->rec.id);
+    DiscardLocked(e);
   }
   return nullptr;
 }
@@ -351,10 +355,7 @@ Result<SandboxView> SandboxManager::Claim(std::shared_ptr<Entry> e, const Create
                          static_cast<int>(claimed.pids)};
   auto give_back = [&] {
     std::lock_guard<std::mutex> lock(mu_);
-    e->rec.state = "deleting";
-    (void)store_->UpdateSandbox(e->rec);
-    deleting_[e->rec.id] = e;
-    EnqueueTeardown(e->rec.id);
+    DiscardLocked(e);
   };
   if (claimed.cpus != e->rec.cpus || claimed.memory_mb != e->rec.memory_mb || claimed.pids != e->rec.pids) {
     Status st = runtime_->UpdateLimits(e->rec.id, limits);
@@ -367,10 +368,7 @@ Result<SandboxView> SandboxManager::Claim(std::shared_ptr<Entry> e, const Create
   if (!claimed.name.empty())
     for (const auto& [_, other] : sandboxes_)
       if (other->rec.name == claimed.name) {
-        e->rec.state = "deleting";
-        (void)store_->UpdateSandbox(e->rec);
-        deleting_[e->rec.id] = e;
-        EnqueueTeardown(e->rec.id);
+        DiscardLocked(e);
         return MakeError(Code::kAlreadyExists, "a sandbox named \"" + claimed.name + "\" exists");
       }
   claimed.state = "running";
@@ -381,10 +379,7 @@ Result<SandboxView> SandboxManager::Claim(std::shared_ptr<Entry> e, const Create
   Status st = store_->UpdateSandbox(e->rec);
   if (!st.ok()) {
     e->rec = before;
-    e->rec.state = "deleting";
-    (void)store_->UpdateSandbox(e->rec);
-    deleting_[e->rec.id] = e;
-    EnqueueTeardown(e->rec.id);
+    DiscardLocked(e);
     if (st.error().code == Code::kAlreadyExists)
       return MakeError(Code::kAlreadyExists, "a sandbox named \"" + claimed.name + "\" exists");
     return st.error();
@@ -425,10 +420,7 @@ bool SandboxManager::FillOne(const std::string& key, const PoolKey& k) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!inst.ok()) {
     SBX_LOG(kWarn) << "filling the pool: " << inst.error().message;
-    e->rec.state = "deleting";
-    (void)store_->UpdateSandbox(e->rec);
-    deleting_[e->rec.id] = e;
-    EnqueueTeardown(e->rec.id);
+    DiscardLocked(e);
     return false;
   }
   e->inst = *inst;
@@ -437,10 +429,7 @@ bool SandboxManager::FillOne(const std::string& key, const PoolKey& k) {
   (void)store_->UpdateSandbox(e->rec);
   if (!wanted_.count(key)) {
     // Its template went away meanwhile.
-    e->rec.state = "deleting";
-    (void)store_->UpdateSandbox(e->rec);
-    deleting_[e->rec.id] = e;
-    EnqueueTeardown(e->rec.id);
+    DiscardLocked(e);
     return true;
   }
   pool_[key].push_back(e);
@@ -452,10 +441,7 @@ void SandboxManager::DropPool(const std::string& key) {
   auto it = pool_.find(key);
   if (it == pool_.end()) return;
   for (auto& e : it->second) {
-    e->rec.state = "deleting";
-    (void)store_->UpdateSandbox(e->rec);
-    deleting_[e->rec.id] = e;
-    EnqueueTeardown(e->rec.id);
+    DiscardLocked(e);
   }
   pool_.erase(it);
 }

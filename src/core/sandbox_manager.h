@@ -193,6 +193,8 @@ class SandboxManager {
     int64_t retry_after_ms = 0;  // back-off after a failure
   };
   std::shared_ptr<Entry> TakePooled(const std::string& key);  // mu_ held
+  // Hands an entry that is in no map (pooled, or a failed claim) to the teardown.
+  void DiscardLocked(const std::shared_ptr<Entry>& e);  // mu_ held
   Result<SandboxView> Claim(std::shared_ptr<Entry> e, const CreateRequest& req, const SandboxType& type);
   void PoolLoop();
   // False if the fill failed.

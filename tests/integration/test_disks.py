@@ -59,11 +59,11 @@ def test_parallel_calls_share_the_disk(client):
 def test_disk_attached_to_a_long_lived_sandbox(client, daemon):
     disk = client.disks.create(size_mb=64)
     try:
-        with client.create(image="busybox", disks=[{"id": disk.id, "mount_path": "/work/data"}]) as sb:
-            sb.exec("echo from-session > /work/data/shared", check=True)
+        with client.create(image="busybox", disks=[{"id": disk.id, "mount_path": "/project/data"}]) as sb:
+            sb.exec("echo from-session > /project/data/shared", check=True)
             assert disk.exec("cat shared", image="busybox").stdout == "from-session\n"
             disk.exec("echo from-call > shared2", image="busybox", check=True)
-            assert sb.exec("cat /work/data/shared2").stdout == "from-call\n"
+            assert sb.exec("cat /project/data/shared2").stdout == "from-call\n"
             status, body = daemon.raw("DELETE", f"/v1/disks/{disk.id}")
             assert status == 409 and body["error"]["code"] == "conflict"
         # Deletable once no sandbox uses it.

@@ -11,29 +11,29 @@ import sbx
 def test_snapshot_captures_exactly_what_the_sandbox_had(client, daemon):
     with client.create(image="busybox") as src:
         src.exec(
-            "mkdir -p /work/sub && echo data > /work/file && chmod 640 /work/file && "
-            "ln -s file /work/link && chmod 1750 /work/sub && mkfifo /work/fifo && "
-            "echo big > /work/big && head -c 3000000 /dev/urandom >> /work/big && "
-            "ln /work/file /work/hard && rm /etc/passwd && rm -r /usr/sbin && "
+            "mkdir -p /project/sub && echo data > /project/file && chmod 640 /project/file && "
+            "ln -s file /project/link && chmod 1750 /project/sub && mkfifo /project/fifo && "
+            "echo big > /project/big && head -c 3000000 /dev/urandom >> /project/big && "
+            "ln /project/file /project/hard && rm /etc/passwd && rm -r /usr/sbin && "
             "mkdir /opaque && touch /opaque/keep", check=True)
-        before = src.exec("cd / && ls -lnR work opaque etc usr | md5sum; md5sum /work/big").stdout
+        before = src.exec("cd / && ls -lnR project opaque etc usr | md5sum; md5sum /project/big").stdout
         snap = src.snapshot("snap-exact")
         assert snap.data["type"] == "snapshot.named.created" and snap.name == "snap-exact"
         assert snap.size_bytes >= 3000000
         assert snap.parent is None
         # The source was only frozen for the copy: it runs on, and its later writes are its own.
         assert client.get(src.id).state == "running"
-        src.exec("echo later > /work/later", check=True)
+        src.exec("echo later > /project/later", check=True)
         try:
             with client.create(from_="snap-exact") as c:
                 assert c.data["image"] == "busybox"
-                after = c.exec("cd / && ls -lnR work opaque etc usr | md5sum; md5sum /work/big").stdout
+                after = c.exec("cd / && ls -lnR project opaque etc usr | md5sum; md5sum /project/big").stdout
                 assert after == before
-                r = c.exec("test -e /etc/passwd; echo $?; test -e /usr/sbin; echo $?; ls /work")
+                r = c.exec("test -e /etc/passwd; echo $?; test -e /usr/sbin; echo $?; ls /project")
                 assert r.stdout.split("\n")[:2] == ["1", "1"]  # deletions stay deleted (whiteouts)
                 assert "later" not in r.stdout
-                assert c.exec("cat /work/link; stat -c '%a %u:%g %F' /work/file /work/sub /work/fifo; "
-                              "stat -c %h /work/hard").stdout == \
+                assert c.exec("cat /project/link; stat -c '%a %u:%g %F' /project/file /project/sub /project/fifo; "
+                              "stat -c %h /project/hard").stdout == \
                     "data\n640 0:0 regular file\n1750 0:0 directory\n644 0:0 fifo\n2\n"
         finally:
             client.api.delete_named_snapshot("snap-exact")
