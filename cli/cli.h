@@ -28,7 +28,7 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers);
 // `sbx bench disk-exec`: serverless calls on a disk, and a test suite against the host.
 int RunBenchDiskExec(const Globals& g, int runs, const std::string& data_dir, int gap_ms);
 // `sbx bench patterns`: the seed's three tool-call patterns, timed.
-int RunBenchPatterns(const Globals& g, int runs);
+int RunBenchPatterns(const Globals& g, int runs, int gap_ms);
 // `sbx template build`: runs the steps in a fresh sandbox (streaming their output), then
 // snapshots it as `name`; a failing step fails the build and leaves no snapshot.
 int RunTemplateBuild(const Globals& g, const std::string& name, const std::string& image,

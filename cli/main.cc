@@ -184,6 +184,8 @@ int main(int argc, char** argv) {
   auto* bench_patterns = bench->add_subcommand("patterns", "the three tool-call patterns, timed (seed experiment)");
   int pattern_runs = 5;
   bench_patterns->add_option("--runs", pattern_runs, "calls per pattern (default 5)");
+  int pattern_gap = 0;
+  bench_patterns->add_option("--gap-ms", pattern_gap, "think time before each call (default 0)");
   auto* bench_disk = bench->add_subcommand("disk-exec", "serverless calls on a disk; a test suite against the host");
   int disk_runs = 50;
   bench_disk->add_option("--runs", disk_runs, "calls of `true` (default 50)");
@@ -379,7 +381,7 @@ int main(int argc, char** argv) {
     return j.value("exit_code", 1);
   }
   if (*img_build) return RunImageBuild(g, build_name, cache_dir);
-  if (*bench_patterns) return RunBenchPatterns(g, pattern_runs);
+  if (*bench_patterns) return RunBenchPatterns(g, pattern_runs, pattern_gap);
   if (*bench_disk) return RunBenchDiskExec(g, disk_runs, data_dir, disk_gap);
   if (*bench) return RunBench(g, runs, bench_image, !no_peers);
   return 0;

@@ -123,7 +123,7 @@ int RunTemplateBuild(const Globals& g, const std::string& name, const std::strin
   return 0;
 }
 
-int RunBenchPatterns(const Globals& g, int runs) {
+int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
   const std::string call = "~/v/bin/python -c 'import sympy; print(sympy.factorint(2**64 - 1))'";
   const std::string install = "python3 -m venv ~/v && ~/v/bin/pip install -q sympy";
   const std::string want = "{3: 1, 5: 1, 17: 1, 257: 1, 641: 1, 65537: 1, 6700417: 1}\n";
@@ -135,9 +135,11 @@ int RunBenchPatterns(const Globals& g, int runs) {
   };
   auto run_call = [&](const std::string& id, Call* k) -> bool {
     std::string out;
+
     auto t0 = Clock::now();
     auto e = StreamExec(c, id, call, 300, false, &out);
     k->run = Secs(t0, Clock::now());
+
     if (!e || e->value("exit_code", 1) != 0 || out != want) {
       std::fprintf(stderr, "sbx bench: the tool call printed %s", out.c_str());
       return false;
@@ -145,6 +147,7 @@ int RunBenchPatterns(const Globals& g, int runs) {
     return true;
   };
   auto fresh = [&](const json& body, bool do_install, Call* k) -> bool {
+    if (gap_ms > 0) ::usleep(static_cast<useconds_t>(gap_ms) * 1000);
     auto t0 = Clock::now();
     auto sb = Must(c, "POST", "/v1/sandboxes", body);
     k->create = Secs(t0, Clock::now());
@@ -182,6 +185,8 @@ int RunBenchPatterns(const Globals& g, int runs) {
   b_install = Secs(t1, Clock::now());
   if (!inst || inst->value("exit_code", 1) != 0) return 1;
   for (int i = 0; i < runs; ++i) {
+    // Think time before each tool call, as a model takes between calls (not timed).
+    if (gap_ms > 0) ::usleep(static_cast<useconds_t>(gap_ms) * 1000);
     if (!run_call(sid, &b[i])) return 1;
     b[i].total = b[i].run;
   }
@@ -207,6 +212,7 @@ int RunBenchPatterns(const Globals& g, int runs) {
     std::printf(" **%.3f** |\n", Median(t));
   };
   std::printf("Tool call: %s -> %s", call.c_str(), want.c_str());
+  if (gap_ms > 0) std::printf("Think time before each call: %d ms (not counted)\n", gap_ms);
   std::printf("\n| pattern (seconds per call) |");
   for (int i = 0; i < runs; ++i) std::printf(" call %d |", i + 1);
   std::printf(" median |\n|---|");
