@@ -1,5 +1,7 @@
 #include "http_client.h"
 
+#include <cstdio>
+
 #include <utility>
 
 #include <boost/asio/connect.hpp>
@@ -187,6 +189,25 @@ std::string ErrorMessage(const HttpResult& r) {
     return msg + (code.empty() ? "" : " (" + code + ")");
   }
   return "HTTP " + std::to_string(r.status) + ": " + r.body;
+}
+
+std::optional<std::string> FailureOf(const Result<HttpResult>& r) {
+  if (!r.ok()) return r.error().message;
+  if (r->status >= 300) return ErrorMessage(*r);
+  return std::nullopt;
+}
+
+std::optional<nlohmann::json> CallJson(HttpClient& c, const std::string& method, const std::string& target,
+                                       const nlohmann::json& body) {
+  auto r = c.Call(method, target, body.is_null() ? "" : body.dump());
+  std::optional<std::string> why = FailureOf(r);
+  auto j = why ? nlohmann::json() : nlohmann::json::parse(r->body, nullptr, false);
+  if (!why && j.is_discarded()) why = "sbxd sent a body that is not JSON";
+  if (why) {
+    std::fprintf(stderr, "sbx: %s\n", why->c_str());
+    return std::nullopt;
+  }
+  return j;
 }
 
 }  // namespace sbx::cli

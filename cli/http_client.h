@@ -4,6 +4,8 @@
 
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "base/result.h"
@@ -37,5 +39,11 @@ class HttpClient {
 
 // The message of an API error body, or the raw body.
 std::string ErrorMessage(const HttpResult& r);
+// Why a call failed (transport error or an error status), or nullopt if it succeeded.
+std::optional<std::string> FailureOf(const Result<HttpResult>& r);
+// A JSON call that must succeed: its parsed body, or nullopt after printing why
+// ("sbx: ..." on stderr).
+std::optional<nlohmann::json> CallJson(HttpClient& c, const std::string& method, const std::string& target,
+                                       const nlohmann::json& body = nullptr);
 
 }  // namespace sbx::cli

@@ -30,26 +30,6 @@ int Fail(const std::string& msg) {
   return 1;
 }
 
-// Calls the API; on success returns the parsed body, else prints the error.
-std::optional<json> Api(HttpClient& c, const std::string& method, const std::string& target,
-                        const json& body = nullptr) {
-  auto r = c.Call(method, target, body.is_null() ? "" : body.dump());
-  if (!r.ok()) {
-    Fail(r.error().message);
-    return std::nullopt;
-  }
-  if (r->status >= 300) {
-    Fail(ErrorMessage(*r));
-    return std::nullopt;
-  }
-  auto j = json::parse(r->body, nullptr, false);
-  if (j.is_discarded()) {
-    Fail("sbxd sent a body that is not JSON");
-    return std::nullopt;
-  }
-  return j;
-}
-
 std::string Str(const json& j, const char* k) {
   return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : "-";
 }
@@ -201,7 +181,7 @@ int main(int argc, char** argv) {
   HttpClient c(g.url, g.api_key);
 
   if (*health) {
-    auto j = Api(c, "GET", "/v1/health");
+    auto j = CallJson(c, "GET", "/v1/health");
     if (!j) return 1;
     std::printf("%s\n", g.json ? j->dump().c_str() : ("ok, sbxd " + Str(*j, "version")).c_str());
     return 0;
@@ -226,7 +206,7 @@ int main(int argc, char** argv) {
     if (cpus) res["cpus"] = cpus;
     if (pids) res["pids"] = pids;
     if (!res.empty()) body["resources"] = res;
-    auto j = Api(c, "POST", "/v1/sandboxes", body);
+    auto j = CallJson(c, "POST", "/v1/sandboxes", body);
     if (!j) return 1;
     if (g.json) std::printf("%s\n", j->dump().c_str());
     else std::printf("%s\n", Str(*j, "id").c_str());
@@ -251,14 +231,14 @@ int main(int argc, char** argv) {
     return exit_code;
   }
   if (*ls) {
-    auto j = Api(c, "GET", "/v1/sandboxes" + (ls_state.empty() ? "" : "?state=" + ls_state));
+    auto j = CallJson(c, "GET", "/v1/sandboxes" + (ls_state.empty() ? "" : "?state=" + ls_state));
     if (!j) return 1;
     if (g.json) std::printf("%s\n", (*j)["sandboxes"].dump().c_str());
     else PrintSandboxes((*j)["sandboxes"]);
     return 0;
   }
   if (*get) {
-    auto j = Api(c, "GET", "/v1/sandboxes/" + get_id);
+    auto j = CallJson(c, "GET", "/v1/sandboxes/" + get_id);
     if (!j) return 1;
     std::printf("%s\n", j->dump(g.json ? -1 : 2).c_str());
     return 0;
@@ -266,20 +246,20 @@ int main(int argc, char** argv) {
   if (*rm) {
     int rc = 0;
     for (const auto& id : rm_ids) {
-      auto j = Api(c, "DELETE", "/v1/sandboxes/" + id);
+      auto j = CallJson(c, "DELETE", "/v1/sandboxes/" + id);
       if (!j) rc = 1;
       else if (!g.json) std::printf("%s\n", id.c_str());
     }
     return rc;
   }
   if (*stop || *start) {
-    auto j = Api(c, "POST", "/v1/sandboxes/" + life_id + (*stop ? "/stop" : "/start"), json::object());
+    auto j = CallJson(c, "POST", "/v1/sandboxes/" + life_id + (*stop ? "/stop" : "/start"), json::object());
     if (!j) return 1;
     std::printf("%s\n", g.json ? j->dump().c_str() : (Str(*j, "id") + " " + Str(*j, "state")).c_str());
     return 0;
   }
   if (*img_ls) {
-    auto j = Api(c, "GET", "/v1/images");
+    auto j = CallJson(c, "GET", "/v1/images");
     if (!j) return 1;
     if (g.json) {
       std::printf("%s\n", (*j)["images"].dump().c_str());
@@ -302,14 +282,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*snap) {
-    auto j = Api(c, "POST", "/v1/sandboxes/" + snap_id + "/snapshot", json{{"name", snap_name}});
+    auto j = CallJson(c, "POST", "/v1/sandboxes/" + snap_id + "/snapshot", json{{"name", snap_name}});
     if (!j) return 1;
     if (g.json) std::printf("%s\n", j->dump().c_str());
     else std::printf("%s (%.1f MB)\n", Str(*j, "name").c_str(), j->value("size_bytes", 0) / 1048576.0);
     return 0;
   }
   if (*fork) {
-    auto j = Api(c, "POST", "/v1/sandboxes/" + fork_id + "/fork", json{{"count", fork_count}});
+    auto j = CallJson(c, "POST", "/v1/sandboxes/" + fork_id + "/fork", json{{"count", fork_count}});
     if (!j) return 1;
     if (g.json) std::printf("%s\n", (*j)["sandboxes"].dump().c_str());
     else
@@ -318,7 +298,7 @@ int main(int argc, char** argv) {
   }
   if (*tmpl_build) return RunTemplateBuild(g, tb_name, tb_image, tb_from, tb_type, tb_steps, tb_timeout);
   if (*tmpl_ls) {
-    auto j = Api(c, "GET", "/v1/snapshots");
+    auto j = CallJson(c, "GET", "/v1/snapshots");
     if (!j) return 1;
     if (g.json) {
       std::printf("%s\n", (*j)["snapshots"].dump().c_str());
@@ -334,19 +314,19 @@ int main(int argc, char** argv) {
   if (*tmpl_rm) {
     int rc = 0;
     for (const auto& n : tmpl_rm_names)
-      if (!Api(c, "DELETE", "/v1/snapshots/" + n)) rc = 1;
+      if (!CallJson(c, "DELETE", "/v1/snapshots/" + n)) rc = 1;
     return rc;
   }
   if (*disk_create) {
     json body = {{"size_mb", disk_size}};
     if (!disk_name.empty()) body["name"] = disk_name;
-    auto j = Api(c, "POST", "/v1/disks", body);
+    auto j = CallJson(c, "POST", "/v1/disks", body);
     if (!j) return 1;
     std::printf("%s\n", g.json ? j->dump().c_str() : Str(*j, "id").c_str());
     return 0;
   }
   if (*disk_ls) {
-    auto j = Api(c, "GET", "/v1/disks");
+    auto j = CallJson(c, "GET", "/v1/disks");
     if (!j) return 1;
     if (g.json) {
       std::printf("%s\n", (*j)["disks"].dump().c_str());
@@ -362,7 +342,7 @@ int main(int argc, char** argv) {
   if (*disk_rm) {
     int rc = 0;
     for (const auto& id : disk_rm_ids)
-      if (!Api(c, "DELETE", "/v1/disks/" + id)) rc = 1;
+      if (!CallJson(c, "DELETE", "/v1/disks/" + id)) rc = 1;
     return rc;
   }
   if (*disk_exec) {

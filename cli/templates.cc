@@ -20,22 +20,6 @@ using Clock = std::chrono::steady_clock;
 
 double Secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// A JSON call that must succeed; the error is printed and nullopt returned otherwise.
-std::optional<json> Must(HttpClient& c, const std::string& method, const std::string& target, const json& body) {
-  auto r = c.Call(method, target, body.is_null() ? "" : body.dump());
-  if (!r.ok()) {
-    std::fprintf(stderr, "sbx: %s\n", r.error().message.c_str());
-    return std::nullopt;
-  }
-  if (r->status >= 300) {
-    std::fprintf(stderr, "sbx: %s\n", ErrorMessage(*r).c_str());
-    return std::nullopt;
-  }
-  auto j = json::parse(r->body, nullptr, false);
-  if (j.is_discarded()) return json::object();
-  return j;
-}
-
 // Runs `cmd` through the streaming exec, passing output on as it comes; the exit line.
 std::optional<json> StreamExec(HttpClient& c, const std::string& id, const json& cmd, int64_t timeout,
                                bool echo, std::string* out) {
@@ -69,12 +53,8 @@ std::optional<json> StreamExecBody(HttpClient& c, const std::string& id, const j
       last = j;
     }
   });
-  if (!r.ok()) {
-    std::fprintf(stderr, "sbx: %s\n", r.error().message.c_str());
-    return std::nullopt;
-  }
-  if (r->status >= 300) {
-    std::fprintf(stderr, "sbx: %s\n", ErrorMessage(*r).c_str());
+  if (auto why = FailureOf(r)) {
+    std::fprintf(stderr, "sbx: %s\n", why->c_str());
     return std::nullopt;
   }
   if (!last.is_object() || last.value("type", "") != "exit") {
@@ -92,10 +72,10 @@ int RunTemplateBuild(const Globals& g, const std::string& name, const std::strin
   json body = {{"type", type}, {"no_env", true}, {"ttl_seconds", std::max<int64_t>(3600, timeout * (int64_t)steps.size() + 600)}};
   if (!from.empty()) body["from"] = from;
   else if (!image.empty()) body["image"] = image;
-  auto sb = Must(c, "POST", "/v1/sandboxes", body);
+  auto sb = CallJson(c, "POST", "/v1/sandboxes", body);
   if (!sb) return 1;
   std::string id = (*sb)["id"];
-  auto cleanup = [&] { Must(c, "DELETE", "/v1/sandboxes/" + id, nullptr); };
+  auto cleanup = [&] { CallJson(c, "DELETE", "/v1/sandboxes/" + id, nullptr); };
   for (size_t i = 0; i < steps.size(); ++i) {
     std::fprintf(stderr, "\033[1m[step %zu/%zu]\033[0m %s\n", i + 1, steps.size(), steps[i].c_str());
     auto t0 = Clock::now();
@@ -115,7 +95,7 @@ int RunTemplateBuild(const Globals& g, const std::string& name, const std::strin
   }
   std::fprintf(stderr, "\033[1m[snapshot]\033[0m saving as \"%s\"\n", name.c_str());
   auto t0 = Clock::now();
-  auto snap = Must(c, "POST", "/v1/sandboxes/" + id + "/snapshot", json{{"name", name}});
+  auto snap = CallJson(c, "POST", "/v1/sandboxes/" + id + "/snapshot", json{{"name", name}});
   cleanup();
   if (!snap) return 1;
   std::fprintf(stderr, "  %.1f MB in %.2f s\n", snap->value("size_bytes", 0) / 1048576.0, Secs(t0, Clock::now()));
@@ -149,7 +129,7 @@ int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
   auto fresh = [&](const json& body, bool do_install, Call* k) -> bool {
     if (gap_ms > 0) ::usleep(static_cast<useconds_t>(gap_ms) * 1000);
     auto t0 = Clock::now();
-    auto sb = Must(c, "POST", "/v1/sandboxes", body);
+    auto sb = CallJson(c, "POST", "/v1/sandboxes", body);
     k->create = Secs(t0, Clock::now());
     if (!sb) return false;
     std::string id = (*sb)["id"];
@@ -162,7 +142,7 @@ int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
     }
     ok = ok && run_call(id, k);
     auto t2 = Clock::now();
-    ok = Must(c, "DELETE", "/v1/sandboxes/" + id, nullptr).has_value() && ok;
+    ok = CallJson(c, "DELETE", "/v1/sandboxes/" + id, nullptr).has_value() && ok;
     k->del = Secs(t2, Clock::now());
     k->total = Secs(t0, Clock::now());
     return ok;
@@ -176,7 +156,7 @@ int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
   std::fprintf(stderr, "(b) one sandbox per session: install once, then run\n");
   double b_create = 0, b_install = 0;
   auto t0 = Clock::now();
-  auto sess = Must(c, "POST", "/v1/sandboxes", create);
+  auto sess = CallJson(c, "POST", "/v1/sandboxes", create);
   if (!sess) return 1;
   b_create = Secs(t0, Clock::now());
   std::string sid = (*sess)["id"];
@@ -193,13 +173,13 @@ int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
 
   std::fprintf(stderr, "(c) fresh sandbox per call from a warm template\n");
   auto t2 = Clock::now();
-  if (!Must(c, "POST", "/v1/sandboxes/" + sid + "/snapshot", json{{"name", tmpl}})) return 1;
+  if (!CallJson(c, "POST", "/v1/sandboxes/" + sid + "/snapshot", json{{"name", tmpl}})) return 1;
   double save = Secs(t2, Clock::now());
-  Must(c, "DELETE", "/v1/sandboxes/" + sid, nullptr);
+  CallJson(c, "DELETE", "/v1/sandboxes/" + sid, nullptr);
   json from = {{"type", "small"}, {"from", tmpl}, {"no_env", true}, {"ttl_seconds", 600}};
   bool ok = true;
   for (int i = 0; i < runs && ok; ++i) ok = fresh(from, false, &cc[i]);
-  Must(c, "DELETE", "/v1/snapshots/" + tmpl, nullptr);
+  CallJson(c, "DELETE", "/v1/snapshots/" + tmpl, nullptr);
   if (!ok) return 1;
 
   auto row = [&](const char* name, const std::vector<Call>& v) {
@@ -253,13 +233,13 @@ double Pctl(std::vector<double> v, double p) {
 
 int RunBenchDiskExec(const Globals& g, int runs, const std::string& data_dir, int gap_ms) {
   HttpClient c(g.url, g.api_key);
-  auto disk = Must(c, "POST", "/v1/disks", json{{"size_mb", 512}});
+  auto disk = CallJson(c, "POST", "/v1/disks", json{{"size_mb", 512}});
   if (!disk) return 1;
   std::string id = (*disk)["id"];
-  auto cleanup = [&] { Must(c, "DELETE", "/v1/disks/" + id, nullptr); };
+  auto cleanup = [&] { CallJson(c, "DELETE", "/v1/disks/" + id, nullptr); };
   auto call = [&](const json& body, double* e2e, double* queue) -> std::optional<json> {
     auto t0 = Clock::now();
-    auto j = Must(c, "POST", "/v1/disks/" + id + "/exec", body);
+    auto j = CallJson(c, "POST", "/v1/disks/" + id + "/exec", body);
     if (e2e) *e2e = Secs(t0, Clock::now()) * 1000;
     if (j && queue) *queue = (*j)["timing"].value("queue_ms", 0.0);
     return j;

@@ -222,6 +222,23 @@ json DiskJson(const storage::DiskRecord& d, int64_t used) {
           {"created_at", FormatRfc3339(d.created_ms)}};
 }
 
+// Gathers a buffered exec's stdout and stderr for its JSON answer.
+struct Collector {
+  std::shared_ptr<std::string> out = std::make_shared<std::string>();
+  std::shared_ptr<std::string> err = std::make_shared<std::string>();
+  agent::OutputFn Fn() const {
+    return [o = out, e = err](agent::FrameType t, std::string_view d) -> asio::awaitable<void> {
+      if (t == agent::FrameType::kStdout) o->append(d);
+      else if (t == agent::FrameType::kStderr) e->append(d);
+      co_return;
+    };
+  }
+  void AddTo(json& body) const {
+    body["stdout"] = *out;
+    body["stderr"] = *err;
+  }
+};
+
 json ExitJson(const core::ExecResult& r) {
   json j = {{"exit_code", r.exit.exit_code},
             {"timed_out", r.exit.timed_out},
@@ -482,18 +499,12 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     auto ex = co_await asio::this_coro::executor;
     bool ndjson = req.Header("accept").find("application/x-ndjson") != std::string::npos;
     if (!ndjson) {
-      auto out = std::make_shared<std::string>();
-      auto err = std::make_shared<std::string>();
-      agent::OutputFn collect = [out, err](agent::FrameType t, std::string_view d) -> asio::awaitable<void> {
-        if (t == agent::FrameType::kStdout) out->append(d);
-        else if (t == agent::FrameType::kStderr) err->append(d);
-        co_return;
-      };
+      Collector out;
+      agent::OutputFn collect = out.Fn();
       auto res = co_await manager_->Exec(ex, id, std::move(e), collect);
       if (!res.ok()) co_return ErrorResponse(res.error());
       json body = ExitJson(*res);
-      body["stdout"] = *out;
-      body["stderr"] = *err;
+      out.AddTo(body);
       co_return Json(200, body);
     }
     Response r;
@@ -684,20 +695,14 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     if (!sb.ok()) co_return ErrorResponse(sb.error());
     std::string sid = sb->rec.id;
     if (!shell_cmd.empty()) e.argv = {manager_->ShellFor(*sb), "-c", shell_cmd};
-    auto out = std::make_shared<std::string>();
-    auto err = std::make_shared<std::string>();
-    agent::OutputFn collect = [out, err](agent::FrameType t, std::string_view d) -> asio::awaitable<void> {
-      if (t == agent::FrameType::kStdout) out->append(d);
-      else if (t == agent::FrameType::kStderr) err->append(d);
-      co_return;
-    };
+    Collector out;
+    agent::OutputFn collect = out.Fn();
     auto ex = co_await asio::this_coro::executor;
     auto res = co_await manager_->Exec(ex, sid, std::move(e), collect);
     (void)manager_->Delete(sid);  // the call's sandbox goes at once; its teardown runs behind
     if (!res.ok()) co_return ErrorResponse(res.error());
     json body = ExitJson(*res);
-    body["stdout"] = *out;
-    body["stderr"] = *err;
+    out.AddTo(body);
     body["cost_usd"] = manager_->serverless_call_usd();
     if (res->exit.timed_out) {
       // Past the limit the whole tree is gone; the answer still carries what it printed.
