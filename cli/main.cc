@@ -1,4 +1,5 @@
 // sbx: the command-line client. Wiring only: parses arguments, calls the HTTP API, prints.
+#include <cctype>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -34,6 +35,21 @@ std::string Str(const json& j, const char* k) {
   return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : "-";
 }
 
+// For query values: everything but unreserved characters as %XX ("+" in offsets too).
+std::string PercentEncode(const std::string& v) {
+  std::string out;
+  for (unsigned char ch : v) {
+    if (std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
+      out.push_back(static_cast<char>(ch));
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", ch);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 void PrintSandboxes(const json& list) {
   std::printf("%-20s %-16s %-9s %-8s %-10s %-21s %s\n", "ID", "NAME", "STATE", "TYPE", "IMAGE",
               "CREATED", "EXPIRES");
@@ -58,7 +74,8 @@ int main(int argc, char** argv) {
 
   auto* create = app.add_subcommand("create", "create a sandbox and wait until it is ready");
   std::string type = "small", image, from, name;
-  int64_t ttl = 0, memory_mb = 0;
+  int64_t ttl = 0, memory_mb = 0, idle = 0;
+  std::string ttl_action;
   int cpus = 0, pids = 0;
   bool no_env = false;
   std::vector<std::string> env_kv, md_kv;
@@ -66,6 +83,8 @@ int main(int argc, char** argv) {
   create->add_option("--image", image, "image to start from (default: default)");
   create->add_option("--from", from, "named snapshot to start from");
   create->add_option("--ttl", ttl, "seconds until it stops by itself (default 3600)");
+  create->add_option("--ttl-action", ttl_action, "what the TTL does: stop (default) or pause");
+  create->add_option("--idle-timeout", idle, "pause it after this many idle seconds (0: never)");
   create->add_flag("--no-env", no_env, "inject none of the daemon's secrets");
   create->add_option("--name", name, "a unique name");
   create->add_option("--env,-e", env_kv, "KEY=VALUE");
@@ -98,6 +117,16 @@ int main(int argc, char** argv) {
   std::string life_id;
   stop->add_option("id", life_id)->required();
   start->add_option("id", life_id)->required();
+  auto* pause = app.add_subcommand("pause", "pause a sandbox (compute not billed until resumed)");
+  auto* resume = app.add_subcommand("resume", "resume a paused sandbox");
+  std::string pause_mode = "freeze";
+  pause->add_option("id", life_id)->required();
+  pause->add_option("--mode", pause_mode, "freeze (memory kept, resume in ms) or hibernate (memory to disk)");
+  resume->add_option("id", life_id)->required();
+  auto* usage = app.add_subcommand("usage", "billed seconds and cost per sandbox, per type and in total");
+  std::string usage_from, usage_to;
+  usage->add_option("--from", usage_from, "start of the window (RFC 3339 or Unix seconds)");
+  usage->add_option("--to", usage_to, "end of the window (default: now)");
 
   auto* snap = app.add_subcommand("snapshot", "capture a sandbox's files as a named snapshot");
   std::string snap_id, snap_name;
@@ -192,6 +221,8 @@ int main(int argc, char** argv) {
     if (!from.empty()) body["from"] = from;
     if (!name.empty()) body["name"] = name;
     if (ttl) body["ttl_seconds"] = ttl;
+    if (!ttl_action.empty()) body["ttl_action"] = ttl_action;
+    if (idle) body["idle_timeout_seconds"] = idle;
     for (auto [list, key] : {std::pair{&env_kv, "env"}, std::pair{&md_kv, "metadata"}}) {
       json m = json::object();
       for (const auto& kv : *list) {
@@ -256,6 +287,38 @@ int main(int argc, char** argv) {
     auto j = CallJson(c, "POST", "/v1/sandboxes/" + life_id + (*stop ? "/stop" : "/start"), json::object());
     if (!j) return 1;
     std::printf("%s\n", g.json ? j->dump().c_str() : (Str(*j, "id") + " " + Str(*j, "state")).c_str());
+    return 0;
+  }
+  if (*pause || *resume) {
+    json body = *pause ? json{{"mode", pause_mode}} : json::object();
+    auto j = CallJson(c, "POST", "/v1/sandboxes/" + life_id + (*pause ? "/pause" : "/resume"), body);
+    if (!j) return 1;
+    std::printf("%s\n", g.json ? j->dump().c_str() : (Str(*j, "id") + " " + Str(*j, "state")).c_str());
+    return 0;
+  }
+  if (*usage) {
+    std::string q;
+    if (!usage_from.empty()) q += "from=" + PercentEncode(usage_from);
+    if (!usage_to.empty()) q += (q.empty() ? "" : "&") + std::string("to=") + PercentEncode(usage_to);
+    auto j = CallJson(c, "GET", "/v1/usage" + (q.empty() ? "" : "?" + q));
+    if (!j) return 1;
+    if (g.json) {
+      std::printf("%s\n", j->dump().c_str());
+      return 0;
+    }
+    std::printf("%-20s %-16s %-8s %14s %12s\n", "SANDBOX", "NAME", "TYPE", "BILLED_S", "COST_USD");
+    for (const auto& s : (*j)["sandboxes"])
+      std::printf("%-20s %-16s %-8s %14.3f %12.6f\n", Str(s, "id").c_str(), Str(s, "name").c_str(),
+                  Str(s, "type").c_str(), s.value("billed_seconds", 0.0), s.value("cost_usd", 0.0));
+    for (const auto& [t, v] : (*j)["types"].items())
+      std::printf("%-20s %-16s %-8s %14.3f %12.6f\n", "type total", "", t.c_str(), v.value("billed_seconds", 0.0),
+                  v.value("cost_usd", 0.0));
+    const json& sv = (*j)["serverless"];
+    std::printf("serverless calls: %lld, $%.6f\n", static_cast<long long>(sv.value("calls", 0)),
+                sv.value("cost_usd", 0.0));
+    const json& t = (*j)["total"];
+    std::printf("total: %.3f s billed, $%.6f (compute $%.6f)\n", t.value("billed_seconds", 0.0),
+                t.value("cost_usd", 0.0), t.value("compute_usd", 0.0));
     return 0;
   }
   if (*img_ls) {

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <utility>
 
 #include <boost/asio/io_context.hpp>
@@ -45,6 +46,7 @@ struct Flags {
   int64_t uid_base = 100000;
   int64_t output_cap = 16 << 20;
   int64_t pool_size = 0;
+  int64_t max_sandboxes = 0, max_memory_mb = 0, max_disk_mb = 0;  // quotas (0: none)
   std::string log_level = "info";
 };
 
@@ -52,7 +54,8 @@ void Usage() {
   std::fprintf(stderr,
                "usage: sbxd [--listen HOST:PORT] [--socket PATH] [--data-dir DIR] [--config FILE]\n"
                "            [--agent PATH] [--default-image NAME] [--uid-base N]\n"
-               "            [--output-cap BYTES] [--pool-size N] [--log-level debug|info|warn|error]\n");
+               "            [--output-cap BYTES] [--pool-size N] [--log-level debug|info|warn|error]\n"
+               "            [--max-sandboxes N] [--max-memory-mb MB] [--max-disk-mb MB]\n");
 }
 
 // A small subset of TOML: top-level `key = "string"` and `key = integer` lines.
@@ -112,9 +115,11 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
   }
   std::map<std::string, std::string> cfg;
   if (f->config_given || fs::Exists(f->config)) SBX_RETURN_IF_ERROR(ReadConfig(f->config, &cfg));
-  for (auto& [k, v] : given) cfg[k == "data-dir" ? "data_dir" : k == "default-image" ? "default_image"
-                                 : k == "uid-base" ? "uid_base" : k == "output-cap" ? "output_cap"
-                                 : k == "log-level" ? "log_level" : k == "pool-size" ? "pool_size" : k] = v;
+  for (auto& [k, v] : given) {
+    std::string key = k;
+    std::replace(key.begin(), key.end(), '-', '_');  // --data-dir is data_dir in the file
+    cfg[key] = v;
+  }
   for (auto& [k, v] : cfg) {
     try {
       if (k == "listen") f->listen = v;
@@ -126,6 +131,9 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       else if (k == "output_cap") f->output_cap = std::stoll(v);
       else if (k == "log_level") f->log_level = v;
       else if (k == "pool_size") f->pool_size = std::stoll(v);
+      else if (k == "max_sandboxes") f->max_sandboxes = std::stoll(v);
+      else if (k == "max_memory_mb") f->max_memory_mb = std::stoll(v);
+      else if (k == "max_disk_mb") f->max_disk_mb = std::stoll(v);
       else if (k == "config") continue;
       else return MakeError(Code::kInvalidArgument, "unknown option " + k);
     } catch (const std::exception&) {
@@ -136,6 +144,8 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
     return MakeError(Code::kInvalidArgument, "uid_base out of range");
   if (f->output_cap < 1024) return MakeError(Code::kInvalidArgument, "output_cap must be at least 1024");
   if (f->pool_size < 0 || f->pool_size > 64) return MakeError(Code::kInvalidArgument, "pool_size must be between 0 and 64");
+  if (f->max_sandboxes < 0 || f->max_sandboxes > 1000000 || f->max_memory_mb < 0 || f->max_disk_mb < 0)
+    return MakeError(Code::kInvalidArgument, "quotas must be 0 (none) or positive");
   return OkStatus();
 }
 
@@ -245,6 +255,9 @@ int Run(int argc, char** argv) {
   mo.default_image = f.default_image;
   mo.output_cap = static_cast<uint64_t>(f.output_cap);
   mo.pool_size = static_cast<int>(f.pool_size);
+  mo.quotas.max_sandboxes = static_cast<int>(f.max_sandboxes);
+  mo.quotas.max_memory_mb = f.max_memory_mb;
+  mo.quotas.max_disk_mb = f.max_disk_mb;
   core::SandboxManager manager(mo, store->get(), &images, rt.get());
   disks::DiskStore disk_store(data_dir, store->get(), co.uid_base);
   if (auto st = disk_store.MountAll(); !st.ok()) return fail(st.error().Wrap("mounting disks"));

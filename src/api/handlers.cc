@@ -27,9 +27,13 @@ const std::vector<RouteInfo> kRoutes = {
     {"GET", "/v1/sandboxes", false},
     {"GET", "/v1/sandboxes/{id}", false},
     {"DELETE", "/v1/sandboxes/{id}", false},
+    {"PATCH", "/v1/sandboxes/{id}", false},
     {"POST", "/v1/sandboxes/{id}/exec", false},
     {"POST", "/v1/sandboxes/{id}/stop", false},
     {"POST", "/v1/sandboxes/{id}/start", false},
+    {"POST", "/v1/sandboxes/{id}/pause", false},
+    {"POST", "/v1/sandboxes/{id}/resume", false},
+    {"POST", "/v1/sandboxes/{id}/timeout", false},
     {"POST", "/v1/sandboxes/{id}/snapshot", false},
     {"POST", "/v1/sandboxes/{id}/fork", false},
     {"GET", "/v1/snapshots", false},
@@ -42,6 +46,7 @@ const std::vector<RouteInfo> kRoutes = {
     {"POST", "/v1/disks/{id}/exec", false},
     {"GET", "/v1/disks/{id}/files", false},
     {"PUT", "/v1/disks/{id}/files", false},
+    {"GET", "/v1/usage", false},
     {"GET", "/v1/images", false},
     {"POST", "/v1/images/{name}", true},
 };
@@ -60,6 +65,11 @@ Response Json(int status, const json& j) {
   r.status = status;
   r.body = j.dump(-1, ' ', false, json::error_handler_t::replace);
   return r;
+}
+
+int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 Response Bad(const std::string& msg) { return ErrorResponse(MakeError(Code::kInvalidArgument, msg)); }
@@ -162,10 +172,17 @@ json SandboxJson(const core::SandboxView& v) {
             {"isolation", r.isolation},
             {"image", r.image},
             {"created_at", FormatRfc3339(r.created_ms)},
-            {"expires_at", r.expires_ms && r.state == "running" ? json(FormatRfc3339(r.expires_ms)) : json(nullptr)},
+            {"expires_at", r.expires_ms && (r.state == "running" || r.state == "paused")
+                               ? json(FormatRfc3339(r.expires_ms)) : json(nullptr)},
             {"ttl_seconds", r.ttl_seconds},
             {"ttl_action", r.ttl_action},
             {"idle_timeout_seconds", r.idle_timeout_seconds},
+            // What keeps a sandbox from being idle (docs/API.md, "Idle policy").
+            {"idle_activity", {"api_calls", "running_execs", "captures", "cpu_use"}},
+            {"auto_resume", r.auto_resume},
+            {"pause_mode", r.state == "paused" ? json(r.pause_mode) : json(nullptr)},
+            {"paused_at", r.state == "paused" && r.paused_ms ? json(FormatRfc3339(r.paused_ms)) : json(nullptr)},
+            {"billing", r.billing == "call" ? "per_call" : "per_second"},
             {"no_env", r.no_env},
             {"resources", {{"cpus", r.cpus}, {"memory_mb", r.memory_mb}, {"disk_mb", r.disk_mb}, {"pids", r.pids}}},
             {"billed_seconds", v.billed_seconds},
@@ -303,6 +320,8 @@ asio::awaitable<Response> Api::Handle(Request& req) {
     co_return ErrorResponse(401, "unauthorized", "a valid API key is required (Authorization: Bearer KEY)");
   for (const auto& [k, v] : req.params)
     if (!ValidName(v)) co_return Bad("invalid " + k + ": ids and names match [a-z0-9][a-z0-9._-]{0,62}");
+  // Any API call on a sandbox is activity for its idle policy.
+  if (pat.rfind("/v1/sandboxes/{id}", 0) == 0) manager_->Touch(req.params["id"]);
   try {
     co_return co_await Dispatch(*route, req);
   } catch (const std::exception& e) {
@@ -326,15 +345,28 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     auto c = manager_->GetCounts();
     std::ostringstream o;
     o << "# HELP sbx_sandboxes Sandboxes by state.\n# TYPE sbx_sandboxes gauge\n";
-    for (auto [state, n] : std::vector<std::pair<const char*, int>>{
-             {"running", c.running}, {"stopped", c.stopped}, {"error", c.error},
-             {"creating", c.creating}, {"deleting", c.deleting}})
-      o << "sbx_sandboxes{state=\"" << state << "\",isolation=\"container\"} " << n << "\n";
+    // Every state and wall, zeros included, so a series never vanishes.
+    auto by = c.by_state;
+    for (const char* state : {"creating", "running", "paused", "stopped", "error"})
+      for (const char* wall : {"container", "gvisor", "microvm"}) by[{state, wall}] += 0;
+    by[{"deleting", "container"}] += c.deleting;
+    for (const auto& [k, n] : by)
+      o << "sbx_sandboxes{state=\"" << k.first << "\",isolation=\"" << k.second << "\"} " << n << "\n";
     o << "# TYPE sbx_creates_total counter\nsbx_creates_total " << c.creates << "\n";
     o << "# TYPE sbx_execs_total counter\nsbx_execs_total " << c.execs << "\n";
     o << "# TYPE sbx_deletes_total counter\nsbx_deletes_total " << c.deletes << "\n";
     o << "# TYPE sbx_snapshots_total counter\nsbx_snapshots_total " << c.snapshots << "\n";
     o << "# TYPE sbx_forks_total counter\nsbx_forks_total " << c.forks << "\n";
+    o << "# TYPE sbx_pauses_total counter\nsbx_pauses_total " << c.pauses << "\n";
+    o << "# TYPE sbx_resumes_total counter\nsbx_resumes_total " << c.resumes << "\n";
+    auto& lat = manager_->latencies();
+    lat.create.Write(o, "sbx_create_seconds", "Time to create a sandbox, to ready.");
+    lat.exec.Write(o, "sbx_exec_seconds", "Time of an exec, from arrival to its answer.");
+    lat.snapshot.Write(o, "sbx_snapshot_seconds", "Time to take a named snapshot.");
+    lat.fork.Write(o, "sbx_fork_seconds", "Time to fork a sandbox (all its copies).");
+    lat.pause.Write(o, "sbx_pause_seconds", "Time to pause a sandbox.");
+    lat.resume.Write(o, "sbx_resume_seconds", "Time to resume a sandbox.");
+    lat.disk_exec.Write(o, "sbx_disk_exec_seconds", "Time of a serverless call on a disk, end to end.");
     o << "# HELP sbx_pool_ready Booted, warmed sandboxes waiting in the warm pool.\n"
       << "# TYPE sbx_pool_ready gauge\nsbx_pool_ready " << c.pooled << "\n";
     o << "# TYPE sbx_pool_claims_total counter\nsbx_pool_claims_total " << c.pool_claims << "\n";
@@ -349,7 +381,7 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
 
   if (pat == "/v1/sandboxes" && m == "POST") {
     auto j = ParseObject(req.body, {"type", "isolation", "name", "image", "from", "ttl_seconds",
-                                    "ttl_action", "idle_timeout_seconds", "no_env", "env",
+                                    "ttl_action", "idle_timeout_seconds", "auto_resume", "no_env", "env",
                                     "metadata", "network", "disks", "resources"});
     if (!j.ok()) co_return ErrorResponse(j.error());
     core::CreateRequest c;
@@ -362,6 +394,8 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     auto ttl_action = GetString(*j, "ttl_action", "stop");
     auto idle = GetInt(*j, "idle_timeout_seconds");
     auto no_env = GetBool(*j, "no_env", false);
+    auto auto_resume = GetBool(*j, "auto_resume", true);
+    if (!auto_resume.ok()) co_return ErrorResponse(auto_resume.error());
     auto env = GetStringMap(*j, "env");
     auto md = GetStringMap(*j, "metadata");
     for (const Error* e : {type.ok() ? nullptr : &type.error(), iso.ok() ? nullptr : &iso.error(),
@@ -380,6 +414,7 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     c.ttl_action = *ttl_action;
     c.idle_timeout_seconds = idle->value_or(0);
     c.no_env = *no_env;
+    c.auto_resume = *auto_resume;
     c.env = *env;
     c.metadata = *md;
     if (j->contains("network") && !(*j)["network"].is_null()) {
@@ -429,8 +464,10 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
       }
     }
     std::function<Result<core::SandboxView>()> fn = [this, &c] { return manager_->Create(c); };
+    int64_t t0 = NowUs();
     auto v = co_await RunBlocking(pool_, &fn);
     if (!v.ok()) co_return ErrorResponse(v.error());
+    manager_->latencies().create.ObserveMs((NowUs() - t0) / 1000.0);
     co_return Json(201, SandboxJson(*v));
   }
 
@@ -456,9 +493,94 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
       if (!v.ok()) co_return ErrorResponse(v.error());
       co_return Json(200, SandboxJson(*v));
     }
+    if (m == "PATCH") {
+      auto j = ParseObject(req.body, {"ttl_seconds", "ttl_action", "idle_timeout_seconds", "auto_resume"});
+      if (!j.ok()) co_return ErrorResponse(j.error());
+      core::UpdateRequest u;
+      auto ttl = GetInt(*j, "ttl_seconds");
+      auto idle = GetInt(*j, "idle_timeout_seconds");
+      if (!ttl.ok()) co_return ErrorResponse(ttl.error());
+      if (!idle.ok()) co_return ErrorResponse(idle.error());
+      u.ttl_seconds = *ttl;
+      u.idle_timeout_seconds = *idle;
+      if (j->contains("ttl_action") && !(*j)["ttl_action"].is_null()) {
+        auto a = GetString(*j, "ttl_action");
+        if (!a.ok()) co_return ErrorResponse(a.error());
+        u.ttl_action = *a;
+      }
+      if (j->contains("auto_resume") && !(*j)["auto_resume"].is_null()) {
+        auto a = GetBool(*j, "auto_resume", true);
+        if (!a.ok()) co_return ErrorResponse(a.error());
+        u.auto_resume = *a;
+      }
+      auto v = manager_->Update(id, u);
+      if (!v.ok()) co_return ErrorResponse(v.error());
+      co_return Json(200, SandboxJson(*v));
+    }
     auto st = manager_->Delete(id);
     if (!st.ok()) co_return ErrorResponse(st.error());
     co_return Json(200, {{"type", "sandbox.deleted"}, {"id", id}});
+  }
+
+  if (pat == "/v1/sandboxes/{id}/timeout") {
+    auto j = ParseObject(req.body, {"timeout_seconds"});
+    if (!j.ok()) co_return ErrorResponse(j.error());
+    auto t = GetInt(*j, "timeout_seconds");
+    if (!t.ok()) co_return ErrorResponse(t.error());
+    if (!*t) co_return Bad("timeout_seconds is required");
+    core::UpdateRequest u;
+    u.ttl_seconds = *t;
+    auto v = manager_->Update(req.params["id"], u);
+    if (!v.ok()) co_return ErrorResponse(v.error());
+    co_return Json(200, SandboxJson(*v));
+  }
+
+  if (pat == "/v1/sandboxes/{id}/pause" || pat == "/v1/sandboxes/{id}/resume") {
+    bool pause = pat.back() == 'e' && pat.find("/pause") != std::string::npos;
+    auto j = ParseObject(req.body, pause ? std::set<std::string>{"mode"} : std::set<std::string>{});
+    if (!j.ok()) co_return ErrorResponse(j.error());
+    std::string mode = "freeze";
+    if (pause) {
+      auto md = GetString(*j, "mode", "freeze");
+      if (!md.ok()) co_return ErrorResponse(md.error());
+      mode = *md;
+    }
+    std::string id = req.params["id"];
+    std::function<Result<core::SandboxView>()> fn = [this, &id, &mode, pause] {
+      return pause ? manager_->Pause(id, mode) : manager_->Resume(id);
+    };
+    auto v = co_await RunBlocking(pool_, &fn);
+    if (!v.ok()) co_return ErrorResponse(v.error());
+    co_return Json(200, SandboxJson(*v));
+  }
+
+  if (pat == "/v1/usage") {
+    int64_t now = NowUnixMs();
+    int64_t from = 0, to = now + 1;
+    for (const auto& [k, v] : req.query) {
+      if (k != "from" && k != "to") co_return Bad("unknown parameter \"" + k + "\" (from, to)");
+      int64_t t = ParseTimeMs(v);
+      if (t < 0) co_return Bad(k + " must be an RFC 3339 time (2026-01-31T12:00:00Z) or Unix seconds");
+      (k == "from" ? from : to) = t;
+    }
+    auto u = manager_->Usage(from, to);
+    if (!u.ok()) co_return ErrorResponse(u.error());
+    auto r6 = [](double x) { return std::round(x * 1e9) / 1e9; };
+    auto r3 = [](double x) { return std::round(x * 1000) / 1000; };
+    json sbs = json::array();
+    for (const auto& l : u->sandboxes)
+      sbs.push_back({{"id", l.id}, {"name", l.name.empty() ? json(nullptr) : json(l.name)}, {"type", l.type},
+                     {"billed_seconds", r3(l.seconds)}, {"cost_usd", r6(l.cost_usd)}});
+    json types = json::object();
+    for (const auto& [t, sc] : u->by_type) types[t] = {{"billed_seconds", r3(sc.first)}, {"cost_usd", r6(sc.second)}};
+    co_return Json(200, {{"from", FormatRfc3339(u->from_ms)},
+                         {"to", FormatRfc3339(u->to_ms)},
+                         {"sandboxes", sbs},
+                         {"types", types},
+                         {"serverless", {{"calls", u->calls}, {"cost_usd", r6(u->calls_usd)}}},
+                         {"total", {{"billed_seconds", r3(u->seconds)},
+                                    {"compute_usd", r6(u->compute_usd)},
+                                    {"cost_usd", r6(u->total_usd)}}}});
   }
 
   if (pat == "/v1/sandboxes/{id}/stop" || pat == "/v1/sandboxes/{id}/start") {
@@ -496,6 +618,12 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
       e.stdin_data = (*j)["stdin"].get<std::string>();
     }
     std::string id = req.params["id"];
+    if (manager_->WantsResume(id)) {
+      // auto_resume: a paused sandbox wakes for the exec (its queue_ms counts the wait).
+      std::function<Result<core::SandboxView>()> fn = [this, &id] { return manager_->Resume(id); };
+      auto v = co_await RunBlocking(pool_, &fn);
+      if (!v.ok() && v.error().code != Code::kFailedPrecondition) co_return ErrorResponse(v.error());
+    }
     auto ex = co_await asio::this_coro::executor;
     bool ndjson = req.Header("accept").find("application/x-ndjson") != std::string::npos;
     if (!ndjson) {
@@ -564,8 +692,10 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     std::function<Result<storage::SnapshotRecord>()> fn = [this, &id, &name] {
       return manager_->Snapshot(id, *name);
     };
+    int64_t t0 = NowUs();
     auto rec = co_await RunBlocking(pool_, &fn);
     if (!rec.ok()) co_return ErrorResponse(rec.error());
+    manager_->latencies().snapshot.ObserveMs((NowUs() - t0) / 1000.0);
     json out = SnapshotJson(*rec);
     out["type"] = "snapshot.named.created";
     co_return Json(201, out);
@@ -582,8 +712,10 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     std::function<Result<std::vector<core::SandboxView>>()> fn = [this, &id, n] {
       return manager_->Fork(id, static_cast<int>(n));
     };
+    int64_t t0 = NowUs();
     auto list = co_await RunBlocking(pool_, &fn);
     if (!list.ok()) co_return ErrorResponse(list.error());
+    manager_->latencies().fork.ObserveMs((NowUs() - t0) / 1000.0);
     json arr = json::array();
     for (const auto& v : *list) arr.push_back(SandboxJson(v));
     co_return Json(201, {{"sandboxes", arr}});
@@ -701,6 +833,10 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     auto res = co_await manager_->Exec(ex, sid, std::move(e), collect);
     (void)manager_->Delete(sid);  // the call's sandbox goes at once; its teardown runs behind
     if (!res.ok()) co_return ErrorResponse(res.error());
+    auto disk = disks_->Get(id);
+    if (Status st = manager_->RecordCall(disk.ok() ? disk->id : id, sid); !st.ok())
+      SBX_LOG(kError) << "recording the serverless call on " << id << ": " << st.error().message;
+    manager_->latencies().disk_exec.ObserveMs((NowUs() - req.arrival_us) / 1000.0);
     json body = ExitJson(*res);
     out.AddTo(body);
     body["cost_usd"] = manager_->serverless_call_usd();

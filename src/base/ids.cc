@@ -4,6 +4,8 @@
 #include <sys/random.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 namespace sbx {
@@ -48,6 +50,40 @@ std::string FormatRfc3339(int64_t unix_ms) {
   char buf[40];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+int64_t ParseTimeMs(const std::string& s) {
+  if (s.empty() || s.size() > 40) return -1;
+  char* end = nullptr;
+  if (s.find_first_not_of("0123456789.") == std::string::npos) {
+    double secs = std::strtod(s.c_str(), &end);
+    if (*end || secs < 0 || secs > 1e11) return -1;
+    return static_cast<int64_t>(secs * 1000 + 0.5);
+  }
+  struct tm tm = {};
+  const char* rest = strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (!rest) return -1;
+  int64_t ms = 0;
+  if (*rest == '.') {
+    int64_t scale = 100;
+    for (++rest; *rest >= '0' && *rest <= '9'; ++rest, scale /= 10) ms += (*rest - '0') * scale;
+  }
+  int64_t offset_s = 0;
+  if (*rest == 'Z' || *rest == 'z') {
+    ++rest;
+  } else if (*rest == '+' || *rest == '-') {
+    int sign = *rest == '-' ? -1 : 1;
+    int hh = 0, mm = 0;
+    if (std::sscanf(rest + 1, "%2d:%2d", &hh, &mm) != 2 || hh > 23 || mm > 59) return -1;
+    offset_s = sign * (hh * 3600 + mm * 60);
+    rest += 6;
+  } else {
+    return -1;
+  }
+  if (*rest) return -1;
+  time_t t = timegm(&tm);
+  if (t < 0) return -1;
+  return (static_cast<int64_t>(t) - offset_s) * 1000 + ms;
 }
 
 std::string Sha256Hex(const std::string& data) {

@@ -14,6 +14,9 @@ std::string NewId(const std::string& prefix);
 std::string RandomHex(size_t bytes);
 int64_t NowUnixMs();
 std::string FormatRfc3339(int64_t unix_ms);
+// Unix milliseconds from "2026-11-30T13:52:16Z" (fraction and +hh:mm offset allowed) or
+// from a number of Unix seconds; -1 if it is neither.
+int64_t ParseTimeMs(const std::string& s);
 // SHA-256 of `data` as lowercase hex (for API key hashes).
 std::string Sha256Hex(const std::string& data);
 

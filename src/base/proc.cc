@@ -8,26 +8,44 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "base/fs.h"
 
 namespace sbx::proc {
 
-uint64_t StartTime(pid_t pid) {
+namespace {
+// Numeric fields of /proc/PID/stat from `first` to `last` (1-based); empty if gone. The
+// comm field (2) may hold spaces and parens, so parsing starts after the last ')'.
+std::vector<uint64_t> StatFields(pid_t pid, int first, int last) {
   auto stat = fs::ReadFile("/proc/" + std::to_string(pid) + "/stat", 8192);
-  if (!stat.ok()) return 0;
-  // Field 22 (starttime); the comm field (2) may hold spaces and parens, so skip to
-  // the last ')'.
+  if (!stat.ok()) return {};
   const std::string& s = *stat;
   size_t p = s.rfind(')');
-  if (p == std::string::npos) return 0;
+  if (p == std::string::npos || p + 2 > s.size()) return {};
   const char* c = s.c_str() + p + 2;
-  for (int field = 3; field < 22 && *c; ++field) {
+  std::vector<uint64_t> out;
+  for (int field = 3; field <= last && *c; ++field) {
+    if (field >= first) out.push_back(std::strtoull(c, nullptr, 10));
     c = std::strchr(c, ' ');
-    if (!c) return 0;
+    if (!c) break;
     ++c;
   }
-  return std::strtoull(c, nullptr, 10);
+  if (static_cast<int>(out.size()) != last - first + 1) return {};
+  return out;
+}
+}  // namespace
+
+uint64_t StartTime(pid_t pid) {
+  auto f = StatFields(pid, 22, 22);
+  return f.empty() ? 0 : f[0];
+}
+
+uint64_t CpuTimeNs(pid_t pid) {
+  auto f = StatFields(pid, 14, 17);  // utime, stime, cutime, cstime
+  if (f.empty()) return 0;
+  static const long hz = ::sysconf(_SC_CLK_TCK);
+  return (f[0] + f[1] + f[2] + f[3]) * (1000000000ULL / static_cast<uint64_t>(hz > 0 ? hz : 100));
 }
 
 Result<UniqueFd> PidfdOpen(pid_t pid) {

@@ -19,6 +19,8 @@ Status PidfdSignal(int pidfd, int sig);
 bool PidfdExited(int pidfd);
 // Waits up to timeout_ms for the pidfd to become readable; true if it exited.
 bool PidfdWait(int pidfd, int timeout_ms);
+// utime + stime of a process and of the children it has waited for, in nanoseconds.
+uint64_t CpuTimeNs(pid_t pid);
 // Resident set size of this process in bytes, and its open fd count.
 uint64_t SelfRssBytes();
 int SelfFdCount();

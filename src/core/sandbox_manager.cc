@@ -131,8 +131,50 @@ SandboxView SandboxManager::ViewLocked(const Entry& e) const {
 }
 
 void SandboxManager::CloseBilling(SandboxRecord& r) {
-  if (r.state == "running" && r.started_ms > 0) r.billed_ms += std::max<int64_t>(0, Now() - r.started_ms);
+  if (r.state == "running" && r.started_ms > 0) {
+    int64_t now = Now();
+    r.billed_ms += std::max<int64_t>(0, now - r.started_ms);
+    if (r.billing == "time") {
+      Status st = store_->ClosePeriod(r.id, now);
+      if (!st.ok()) SBX_LOG(kError) << "closing the billing period of " << r.id << ": " << st.error().message;
+    }
+  }
   r.started_ms = 0;
+}
+
+void SandboxManager::OpenBilling(SandboxRecord& r) {
+  r.started_ms = Now();
+  if (r.billing != "time") return;
+  auto t = types_.Find(r.type);
+  Status st = store_->OpenPeriod({r.id, r.name, r.type, t.ok() ? t->usd_per_hour : 0, r.started_ms, 0});
+  if (!st.ok()) SBX_LOG(kError) << "opening the billing period of " << r.id << ": " << st.error().message;
+}
+
+Status SandboxManager::CheckQuotaLocked(int add, int64_t memory_mb, int64_t disk_mb) const {
+  const Quotas& q = opts_.quotas;
+  if (!q.max_sandboxes && !q.max_memory_mb && !q.max_disk_mb) return OkStatus();
+  int live = 0;
+  int64_t mem = 0, disk = 0;
+  for (const auto& [_, e] : sandboxes_) {
+    const auto& r = e->rec;
+    disk += r.disk_mb;
+    if (r.state == "creating" || r.state == "running" || (r.state == "paused" && r.pause_mode == "freeze")) {
+      ++live;
+      mem += r.memory_mb;
+    }
+  }
+  if (q.max_sandboxes && live + add > q.max_sandboxes)
+    return MakeError(Code::kResourceExhausted, "quota exceeded: at most " + std::to_string(q.max_sandboxes) +
+                                                   " live sandboxes (" + std::to_string(live) + " now)");
+  if (q.max_memory_mb && mem + memory_mb > q.max_memory_mb)
+    return MakeError(Code::kResourceExhausted,
+                     "quota exceeded: " + std::to_string(mem) + " MB of memory held of " +
+                         std::to_string(q.max_memory_mb) + ", this one needs " + std::to_string(memory_mb));
+  if (q.max_disk_mb && disk_mb > 0 && disk + disk_mb > q.max_disk_mb)
+    return MakeError(Code::kResourceExhausted,
+                     "quota exceeded: " + std::to_string(disk) + " MB of disk held of " +
+                         std::to_string(q.max_disk_mb) + ", this one needs " + std::to_string(disk_mb));
+  return OkStatus();
 }
 
 Result<std::shared_ptr<SandboxManager::Entry>> SandboxManager::Find(const std::string& id) {
@@ -154,12 +196,11 @@ Result<SandboxView> SandboxManager::Create(const CreateRequest& req) {
   int64_t ttl = req.ttl_seconds.value_or(opts_.default_ttl_seconds);
   if (ttl < 1 || ttl > opts_.max_ttl_seconds)
     return MakeError(Code::kInvalidArgument, "ttl_seconds must be between 1 and " + std::to_string(opts_.max_ttl_seconds));
-  if (req.ttl_action != "stop")
-    return MakeError(Code::kInvalidArgument, req.ttl_action == "pause"
-                                                 ? "ttl_action \"pause\" is not available on this sbxd yet"
-                                                 : "ttl_action must be \"stop\" or \"pause\"");
-  if (req.idle_timeout_seconds != 0)
-    return MakeError(Code::kInvalidArgument, "idle_timeout_seconds is not available on this sbxd yet");
+  if (req.ttl_action != "stop" && req.ttl_action != "pause")
+    return MakeError(Code::kInvalidArgument, "ttl_action must be \"stop\" or \"pause\"");
+  if (req.idle_timeout_seconds < 0 || req.idle_timeout_seconds > opts_.max_ttl_seconds)
+    return MakeError(Code::kInvalidArgument, "idle_timeout_seconds must be between 0 (off) and " +
+                                                 std::to_string(opts_.max_ttl_seconds));
   if (req.network_mode != "none")
     return MakeError(Code::kInvalidArgument, req.network_mode == "outbound"
                                                  ? "network mode \"outbound\" is not available on this sbxd yet"
@@ -222,6 +263,8 @@ storage::SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, cons
   r.ttl_seconds = req.ttl_seconds.value_or(opts_.default_ttl_seconds);
   r.ttl_action = req.ttl_action;
   r.idle_timeout_seconds = req.idle_timeout_seconds;
+  r.auto_resume = req.auto_resume;
+  r.billing = req.per_call ? "call" : "time";
   r.no_env = req.no_env;
   r.env_json = json(req.env).dump();
   r.metadata_json = json(req.metadata).dump();
@@ -244,6 +287,10 @@ storage::SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, cons
 Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std::string& image_name,
                                              const std::vector<std::string>& layers, bool use_pool) {
   SBX_ASSIGN_OR_RETURN(SandboxType type, types_.Find(req.type));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, req.memory_mb.value_or(type.memory_mb), type.disk_mb));
+  }
   if (use_pool && opts_.pool_size > 0 && req.isolation == "container") {
     // The key: the root's layers, and the disks bound at boot (repeated serverless calls
     // on one disk claim sandboxes that already have it).
@@ -279,6 +326,7 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
       for (const auto& [_, other] : sandboxes_)
         if (other->rec.name == r.name)
           return MakeError(Code::kAlreadyExists, "a sandbox named \"" + r.name + "\" exists");
+    SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, r.memory_mb, r.disk_mb));
     // The row comes first: a crash from here on leaves a row that Recover() resolves.
     auto st = store_->InsertSandbox(r);
     if (!st.ok()) {
@@ -314,8 +362,9 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
   r.state = "running";
   r.pid = inst->pid;
   r.pid_start = static_cast<int64_t>(inst->pid_start);
-  r.started_ms = Now();
+  OpenBilling(r);
   r.expires_ms = r.started_ms + r.ttl_seconds * 1000;
+  e->last_active_ms = r.started_ms;
   Status st = store_->UpdateSandbox(r);
   if (!st.ok()) SBX_LOG(kError) << "persisting sandbox " << r.id << ": " << st.error().message;
   ++creates_;
@@ -371,19 +420,25 @@ Result<SandboxView> SandboxManager::Claim(std::shared_ptr<Entry> e, const Create
         DiscardLocked(e);
         return MakeError(Code::kAlreadyExists, "a sandbox named \"" + claimed.name + "\" exists");
       }
+  if (Status q = CheckQuotaLocked(1, claimed.memory_mb, claimed.disk_mb); !q.ok()) {
+    DiscardLocked(e);
+    return q.error();
+  }
   claimed.state = "running";
-  claimed.started_ms = Now();
+  OpenBilling(claimed);
   claimed.expires_ms = claimed.started_ms + claimed.ttl_seconds * 1000;
   SandboxRecord before = e->rec;
   e->rec = claimed;
   Status st = store_->UpdateSandbox(e->rec);
   if (!st.ok()) {
+    (void)store_->ClosePeriod(claimed.id, claimed.started_ms);  // nothing was billed
     e->rec = before;
     DiscardLocked(e);
     if (st.error().code == Code::kAlreadyExists)
       return MakeError(Code::kAlreadyExists, "a sandbox named \"" + claimed.name + "\" exists");
     return st.error();
   }
+  e->last_active_ms = e->rec.started_ms;
   sandboxes_[e->rec.id] = e;
   ++creates_;
   ++pool_claims_;
@@ -605,6 +660,9 @@ Status SandboxManager::StopLocked(std::unique_lock<std::mutex>& lock, const std:
   if (e->rec.state == "deleting") return OkStatus();
   CloseBilling(e->rec);
   e->rec.state = "stopped";
+  e->rec.pause_mode.clear();
+  e->rec.paused_ms = 0;
+  (void)fs::RemoveTree(HibernateDir(id));
   e->rec.pid = 0;
   e->rec.pid_start = 0;
   e->rec.error = reason;
@@ -618,7 +676,7 @@ Result<SandboxView> SandboxManager::Stop(const std::string& id) {
   if (e->busy || e->captures)
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state or being captured; try again");
   if (e->rec.state == "stopped") return ViewLocked(*e);
-  if (e->rec.state != "running")
+  if (e->rec.state != "running" && e->rec.state != "paused")
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state + ", not running");
   SBX_RETURN_IF_ERROR(StopLocked(lock, e, ""));
   return ViewLocked(*e);
@@ -634,6 +692,7 @@ Result<SandboxView> SandboxManager::Start(const std::string& id) {
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state);
   if (!fs::IsDir(DirOf(id) + "/upper"))
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " has lost its files and cannot start");
+  SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, e->rec.memory_mb, 0));
   e->busy = true;
   runtime::StartSpec spec = SpecOf(e->rec);
   lock.unlock();
@@ -647,8 +706,9 @@ Result<SandboxView> SandboxManager::Start(const std::string& id) {
   e->rec.error.clear();
   e->rec.pid = inst->pid;
   e->rec.pid_start = static_cast<int64_t>(inst->pid_start);
-  e->rec.started_ms = Now();
+  OpenBilling(e->rec);
   e->rec.expires_ms = e->rec.started_ms + e->rec.ttl_seconds * 1000;
+  e->last_active_ms = e->rec.started_ms;
   SBX_RETURN_IF_ERROR(store_->UpdateSandbox(e->rec));
   return ViewLocked(*e);
 }
@@ -661,8 +721,9 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
     std::lock_guard<std::mutex> lock(mu_);
     SBX_ASSIGN_OR_RETURN(e, Find(id));
     if (e->busy) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state; try again");
-    if (e->rec.state != "running" && e->rec.state != "stopped")
+    if (e->rec.state != "running" && e->rec.state != "stopped" && e->rec.state != "paused")
       return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state);
+    // A paused sandbox's processes already hold still: no freeze (and no thaw after).
     running = e->rec.state == "running";
     ++e->captures;
     auto arr = json::parse(e->rec.layers_json, nullptr, false);
@@ -771,6 +832,7 @@ Result<SandboxView> SandboxManager::CreateForDiskCall(const std::string& disk_id
   req.image = image;
   req.from = from;
   req.no_env = true;
+  req.per_call = true;
   req.ttl_seconds = 600;
   req.disks = {{disk_id, "/mnt/disk"}};
   req.metadata = {{"serverless_disk", disk_id}};
@@ -964,6 +1026,10 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
     auto found = Find(id);
     if (!found.ok()) co_return found.error();
     e = *found;
+    if (e->rec.state == "paused" && !e->busy)
+      co_return MakeError(Code::kFailedPrecondition,
+                          "sandbox " + id + " is paused" +
+                              (e->rec.auto_resume ? std::string("; try again") : std::string(" and its auto_resume is off; resume it first")));
     if (e->rec.state != "running" || e->busy)
       co_return MakeError(Code::kFailedPrecondition,
                           "sandbox " + id + " is " + (e->busy ? std::string("changing state") : e->rec.state) +
@@ -987,6 +1053,7 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
     socket = e->inst.agent_socket;
     ++e->active_execs;
     ++execs_;
+    e->last_active_ms = Now();
     auto t = types_.Find(e->rec.type);
     if (t.ok()) usd_per_hour = t->usd_per_hour;
   }
@@ -997,6 +1064,7 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
   {
     std::lock_guard<std::mutex> lock(mu_);
     --e->active_execs;
+    e->last_active_ms = Now();
   }
   if (!res.ok()) co_return res.error().Wrap("exec in " + id);
   ExecResult out;
@@ -1007,11 +1075,12 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
   out.execute_ms = res->execute_us / 1000;
   out.queue_ms = static_cast<int64_t>(out.queue_ms_exact);
   out.cost_usd = CostUsd(res->execute_us / 1000, usd_per_hour);
+  lat_.exec.ObserveMs(total_us / 1000.0);
   co_return out;
 }
 
 void SandboxManager::Tick() {
-  std::vector<std::string> expired;
+  std::vector<std::string> expired, idle;
   std::vector<std::pair<std::string, runtime::Instance>> died;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1031,7 +1100,24 @@ void SandboxManager::Tick() {
         SBX_LOG(kWarn) << "sandbox " << id << ": " << e->rec.error;
         continue;
       }
-      if (e->rec.expires_ms > 0 && e->rec.expires_ms <= now) expired.push_back(id);
+      if (e->rec.expires_ms > 0 && e->rec.expires_ms <= now) {
+        expired.push_back(id);
+        continue;
+      }
+      if (e->rec.idle_timeout_seconds <= 0) continue;
+      // Idle policy: an exec or a capture in flight is activity, and so is CPU use above
+      // the threshold since the last sample (a build started in the background).
+      if (e->active_execs > 0 || e->captures > 0) e->last_active_ms = now;
+      uint64_t cpu = runtime_->CpuUsageNs(id, e->inst);
+      if (e->cpu_sample_ms > 0 && now > e->cpu_sample_ms && cpu >= e->cpu_ns) {
+        double share = static_cast<double>(cpu - e->cpu_ns) / (static_cast<double>(now - e->cpu_sample_ms) * 1e6);
+        if (share > opts_.idle_cpu_threshold) e->last_active_ms = now;
+      }
+      if (now != e->cpu_sample_ms) {
+        e->cpu_ns = cpu;
+        e->cpu_sample_ms = now;
+      }
+      if (now - e->last_active_ms >= e->rec.idle_timeout_seconds * 1000) idle.push_back(id);
     }
   }
   // What the dead sandboxes left (other processes, cgroups) goes; their files stay.
@@ -1042,19 +1128,224 @@ void SandboxManager::Tick() {
   for (const auto& id : expired) {
     std::unique_lock<std::mutex> lock(mu_);
     auto e = Find(id);
-    if (!e.ok() || (*e)->rec.state != "running" || (*e)->busy) continue;
+    if (!e.ok() || (*e)->rec.state != "running" || (*e)->busy || (*e)->captures) continue;
+    if ((*e)->rec.ttl_action == "pause") {
+      SBX_LOG(kInfo) << "sandbox " << id << " reached its TTL; pausing it";
+      Status st = PauseLocked(lock, *e, "freeze");
+      if (!st.ok()) SBX_LOG(kError) << st.error().message;
+      continue;
+    }
     SBX_LOG(kInfo) << "sandbox " << id << " reached its TTL; stopping it";
     Status st = StopLocked(lock, *e, "");
     if (!st.ok()) SBX_LOG(kError) << st.error().message;
   }
+  for (const auto& id : idle) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto e = Find(id);
+    if (!e.ok() || (*e)->rec.state != "running" || (*e)->busy || (*e)->captures || (*e)->active_execs) continue;
+    SBX_LOG(kInfo) << "sandbox " << id << " was idle for " << (*e)->rec.idle_timeout_seconds << " s; pausing it";
+    Status st = PauseLocked(lock, *e, "freeze");
+    if (!st.ok()) SBX_LOG(kError) << st.error().message;
+  }
 }
+
+Result<SandboxView> SandboxManager::Pause(const std::string& id, const std::string& mode) {
+  if (mode != "freeze" && mode != "hibernate")
+    return MakeError(Code::kInvalidArgument, "mode must be \"freeze\" or \"hibernate\"");
+  std::string why;
+  if (mode == "hibernate" && !HibernateAvailable(&why))
+    return MakeError(Code::kInvalidArgument, "hibernate is not available on this sbxd: " + why);
+  int64_t t0 = SteadyUs();
+  std::unique_lock<std::mutex> lock(mu_);
+  SBX_ASSIGN_OR_RETURN(auto e, Find(id));
+  if (e->rec.state == "paused" && !e->busy) {
+    if (e->rec.pause_mode == mode) return ViewLocked(*e);
+    return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is already paused (mode " +
+                                                    e->rec.pause_mode + "); resume it first");
+  }
+  if (e->busy || e->captures)
+    return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state or being captured; try again");
+  if (e->rec.state != "running")
+    return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state + ", not running");
+  SBX_RETURN_IF_ERROR(PauseLocked(lock, e, mode));
+  lat_.pause.ObserveMs((SteadyUs() - t0) / 1000.0);
+  return ViewLocked(*e);
+}
+
+Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e,
+                                   const std::string& mode) {
+  const std::string id = e->rec.id;
+  e->busy = true;
+  runtime::Instance inst = e->inst;
+  runtime::StartSpec spec = SpecOf(e->rec);
+  lock.unlock();
+  Status st = OkStatus();
+  if (mode == "freeze") {
+    st = runtime_->Freeze(id);
+  } else {
+    std::string dir = HibernateDir(id);
+    (void)fs::RemoveTree(dir);
+    st = fs::MkdirAll(dir, 0700);
+    if (st.ok()) st = runtime_->Checkpoint(spec, inst, dir);
+    if (!st.ok()) (void)fs::RemoveTree(dir);
+  }
+  FaultPoint("pause.done");
+  lock.lock();
+  e->busy = false;
+  if (!st.ok()) return st.error().Wrap("pausing " + id);
+  if (e->rec.state == "deleting") return MakeError(Code::kNotFound, "sandbox " + id + " was deleted");
+  CloseBilling(e->rec);
+  e->rec.state = "paused";
+  e->rec.pause_mode = mode;
+  e->rec.paused_ms = Now();
+  if (mode == "hibernate") {
+    // Its processes are gone; their images are on disk.
+    e->inst = runtime::Instance();
+    e->rec.pid = e->rec.pid_start = 0;
+  }
+  ++pauses_;
+  return store_->UpdateSandbox(e->rec);
+}
+
+Result<SandboxView> SandboxManager::Resume(const std::string& id) {
+  int64_t t0 = SteadyUs();
+  std::unique_lock<std::mutex> lock(mu_);
+  SBX_ASSIGN_OR_RETURN(auto e, Find(id));
+  if (e->rec.state == "running" && !e->busy) return ViewLocked(*e);
+  if (e->busy || e->captures)
+    return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state or being captured; try again");
+  if (e->rec.state != "paused")
+    return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state + ", not paused");
+  SBX_RETURN_IF_ERROR(ResumeLocked(lock, e));
+  lat_.resume.ObserveMs((SteadyUs() - t0) / 1000.0);
+  return ViewLocked(*e);
+}
+
+Status SandboxManager::ResumeLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e) {
+  const std::string id = e->rec.id;
+  const bool hibernated = e->rec.pause_mode == "hibernate";
+  // A hibernated sandbox takes its memory back.
+  if (hibernated) SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, e->rec.memory_mb, 0));
+  e->busy = true;
+  runtime::StartSpec spec = SpecOf(e->rec);
+  lock.unlock();
+  Result<runtime::Instance> inst = runtime::Instance();
+  if (hibernated) {
+    inst = runtime_->Restore(spec, HibernateDir(id));
+  } else {
+    Status st = runtime_->Thaw(id);
+    if (!st.ok()) inst = st.error();
+  }
+  lock.lock();
+  e->busy = false;
+  if (!inst.ok()) return inst.error().Wrap("resuming " + id);
+  if (e->rec.state == "deleting") return MakeError(Code::kNotFound, "sandbox " + id + " was deleted");
+  if (hibernated) {
+    e->inst = *inst;
+    e->rec.pid = inst->pid;
+    e->rec.pid_start = static_cast<int64_t>(inst->pid_start);
+    (void)fs::RemoveTree(HibernateDir(id));
+  }
+  int64_t now = Now();
+  // The TTL clock stood still while paused; a sandbox paused by its TTL gets a new one.
+  if (e->rec.expires_ms > e->rec.paused_ms) e->rec.expires_ms += now - e->rec.paused_ms;
+  else e->rec.expires_ms = now + e->rec.ttl_seconds * 1000;
+  e->rec.state = "running";
+  e->rec.pause_mode.clear();
+  e->rec.paused_ms = 0;
+  OpenBilling(e->rec);
+  e->last_active_ms = now;
+  e->cpu_sample_ms = 0;
+  ++resumes_;
+  return store_->UpdateSandbox(e->rec);
+}
+
+bool SandboxManager::WantsResume(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto e = Find(id);
+  return e.ok() && (*e)->rec.state == "paused" && (*e)->rec.auto_resume;
+}
+
+Result<SandboxView> SandboxManager::Update(const std::string& id, const UpdateRequest& req) {
+  if (req.ttl_seconds && (*req.ttl_seconds < 1 || *req.ttl_seconds > opts_.max_ttl_seconds))
+    return MakeError(Code::kInvalidArgument, "ttl_seconds must be between 1 and " + std::to_string(opts_.max_ttl_seconds));
+  if (req.ttl_action && *req.ttl_action != "stop" && *req.ttl_action != "pause")
+    return MakeError(Code::kInvalidArgument, "ttl_action must be \"stop\" or \"pause\"");
+  if (req.idle_timeout_seconds && (*req.idle_timeout_seconds < 0 || *req.idle_timeout_seconds > opts_.max_ttl_seconds))
+    return MakeError(Code::kInvalidArgument, "idle_timeout_seconds must be between 0 (off) and " +
+                                                 std::to_string(opts_.max_ttl_seconds));
+  std::lock_guard<std::mutex> lock(mu_);
+  SBX_ASSIGN_OR_RETURN(auto e, Find(id));
+  SandboxRecord r = e->rec;
+  int64_t now = Now();
+  if (req.ttl_seconds) {
+    r.ttl_seconds = *req.ttl_seconds;
+    // From now; for a paused sandbox, from the moment it was paused (its clock stands still).
+    r.expires_ms = (r.state == "paused" ? r.paused_ms : now) + r.ttl_seconds * 1000;
+  }
+  if (req.ttl_action) r.ttl_action = *req.ttl_action;
+  if (req.idle_timeout_seconds) r.idle_timeout_seconds = *req.idle_timeout_seconds;
+  if (req.auto_resume) r.auto_resume = *req.auto_resume;
+  SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
+  e->rec = r;
+  e->last_active_ms = now;
+  return ViewLocked(*e);
+}
+
+void SandboxManager::Touch(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sandboxes_.find(id);
+  if (it != sandboxes_.end()) it->second->last_active_ms = Now();
+}
+
+Result<UsageReport> SandboxManager::Usage(int64_t from_ms, int64_t to_ms) {
+  if (to_ms <= from_ms) return MakeError(Code::kInvalidArgument, "\"to\" must be after \"from\"");
+  SBX_ASSIGN_OR_RETURN(auto periods, store_->PeriodsBetween(from_ms, to_ms));
+  SBX_ASSIGN_OR_RETURN(auto calls, store_->CallsBetween(from_ms, to_ms));
+  int64_t now = Now();
+  UsageReport u;
+  u.from_ms = from_ms;
+  u.to_ms = to_ms;
+  std::map<std::string, size_t> index;
+  for (const auto& p : periods) {
+    int64_t a = std::max(p.start_ms, from_ms);
+    int64_t b = std::min(p.end_ms ? p.end_ms : std::max(now, p.start_ms), to_ms);
+    if (b < a) continue;
+    int64_t ms = b - a;
+    double usd = CostUsd(ms, p.usd_per_hour);
+    auto [it, fresh] = index.emplace(p.sandbox_id, u.sandboxes.size());
+    if (fresh) u.sandboxes.push_back({p.sandbox_id, p.name, p.type, 0, 0});
+    auto& line = u.sandboxes[it->second];
+    line.seconds += ms / 1000.0;
+    line.cost_usd += usd;
+    auto& t = u.by_type[p.type];
+    t.first += ms / 1000.0;
+    t.second += usd;
+    u.seconds += ms / 1000.0;
+    u.compute_usd += usd;
+  }
+  for (const auto& c : calls) {
+    ++u.calls;
+    u.calls_usd += c.usd;
+  }
+  u.total_usd = u.compute_usd + u.calls_usd;
+  return u;
+}
+
+Status SandboxManager::RecordCall(const std::string& disk_id, const std::string& sandbox_id) {
+  return store_->InsertCall({disk_id, sandbox_id, Now(), opts_.serverless_call_usd});
+}
+
+bool SandboxManager::HibernateAvailable(std::string* why) const { return runtime_->CanHibernate(why); }
 
 SandboxManager::Counts SandboxManager::GetCounts() {
   Counts c;
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [_, e] : sandboxes_) {
     const std::string& s = e->rec.state;
+    ++c.by_state[{s, e->rec.isolation}];
     if (s == "running") ++c.running;
+    else if (s == "paused") ++c.paused;
     else if (s == "stopped") ++c.stopped;
     else if (s == "error") ++c.error;
     else if (s == "creating") ++c.creating;
@@ -1068,6 +1359,8 @@ SandboxManager::Counts SandboxManager::GetCounts() {
   c.deletes = deletes_;
   c.snapshots = snapshots_;
   c.forks = forks_;
+  c.pauses = pauses_;
+  c.resumes = resumes_;
   for (const auto& [_, q] : pool_) c.pooled += static_cast<int>(q.size());
   c.pool_claims = pool_claims_;
   return c;
@@ -1093,17 +1386,22 @@ Status SandboxManager::Recover() {
       continue;
     }
     auto e = std::make_shared<Entry>();
-    if (r.state == "running") {
-      auto inst = runtime_->Adopt(SpecOf(r), static_cast<pid_t>(r.pid), static_cast<uint64_t>(r.pid_start));
+    e->last_active_ms = Now();
+    const bool frozen = r.state == "paused" && r.pause_mode == "freeze";
+    if (r.state == "running" || frozen) {
+      // A frozen sandbox stays frozen: it is adopted without a word from its agent.
+      auto inst = runtime_->Adopt(SpecOf(r), static_cast<pid_t>(r.pid), static_cast<uint64_t>(r.pid_start), frozen);
       if (inst.ok()) {
         e->inst = *inst;
         live_ids.insert(r.id);
-        SBX_LOG(kInfo) << "re-adopted running sandbox " << r.id;
+        SBX_LOG(kInfo) << "re-adopted " << r.state << " sandbox " << r.id;
       } else {
         CloseBilling(r);
         r.state = "error";
         r.error = "its processes ended while sbxd was down (" + inst.error().message + ")";
         r.pid = r.pid_start = 0;
+        r.pause_mode.clear();
+        r.paused_ms = 0;
         SBX_LOG(kWarn) << "sandbox " << r.id << ": " << r.error;
       }
     } else if (r.state == "creating") {

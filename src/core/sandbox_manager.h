@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "agent/client.h"
+#include "base/metrics.h"
 #include "core/types.h"
 #include "disks/disk_store.h"
 #include "layers/images.h"
@@ -39,6 +40,8 @@ struct CreateRequest {
   std::optional<int64_t> ttl_seconds;
   std::string ttl_action = "stop";
   int64_t idle_timeout_seconds = 0;
+  bool auto_resume = true;
+  bool per_call = false;  // a serverless call's sandbox: billed per call, not per second
   bool no_env = false;
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> metadata;
@@ -75,6 +78,36 @@ struct SandboxView {
   double cost_usd = 0;
 };
 
+// PATCH of a sandbox's lifecycle policy: absent fields stay as they are.
+struct UpdateRequest {
+  std::optional<int64_t> ttl_seconds;  // restarts the TTL: expires_at = now + ttl_seconds
+  std::optional<std::string> ttl_action;
+  std::optional<int64_t> idle_timeout_seconds;
+  std::optional<bool> auto_resume;
+};
+
+// Billed compute over a time window.
+struct UsageLine {
+  std::string id, name, type;
+  double seconds = 0, cost_usd = 0;
+};
+struct UsageReport {
+  int64_t from_ms = 0, to_ms = 0;
+  std::vector<UsageLine> sandboxes;                          // by first period in the window
+  std::map<std::string, std::pair<double, double>> by_type;  // seconds, cost
+  int64_t calls = 0;                                         // serverless calls
+  double calls_usd = 0;
+  double seconds = 0, compute_usd = 0, total_usd = 0;
+};
+
+// Limits on what the whole daemon holds (0: no limit). Live sandboxes are those creating,
+// running or paused in RAM (freeze); disk counts every sandbox's disk_mb.
+struct Quotas {
+  int max_sandboxes = 0;
+  int64_t max_memory_mb = 0;
+  int64_t max_disk_mb = 0;
+};
+
 struct SnapshotView {
   storage::SnapshotRecord rec;
 };
@@ -104,6 +137,9 @@ struct ManagerOptions {
   int pool_size = 0;
   double serverless_call_usd = 0.05 / 1000;  // price of one serverless call on a disk
   int64_t pool_keep_ms = 10 * 60 * 1000;
+  Quotas quotas;
+  // Idle policy: a sandbox using more than this share of one CPU is busy.
+  double idle_cpu_threshold = 0.05;
   std::function<int64_t()> now_ms;  // wall clock (tests drive it); default: real time
 };
 
@@ -136,6 +172,20 @@ class SandboxManager {
   Status Delete(const std::string& id);
   Result<SandboxView> Stop(const std::string& id);
   Result<SandboxView> Start(const std::string& id);
+  // Pause: "freeze" (cgroup freezer, memory kept) or "hibernate" (checkpointed to disk,
+  // memory freed). Both idempotent; billing stops while paused, and so does the TTL clock.
+  Result<SandboxView> Pause(const std::string& id, const std::string& mode);
+  Result<SandboxView> Resume(const std::string& id);
+  // True if an exec must resume the sandbox first (paused, auto_resume on).
+  bool WantsResume(const std::string& id);
+  Result<SandboxView> Update(const std::string& id, const UpdateRequest& req);
+  // An API call on the sandbox: activity for its idle policy.
+  void Touch(const std::string& id);
+  // Billed seconds and cost per sandbox, per type and in total, within [from, to).
+  Result<UsageReport> Usage(int64_t from_ms, int64_t to_ms);
+  // Records one serverless call on a disk (billed per call).
+  Status RecordCall(const std::string& disk_id, const std::string& sandbox_id);
+  bool HibernateAvailable(std::string* why = nullptr) const;
 
   // Captures a sandbox's files (running: frozen only for the copy) as an immutable named
   // snapshot stacked on the layers it runs on.
@@ -153,19 +203,25 @@ class SandboxManager {
                                                   const std::string& id, ExecRequest req,
                                                   agent::OutputFn on_output);
 
-  // Applies TTLs (stops expired sandboxes). Called about once a second.
+  // Applies TTLs (stop or pause) and idle policies, and marks sandboxes whose init died.
+  // Called about once a second.
   void Tick();
   // Waits until every queued teardown has finished (tests, shutdown).
   void DrainTeardowns();
 
   struct Counts {
-    int running = 0, stopped = 0, error = 0, creating = 0, deleting = 0;
-    int64_t creates = 0, execs = 0, deletes = 0, snapshots = 0, forks = 0;
+    int running = 0, stopped = 0, error = 0, creating = 0, deleting = 0, paused = 0;
+    std::map<std::pair<std::string, std::string>, int> by_state;  // (state, isolation)
+    int64_t creates = 0, execs = 0, deletes = 0, snapshots = 0, forks = 0, pauses = 0, resumes = 0;
     int pooled = 0;               // ready in the warm pool
     int64_t pool_claims = 0;      // creates served from the pool
   };
   Counts GetCounts();
   const TypeTable& types() const { return types_; }
+  struct Latencies {
+    Histogram create, exec, snapshot, fork, pause, resume, disk_exec;
+  };
+  Latencies& latencies() { return lat_; }
   uint64_t output_cap() const { return opts_.output_cap; }
 
  private:
@@ -175,6 +231,10 @@ class SandboxManager {
     int active_execs = 0;
     bool busy = false;  // a blocking transition (start/stop) is in progress
     int captures = 0;   // snapshots or forks copying its files
+    // Idle policy: last activity, and the last CPU sample.
+    int64_t last_active_ms = 0;
+    uint64_t cpu_ns = 0;
+    int64_t cpu_sample_ms = 0;
   };
   // A capture of a sandbox's files as a new layer over its own: the whole chain.
   Result<std::vector<std::string>> Capture(const std::string& id, uint64_t* bytes);
@@ -207,6 +267,14 @@ class SandboxManager {
   runtime::StartSpec SpecOf(const storage::SandboxRecord& r) const;
   Result<std::shared_ptr<Entry>> Find(const std::string& id);  // mu_ held
   void CloseBilling(storage::SandboxRecord& r);                // mu_ held
+  // It became running now: a new billing period (per-second sandboxes).
+  void OpenBilling(storage::SandboxRecord& r);                 // mu_ held
+  // kResourceExhausted if `add` more live sandboxes of this size would pass a quota.
+  Status CheckQuotaLocked(int add, int64_t memory_mb, int64_t disk_mb) const;  // mu_ held
+  Status PauseLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e,
+                     const std::string& mode);
+  Status ResumeLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e);
+  std::string HibernateDir(const std::string& id) const { return DirOf(id) + "/hibernate"; }
   Status StopLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e,
                     const std::string& reason);
   void EnqueueTeardown(const std::string& id);
@@ -222,7 +290,8 @@ class SandboxManager {
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> sandboxes_;  // not deleting
   std::map<std::string, std::shared_ptr<Entry>> deleting_;   // queued for teardown
-  int64_t creates_ = 0, execs_ = 0, deletes_ = 0, snapshots_ = 0, forks_ = 0;
+  int64_t creates_ = 0, execs_ = 0, deletes_ = 0, snapshots_ = 0, forks_ = 0, pauses_ = 0, resumes_ = 0;
+  Latencies lat_;
   std::mutex gc_mu_;  // one layer collection at a time
   // Fresh layers that no row names yet (a capture's caller records them): never collected.
   std::multiset<std::string> pending_layers_;

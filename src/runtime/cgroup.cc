@@ -12,7 +12,12 @@
 
 namespace sbx::runtime {
 namespace {
-const char* kV1Controllers[] = {"memory", "cpu", "pids", "freezer"};
+// cpuacct (CPU time, for idle policies) only where the host mounts it.
+const std::vector<std::string>& V1Controllers(const std::string& root) {
+  static const std::vector<std::string> with = {"memory", "cpu", "pids", "freezer", "cpuacct"};
+  static const std::vector<std::string> without = {"memory", "cpu", "pids", "freezer"};
+  return fs::IsDir(root + "/cpuacct") ? with : without;
+}
 }
 
 CgroupMode DetectCgroupMode(const std::string& root) {
@@ -36,7 +41,7 @@ std::vector<std::string> CgroupDir::Dirs() const {
   if (mode_ == CgroupMode::kV2) return {root_ + "/" + group_};
   if (mode_ == CgroupMode::kNone) return {};
   std::vector<std::string> out;
-  for (const char* c : kV1Controllers) out.push_back(Dir(c));
+  for (const auto& c : V1Controllers(root_)) out.push_back(Dir(c.c_str()));
   return out;
 }
 
@@ -63,7 +68,7 @@ Status CgroupDir::Create(const CgroupLimits& l) {
     }
     return SetLimits(l);
   }
-  for (const char* c : kV1Controllers) SBX_RETURN_IF_ERROR(fs::MkdirAll(Dir(c)));
+  for (const auto& c : V1Controllers(root_)) SBX_RETURN_IF_ERROR(fs::MkdirAll(Dir(c.c_str())));
   return SetLimits(l);
 }
 
@@ -186,13 +191,24 @@ uint64_t CgroupDir::MemoryCurrent() const {
   return s.ok() ? std::strtoull(s->c_str(), nullptr, 10) : 0;
 }
 
+uint64_t CgroupDir::CpuUsageNs() const {
+  if (mode_ == CgroupMode::kV2) {
+    auto s = fs::ReadFile(Dir("") + "/cpu.stat");
+    if (!s.ok()) return 0;
+    auto p = s->find("usage_usec ");
+    return p == std::string::npos ? 0 : std::strtoull(s->c_str() + p + 11, nullptr, 10) * 1000;
+  }
+  auto s = fs::ReadFile(Dir("cpuacct") + "/cpuacct.usage");
+  return s.ok() ? std::strtoull(s->c_str(), nullptr, 10) : 0;
+}
+
 std::vector<std::string> ListCgroupChildren(CgroupMode mode, const std::string& parent,
                                             const std::string& root) {
   std::set<std::string> out;
   std::vector<std::string> bases;
   if (mode == CgroupMode::kV2) bases = {root + "/" + parent};
   else if (mode == CgroupMode::kV1)
-    for (const char* c : kV1Controllers) bases.push_back(root + "/" + c + "/" + parent);
+    for (const auto& c : V1Controllers(root)) bases.push_back(root + "/" + c + "/" + parent);
   for (const auto& b : bases) {
     auto l = fs::ListDir(b);
     if (!l.ok()) continue;

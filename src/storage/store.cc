@@ -48,12 +48,38 @@ CREATE TABLE disks (
 CREATE UNIQUE INDEX disks_name ON disks(name) WHERE name != '';
 ALTER TABLE sandboxes ADD COLUMN disks_json TEXT NOT NULL DEFAULT '[]';
 )sql",
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN pause_mode TEXT NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN paused_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE sandboxes ADD COLUMN billing TEXT NOT NULL DEFAULT 'time';
+CREATE TABLE usage_periods (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  sandbox_id TEXT NOT NULL,
+  name TEXT NOT NULL DEFAULT '',
+  type TEXT NOT NULL,
+  usd_per_hour REAL NOT NULL,
+  start_ms INTEGER NOT NULL,
+  end_ms INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX usage_periods_open ON usage_periods(sandbox_id) WHERE end_ms = 0;
+CREATE INDEX usage_periods_time ON usage_periods(start_ms);
+CREATE TABLE usage_calls (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  disk_id TEXT NOT NULL,
+  sandbox_id TEXT NOT NULL,
+  at_ms INTEGER NOT NULL,
+  usd REAL NOT NULL
+);
+CREATE INDEX usage_calls_time ON usage_calls(at_ms);
+)sql",
 };
 
 const char* kSandboxCols =
     "id, name, state, type, isolation, image, layers_json, cpus, memory_mb, disk_mb, pids, ttl_seconds, "
     "ttl_action, idle_timeout_seconds, no_env, env_json, metadata_json, network_json, "
-    "created_ms, started_ms, expires_ms, billed_ms, pid, pid_start, error, from_snapshot, disks_json";
+    "created_ms, started_ms, expires_ms, billed_ms, pid, pid_start, error, from_snapshot, disks_json, "
+    "pause_mode, paused_ms, auto_resume, billing";
 
 std::vector<Value> SandboxValues(const SandboxRecord& r) {
   return {r.id,         r.name,        r.state,          r.type,
@@ -61,7 +87,8 @@ std::vector<Value> SandboxValues(const SandboxRecord& r) {
           r.disk_mb,    r.pids,        r.ttl_seconds,    r.ttl_action,
           r.idle_timeout_seconds, int64_t{r.no_env}, r.env_json, r.metadata_json,
           r.network_json, r.created_ms, r.started_ms,    r.expires_ms,
-          r.billed_ms,  r.pid,         r.pid_start,      r.error, r.from_snapshot, r.disks_json};
+          r.billed_ms,  r.pid,         r.pid_start,      r.error, r.from_snapshot, r.disks_json,
+          r.pause_mode, r.paused_ms, int64_t{r.auto_resume}, r.billing};
 }
 
 SandboxRecord SandboxFromRow(const Row& w) {
@@ -94,6 +121,10 @@ SandboxRecord SandboxFromRow(const Row& w) {
   r.error = w.Text(i++);
   r.from_snapshot = w.Text(i++);
   r.disks_json = w.Text(i++);
+  r.pause_mode = w.Text(i++);
+  r.paused_ms = w.Int(i++);
+  r.auto_resume = w.Int(i++) != 0;
+  r.billing = w.Text(i++);
   return r;
 }
 
@@ -127,7 +158,7 @@ Status Store::Migrate() {
 
 Status Store::InsertSandbox(const SandboxRecord& r) {
   return db_->Query(std::string("INSERT INTO sandboxes (") + kSandboxCols +
-                        ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     SandboxValues(r));
 }
 
@@ -138,7 +169,8 @@ Status Store::UpdateSandbox(const SandboxRecord& r) {
       "UPDATE sandboxes SET id=?, name=?, state=?, type=?, isolation=?, image=?, layers_json=?, cpus=?, "
       "memory_mb=?, disk_mb=?, pids=?, ttl_seconds=?, ttl_action=?, idle_timeout_seconds=?, "
       "no_env=?, env_json=?, metadata_json=?, network_json=?, created_ms=?, started_ms=?, "
-      "expires_ms=?, billed_ms=?, pid=?, pid_start=?, error=?, from_snapshot=?, disks_json=? WHERE id=?",
+      "expires_ms=?, billed_ms=?, pid=?, pid_start=?, error=?, from_snapshot=?, disks_json=?, pause_mode=?, paused_ms=?, "
+      "auto_resume=?, billing=? WHERE id=?",
       v);
 }
 
@@ -241,6 +273,46 @@ Result<std::vector<DiskRecord>> Store::ListDisks() {
 }
 
 Status Store::DeleteDisk(const std::string& id) { return db_->Query("DELETE FROM disks WHERE id=?", {id}); }
+
+Status Store::OpenPeriod(const UsagePeriod& p) {
+  return db_->Transaction([&]() -> Status {
+    // At most one open period per sandbox.
+    SBX_RETURN_IF_ERROR(db_->Query("UPDATE usage_periods SET end_ms=MAX(start_ms, ?) WHERE sandbox_id=? AND end_ms=0",
+                                   {p.start_ms, p.sandbox_id}));
+    return db_->Query(
+        "INSERT INTO usage_periods (sandbox_id, name, type, usd_per_hour, start_ms, end_ms) VALUES (?,?,?,?,?,0)",
+        {p.sandbox_id, p.name, p.type, p.usd_per_hour, p.start_ms});
+  });
+}
+
+Status Store::ClosePeriod(const std::string& sandbox_id, int64_t end_ms) {
+  return db_->Query("UPDATE usage_periods SET end_ms=MAX(start_ms, ?) WHERE sandbox_id=? AND end_ms=0",
+                    {end_ms, sandbox_id});
+}
+
+Status Store::InsertCall(const UsageCall& c) {
+  return db_->Query("INSERT INTO usage_calls (disk_id, sandbox_id, at_ms, usd) VALUES (?,?,?,?)",
+                    {c.disk_id, c.sandbox_id, c.at_ms, c.usd});
+}
+
+Result<std::vector<UsagePeriod>> Store::PeriodsBetween(int64_t from_ms, int64_t to_ms) {
+  std::vector<UsagePeriod> out;
+  SBX_RETURN_IF_ERROR(db_->Query(
+      "SELECT sandbox_id, name, type, usd_per_hour, start_ms, end_ms FROM usage_periods "
+      "WHERE start_ms < ? AND (end_ms = 0 OR end_ms > ?) ORDER BY seq",
+      {to_ms, from_ms}, [&](const Row& r) {
+        out.push_back(UsagePeriod{r.Text(0), r.Text(1), r.Text(2), r.Real(3), r.Int(4), r.Int(5)});
+      }));
+  return out;
+}
+
+Result<std::vector<UsageCall>> Store::CallsBetween(int64_t from_ms, int64_t to_ms) {
+  std::vector<UsageCall> out;
+  SBX_RETURN_IF_ERROR(db_->Query(
+      "SELECT disk_id, sandbox_id, at_ms, usd FROM usage_calls WHERE at_ms >= ? AND at_ms < ? ORDER BY seq",
+      {from_ms, to_ms}, [&](const Row& r) { out.push_back(UsageCall{r.Text(0), r.Text(1), r.Int(2), r.Real(3)}); }));
+  return out;
+}
 
 Status Store::SetSetting(const std::string& key, const std::string& value) {
   return db_->Query("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", {key, value});

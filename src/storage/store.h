@@ -38,6 +38,28 @@ struct SandboxRecord {
   std::string error;
   std::string from_snapshot;  // the snapshot it started from, if any
   std::string disks_json = "[]";  // [{"id", "mount_path"}]
+  std::string pause_mode;  // paused: "freeze" or "hibernate"
+  int64_t paused_ms = 0;   // when it was paused (0 if not paused)
+  bool auto_resume = true;  // an exec on it while paused resumes it first
+  std::string billing = "time";  // "time": per second; "call": a serverless call's sandbox
+};
+
+// A billing period: a sandbox running from start_ms to end_ms (0: still running).
+struct UsagePeriod {
+  std::string sandbox_id;
+  std::string name;
+  std::string type;
+  double usd_per_hour = 0;
+  int64_t start_ms = 0;
+  int64_t end_ms = 0;
+};
+
+// One serverless call on a disk, billed per call.
+struct UsageCall {
+  std::string disk_id;
+  std::string sandbox_id;
+  int64_t at_ms = 0;
+  double usd = 0;
 };
 
 // A persistent disk: a filesystem of its own that outlives sandboxes.
@@ -92,6 +114,15 @@ class Store {
   Result<std::optional<DiskRecord>> GetDisk(const std::string& id_or_name);
   Result<std::vector<DiskRecord>> ListDisks();
   Status DeleteDisk(const std::string& id);
+
+  // Usage: billing periods and serverless calls. Rows outlive their sandboxes.
+  // Opens a period (closing any still open for that sandbox at p.start_ms).
+  Status OpenPeriod(const UsagePeriod& p);
+  Status ClosePeriod(const std::string& sandbox_id, int64_t end_ms);
+  Status InsertCall(const UsageCall& c);
+  // Periods overlapping [from, to) (open ones included), calls within it.
+  Result<std::vector<UsagePeriod>> PeriodsBetween(int64_t from_ms, int64_t to_ms);
+  Result<std::vector<UsageCall>> CallsBetween(int64_t from_ms, int64_t to_ms);
 
   Status SetSetting(const std::string& key, const std::string& value);
   Result<std::optional<std::string>> GetSetting(const std::string& key);

@@ -48,8 +48,9 @@ class ManagerTest : public ::testing::Test {
     }
     std::filesystem::remove_all(dir_);
   }
-  void NewManager(uint64_t cap = 16 << 20) {
+  void NewManager(uint64_t cap = 16 << 20, Quotas quotas = {}) {
     ManagerOptions o;
+    o.quotas = quotas;
     o.data_dir = dir_;
     o.output_cap = cap;
     o.default_cwd = "";  // the fake agent runs in the sandbox's upper dir
@@ -228,6 +229,190 @@ TEST_F(ManagerTest, TtlStopsOnTheDrivenClockAndNotBefore) {
   manager_->Tick();
   EXPECT_EQ(manager_->Get(v->rec.id)->rec.state, "stopped");
   EXPECT_DOUBLE_EQ(manager_->Get(v->rec.id)->billed_seconds, 60.0);
+}
+
+TEST_F(ManagerTest, PauseStopsBillingAndTheTtlClockAndResumeRestartsThem) {
+  CreateRequest c;
+  c.ttl_seconds = 100;
+  auto v = manager_->Create(c);
+  ASSERT_TRUE(v.ok()) << v.error().message;
+  const std::string id = v->rec.id;
+  int64_t expires = v->rec.expires_ms;
+  ASSERT_TRUE(Exec(id, Sh("echo kept > f")).ok());
+  now_ += 10'000;
+  auto p = manager_->Pause(id, "freeze");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->rec.state, "paused");
+  EXPECT_EQ(p->rec.pause_mode, "freeze");
+  EXPECT_DOUBLE_EQ(p->billed_seconds, 10.0);
+  // Idempotent; another mode while paused is a conflict.
+  EXPECT_TRUE(manager_->Pause(id, "freeze").ok());
+  EXPECT_EQ(manager_->Pause(id, "sleep").error().code, Code::kInvalidArgument);
+  EXPECT_TRUE(manager_->WantsResume(id));
+  now_ += 500'000;  // far past the TTL: paused time neither bills nor counts toward it
+  manager_->Tick();
+  EXPECT_EQ(manager_->Get(id)->rec.state, "paused");
+  EXPECT_DOUBLE_EQ(manager_->Get(id)->billed_seconds, 10.0);
+  auto r = manager_->Resume(id);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->rec.state, "running");
+  EXPECT_EQ(r->rec.expires_ms, expires + 500'000);
+  EXPECT_TRUE(manager_->Resume(id).ok());  // idempotent
+  std::string out;
+  ASSERT_TRUE(Exec(id, Sh("cat f"), &out).ok());
+  EXPECT_EQ(out, "kept\n");
+  now_ += 5'000;
+  ASSERT_TRUE(manager_->Delete(id).ok());
+  now_ += 100'000;  // deleted: nothing more is billed
+  auto u = manager_->Usage(0, now_.load() + 1);
+  ASSERT_TRUE(u.ok()) << u.error().message;
+  ASSERT_EQ(u->sandboxes.size(), 1u);
+  EXPECT_EQ(u->sandboxes[0].id, id);
+  EXPECT_DOUBLE_EQ(u->sandboxes[0].seconds, 15.0);
+  EXPECT_DOUBLE_EQ(u->sandboxes[0].cost_usd, 15.0 / 3600 * 0.018);
+  EXPECT_DOUBLE_EQ(u->by_type["small"].first, 15.0);
+  EXPECT_DOUBLE_EQ(u->seconds, 15.0);
+  EXPECT_DOUBLE_EQ(u->total_usd, 15.0 / 3600 * 0.018);
+  // A window clips the periods: the first 10 s ran from 1,000,000 ms.
+  auto w = manager_->Usage(1'000'000 + 4'000, 1'000'000 + 8'000);
+  ASSERT_TRUE(w.ok());
+  EXPECT_DOUBLE_EQ(w->seconds, 4.0);
+  EXPECT_EQ(manager_->Usage(10, 10).error().code, Code::kInvalidArgument);
+}
+
+TEST_F(ManagerTest, AnExecOnAPausedSandboxWithoutAutoResumeIsAConflict) {
+  CreateRequest c;
+  c.auto_resume = false;
+  auto v = manager_->Create(c);
+  ASSERT_TRUE(v.ok());
+  ASSERT_TRUE(manager_->Pause(v->rec.id, "freeze").ok());
+  EXPECT_FALSE(manager_->WantsResume(v->rec.id));
+  EXPECT_EQ(Exec(v->rec.id, Sh("true")).error().code, Code::kFailedPrecondition);
+  UpdateRequest u;
+  u.auto_resume = true;
+  ASSERT_TRUE(manager_->Update(v->rec.id, u).ok());
+  EXPECT_TRUE(manager_->WantsResume(v->rec.id));
+  // Stop and delete work on a paused sandbox.
+  auto s = manager_->Stop(v->rec.id);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->rec.state, "stopped");
+  EXPECT_EQ(manager_->Resume(v->rec.id).error().code, Code::kFailedPrecondition);
+}
+
+TEST_F(ManagerTest, TtlActionPausePausesAndResumeGivesANewTtl) {
+  CreateRequest c;
+  c.ttl_seconds = 60;
+  c.ttl_action = "pause";
+  auto v = manager_->Create(c);
+  ASSERT_TRUE(v.ok()) << v.error().message;
+  now_ += 59'999;
+  manager_->Tick();
+  EXPECT_EQ(manager_->Get(v->rec.id)->rec.state, "running");
+  now_ += 1;
+  manager_->Tick();
+  EXPECT_EQ(manager_->Get(v->rec.id)->rec.state, "paused");
+  EXPECT_DOUBLE_EQ(manager_->Get(v->rec.id)->billed_seconds, 60.0);
+  now_ += 3'600'000;
+  auto r = manager_->Resume(v->rec.id);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->rec.expires_ms, now_.load() + 60'000);
+  // PATCH ttl_seconds restarts the clock from now.
+  now_ += 10'000;
+  UpdateRequest u;
+  u.ttl_seconds = 600;
+  auto p = manager_->Update(v->rec.id, u);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->rec.expires_ms, now_.load() + 600'000);
+  u.ttl_seconds = 0;
+  EXPECT_EQ(manager_->Update(v->rec.id, u).error().code, Code::kInvalidArgument);
+  UpdateRequest bad;
+  bad.ttl_action = "explode";
+  EXPECT_EQ(manager_->Update(v->rec.id, bad).error().code, Code::kInvalidArgument);
+  EXPECT_EQ(manager_->Get(v->rec.id)->rec.ttl_seconds, 600);
+}
+
+TEST_F(ManagerTest, IdlePauseWaitsForRunningExecsAndApiCalls) {
+  CreateRequest c;
+  c.idle_timeout_seconds = 30;
+  auto v = manager_->Create(c);
+  ASSERT_TRUE(v.ok()) << v.error().message;
+  const std::string id = v->rec.id;
+  // A long command: however long it runs, the sandbox is busy.
+  std::thread exec([&] { ASSERT_TRUE(Exec(id, Sh("sleep 1")).ok()); });
+  for (int i = 0; i < 100 && manager_->GetCounts().execs == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 5; ++i) {
+    now_ += 30'000;
+    manager_->Tick();
+    EXPECT_EQ(manager_->Get(id)->rec.state, "running");
+  }
+  exec.join();
+  now_ += 29'999;  // the exec's end was the last activity
+  manager_->Tick();
+  EXPECT_EQ(manager_->Get(id)->rec.state, "running");
+  manager_->Touch(id);  // an API call
+  now_ += 29'999;
+  manager_->Tick();
+  EXPECT_EQ(manager_->Get(id)->rec.state, "running");
+  now_ += 1;
+  manager_->Tick();
+  auto g = manager_->Get(id);
+  EXPECT_EQ(g->rec.state, "paused");
+  EXPECT_EQ(g->rec.pause_mode, "freeze");
+  // Idle off: never paused.
+  auto never = manager_->Create({});
+  ASSERT_TRUE(never.ok());
+  now_ += 3'000'000;  // 50 minutes, inside its TTL
+  manager_->Tick();
+  EXPECT_EQ(manager_->Get(never->rec.id)->rec.state, "running");
+}
+
+TEST_F(ManagerTest, QuotasRefuseCreatesAndChangeNothing) {
+  manager_.reset();
+  NewManager(16 << 20, Quotas{.max_sandboxes = 2, .max_memory_mb = 0, .max_disk_mb = 0});
+  auto a = manager_->Create({});
+  auto b = manager_->Create({});
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto c = manager_->Create({.name = "third"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, Code::kResourceExhausted);
+  EXPECT_EQ(manager_->List({})->size(), 2u);
+  EXPECT_EQ(manager_->Fork(a->rec.id, 1).error().code, Code::kResourceExhausted);
+  // A stopped sandbox holds no compute: room for one more, and starting it again is refused.
+  ASSERT_TRUE(manager_->Stop(b->rec.id).ok());
+  ASSERT_TRUE(manager_->Create({.name = "third"}).ok());
+  EXPECT_EQ(manager_->Start(b->rec.id).error().code, Code::kResourceExhausted);
+  EXPECT_EQ(manager_->Get(b->rec.id)->rec.state, "stopped");
+  auto all = manager_->List({});
+  ASSERT_TRUE(all.ok());
+  for (const auto& v : *all) (void)manager_->Delete(v.rec.id);
+  manager_->DrainTeardowns();
+  manager_.reset();
+  NewManager(16 << 20, Quotas{.max_sandboxes = 0, .max_memory_mb = 6000, .max_disk_mb = 0});
+  ASSERT_TRUE(manager_->Create({}).ok());  // small: 4096 MB
+  auto m = manager_->Create({});
+  EXPECT_EQ(m.error().code, Code::kResourceExhausted);
+  EXPECT_NE(m.error().message.find("memory"), std::string::npos);
+  CreateRequest tiny;
+  tiny.memory_mb = 512;
+  EXPECT_TRUE(manager_->Create(tiny).ok());
+}
+
+TEST_F(ManagerTest, ServerlessCallsAreBilledPerCall) {
+  auto v = manager_->CreateForDiskCall("disk-x", "", "");
+  // No disk store in unit tests: the call's sandbox cannot bind its disk.
+  EXPECT_FALSE(v.ok());
+  ASSERT_TRUE(manager_->RecordCall("disk-x", "sb-1").ok());
+  ASSERT_TRUE(manager_->RecordCall("disk-x", "sb-2").ok());
+  now_ += 1000;
+  ASSERT_TRUE(manager_->RecordCall("disk-y", "sb-3").ok());
+  auto u = manager_->Usage(0, now_.load() + 1);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->calls, 3);
+  EXPECT_DOUBLE_EQ(u->calls_usd, 3 * 0.05 / 1000);
+  EXPECT_DOUBLE_EQ(u->seconds, 0.0);
+  auto w = manager_->Usage(now_.load(), now_.load() + 1);
+  EXPECT_EQ(w->calls, 1);
 }
 
 TEST_F(ManagerTest, RecoverReadoptsLiveSandboxesAndFlagsDeadOnes) {

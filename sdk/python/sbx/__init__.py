@@ -15,6 +15,7 @@ from .errors import (
     ExecTimeoutError,
     InvalidRequestError,
     NotFoundError,
+    QuotaExceededError,
     SbxConnectionError,
     SbxError,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "InvalidRequestError",
     "AuthError",
     "NotFoundError",
+    "QuotaExceededError",
     "ConflictError",
     "ExecTimeoutError",
     "ExecError",

@@ -448,6 +448,39 @@ class Sandbox:
     def start(self) -> "Sandbox":
         return self._update(self._client.api.request("POST", self._path("/start")))
 
+    def pause(self, mode: str = "freeze") -> "Sandbox":
+        """Pause: ``"freeze"`` keeps memory in RAM (resume in milliseconds);
+        ``"hibernate"`` checkpoints the processes to disk and frees their memory.
+        Compute is not billed while paused. Idempotent."""
+        return self._update(self._client.api.request("POST", self._path("/pause"), body={"mode": mode}))
+
+    def resume(self) -> "Sandbox":
+        """Resume a paused sandbox (an exec on it resumes it too, unless
+        ``auto_resume`` is off). Idempotent."""
+        return self._update(self._client.api.request("POST", self._path("/resume")))
+
+    def update(
+        self,
+        ttl_seconds: Optional[int] = None,
+        ttl_action: Optional[str] = None,
+        idle_timeout_seconds: Optional[int] = None,
+        auto_resume: Optional[bool] = None,
+    ) -> "Sandbox":
+        """Change the lifecycle policy; ``ttl_seconds`` restarts the TTL from now."""
+        body = _drop_none(
+            {
+                "ttl_seconds": ttl_seconds,
+                "ttl_action": ttl_action,
+                "idle_timeout_seconds": idle_timeout_seconds,
+                "auto_resume": auto_resume,
+            }
+        )
+        return self._update(self._client.api.request("PATCH", self._path(), body=body))
+
+    def set_timeout(self, seconds: int) -> "Sandbox":
+        """Extend the TTL: the sandbox now expires ``seconds`` from now."""
+        return self._update(self._client.api.request("POST", self._path("/timeout"), body={"timeout_seconds": seconds}))
+
     def snapshot(self, name: str) -> "Snapshot":
         """Capture this sandbox's files as the immutable named snapshot ``name``.
 
@@ -732,6 +765,7 @@ class Client:
         env: Optional[Dict[str, str]] = None,
         metadata: Optional[Dict[str, str]] = None,
         network: Union[str, Dict[str, Any], None] = None,
+        auto_resume: Optional[bool] = None,
         resources: Optional[Dict[str, Any]] = None,
         **extra: Any,
     ) -> Sandbox:
@@ -752,6 +786,7 @@ class Client:
                 "ttl_seconds": ttl_seconds,
                 "ttl_action": ttl_action,
                 "idle_timeout_seconds": idle_timeout_seconds,
+                "auto_resume": auto_resume,
                 "no_env": no_env,
                 "env": dict(env) if env is not None else None,
                 "metadata": dict(metadata) if metadata is not None else None,
@@ -766,6 +801,20 @@ class Client:
     def get(self, id: str) -> Sandbox:
         d = self.api.request("GET", "/v1/sandboxes/" + _seg(id))
         return Sandbox(self, d)
+
+    def usage(self, from_: Any = None, to: Any = None) -> Dict[str, Any]:
+        """Billed seconds and cost per sandbox, per type and in total, plus serverless
+        calls, within [from_, to). Times are RFC 3339 strings, Unix seconds, or
+        ``datetime`` objects; both default to the whole history."""
+
+        def fmt(t: Any) -> Any:
+            if t is None or isinstance(t, str):
+                return t
+            if hasattr(t, "timestamp"):
+                return "%.3f" % t.timestamp()
+            return str(t)
+
+        return self.api.request("GET", "/v1/usage", query=[("from", fmt(from_)), ("to", fmt(to))])
 
     def list(
         self,

@@ -66,6 +66,10 @@ class ConflictError(ApiError):
     """HTTP 409 / conflict."""
 
 
+class QuotaExceededError(ApiError):
+    """HTTP 429 / quota_exceeded: past a daemon quota; nothing was changed."""
+
+
 class ExecTimeoutError(ApiError):
     """HTTP 504 / exec_timeout."""
 
@@ -99,6 +103,8 @@ def _class_for(status: int, code: str) -> type:
         return NotFoundError
     if code == "conflict" or status == 409:
         return ConflictError
+    if code == "quota_exceeded" or status == 429:
+        return QuotaExceededError
     if code == "exec_timeout" or status == 504:
         return ExecTimeoutError
     return ApiError

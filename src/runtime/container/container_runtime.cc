@@ -183,11 +183,13 @@ class ContainerRuntime : public Runtime {
   }
 
   Status Stop(const std::string& id, const Instance& inst) override {
+    CgroupDir cg(mode_, Group(id), o_.cgroup_root);
     if (inst.pidfd && inst.pidfd->valid()) {
       SBX_RETURN_IF_ERROR(proc::PidfdSignal(inst.pidfd->get(), SIGKILL));
+      // A paused (frozen) sandbox dies only once thawed.
+      (void)cg.Thaw();
       proc::PidfdWait(inst.pidfd->get(), 10000);
     }
-    CgroupDir cg(mode_, Group(id), o_.cgroup_root);
     SBX_RETURN_IF_ERROR(cg.Kill());
     return cg.Remove();
   }
@@ -208,21 +210,30 @@ class ContainerRuntime : public Runtime {
     return fs::RemoveTree(dir);
   }
 
-  Result<Instance> Adopt(const StartSpec& spec, pid_t pid, uint64_t pid_start) override {
+  Result<Instance> Adopt(const StartSpec& spec, pid_t pid, uint64_t pid_start, bool frozen) override {
     if (pid <= 0 || proc::StartTime(pid) != pid_start)
       return MakeError(Code::kNotFound, "the sandbox's init is gone");
     SBX_ASSIGN_OR_RETURN(UniqueFd fd, proc::PidfdOpen(pid));
     // The pid was checked before the pidfd was opened: check again after.
     if (proc::StartTime(pid) != pid_start) return MakeError(Code::kNotFound, "the sandbox's init is gone");
-    // A capture cut short by a crash may have left it frozen: its agent could not answer.
-    SBX_RETURN_IF_ERROR(Thaw(spec.id));
-    SBX_RETURN_IF_ERROR(agent::PingBlocking(Socket(spec.dir), 2000));
+    if (frozen) {
+      // Paused: it stays frozen (freezing again is a no-op if it already is).
+      SBX_RETURN_IF_ERROR(Freeze(spec.id));
+    } else {
+      // A capture cut short by a crash may have left it frozen: its agent could not answer.
+      SBX_RETURN_IF_ERROR(Thaw(spec.id));
+      SBX_RETURN_IF_ERROR(agent::PingBlocking(Socket(spec.dir), 2000));
+    }
     Instance inst;
     inst.pid = pid;
     inst.pid_start = pid_start;
     inst.agent_socket = Socket(spec.dir);
     inst.pidfd = std::make_shared<UniqueFd>(std::move(fd));
     return inst;
+  }
+
+  uint64_t CpuUsageNs(const std::string& id, const Instance&) override {
+    return CgroupDir(mode_, Group(id), o_.cgroup_root).CpuUsageNs();
   }
 
   std::vector<std::string> ListKernelObjects() override {

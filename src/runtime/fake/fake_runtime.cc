@@ -85,7 +85,7 @@ class FakeRuntime : public Runtime {
 
   Status Destroy(const std::string&, const std::string& dir) override { return fs::RemoveTree(dir); }
 
-  Result<Instance> Adopt(const StartSpec& spec, pid_t pid, uint64_t pid_start) override {
+  Result<Instance> Adopt(const StartSpec& spec, pid_t pid, uint64_t pid_start, bool frozen) override {
     if (pid <= 0 || proc::StartTime(pid) != pid_start) return MakeError(Code::kNotFound, "gone");
     SBX_ASSIGN_OR_RETURN(UniqueFd fd, proc::PidfdOpen(pid));
     Instance inst;
@@ -93,8 +93,13 @@ class FakeRuntime : public Runtime {
     inst.pid_start = pid_start;
     inst.agent_socket = spec.dir + "/ctl/a.sock";
     inst.pidfd = std::make_shared<UniqueFd>(std::move(fd));
-    SBX_RETURN_IF_ERROR(agent::PingBlocking(inst.agent_socket, 2000));
+    if (!frozen) SBX_RETURN_IF_ERROR(agent::PingBlocking(inst.agent_socket, 2000));
     return inst;
+  }
+
+  // The agent's own CPU time and that of the children it has reaped.
+  uint64_t CpuUsageNs(const std::string&, const Instance& inst) override {
+    return inst.pid > 0 ? proc::CpuTimeNs(inst.pid) : 0;
   }
 
   std::vector<std::string> ListKernelObjects() override { return {}; }
