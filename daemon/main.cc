@@ -47,6 +47,8 @@ struct Flags {
   int64_t output_cap = 16 << 20;
   int64_t pool_size = 0;
   int64_t max_sandboxes = 0, max_memory_mb = 0, max_disk_mb = 0;  // quotas (0: none)
+  std::map<std::string, double> prices;  // type -> USD per hour (price_<type>)
+  double serverless_call_usd = -1;       // -1: the default
   std::string log_level = "info";
 };
 
@@ -55,7 +57,9 @@ void Usage() {
                "usage: sbxd [--listen HOST:PORT] [--socket PATH] [--data-dir DIR] [--config FILE]\n"
                "            [--agent PATH] [--default-image NAME] [--uid-base N]\n"
                "            [--output-cap BYTES] [--pool-size N] [--log-level debug|info|warn|error]\n"
-               "            [--max-sandboxes N] [--max-memory-mb MB] [--max-disk-mb MB]\n");
+               "            [--max-sandboxes N] [--max-memory-mb MB] [--max-disk-mb MB]\n"
+               "            [--price-small USD_PER_HOUR] [--price-default ...] [--price-large ...]\n"
+               "            [--serverless-call-usd USD]\n");
 }
 
 // A small subset of TOML: top-level `key = "string"` and `key = integer` lines.
@@ -134,6 +138,15 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       else if (k == "max_sandboxes") f->max_sandboxes = std::stoll(v);
       else if (k == "max_memory_mb") f->max_memory_mb = std::stoll(v);
       else if (k == "max_disk_mb") f->max_disk_mb = std::stoll(v);
+      else if (k == "price_small" || k == "price_default" || k == "price_large") {
+        double usd = std::stod(v);
+        if (!(usd >= 0 && usd < 1e6)) return MakeError(Code::kInvalidArgument, k + " must be between 0 and 1e6");
+        f->prices[k.substr(6)] = usd;
+      } else if (k == "serverless_call_usd") {
+        f->serverless_call_usd = std::stod(v);
+        if (!(f->serverless_call_usd >= 0 && f->serverless_call_usd < 1e6))
+          return MakeError(Code::kInvalidArgument, "serverless_call_usd must be between 0 and 1e6");
+      }
       else if (k == "config") continue;
       else return MakeError(Code::kInvalidArgument, "unknown option " + k);
     } catch (const std::exception&) {
@@ -258,7 +271,15 @@ int Run(int argc, char** argv) {
   mo.quotas.max_sandboxes = static_cast<int>(f.max_sandboxes);
   mo.quotas.max_memory_mb = f.max_memory_mb;
   mo.quotas.max_disk_mb = f.max_disk_mb;
-  core::SandboxManager manager(mo, store->get(), &images, rt.get());
+  if (f.serverless_call_usd >= 0) mo.serverless_call_usd = f.serverless_call_usd;
+  core::TypeTable types = core::TypeTable::Defaults();
+  for (const auto& [name, usd] : f.prices) {
+    auto t = types.Find(name);
+    if (!t.ok()) return fail(t.error());
+    t->usd_per_hour = usd;
+    types.Put(*t);
+  }
+  core::SandboxManager manager(mo, store->get(), &images, rt.get(), types);
   disks::DiskStore disk_store(data_dir, store->get(), co.uid_base);
   if (auto st = disk_store.MountAll(); !st.ok()) return fail(st.error().Wrap("mounting disks"));
   manager.AttachDisks(&disk_store);

@@ -30,12 +30,14 @@ if ! $SBX image ls | grep -q '^default '; then
   $SBX image build default
 fi
 
-log "demo: create, exec, snapshot, create from it, fork, rm, serverless calls on a disk"
+log "demo: create, exec, pause/resume, snapshot, create from it, fork, rm, serverless calls on a disk, usage"
 set -x
 ID=$($SBX create --type small --ttl 600 --name demo-$$)
 $SBX exec "$ID" -- python3 -c 'print(1+1)'
 $SBX exec "$ID" -- sh -c 'echo "hello from $(hostname), uid $(id -u), caps $(grep CapEff /proc/self/status | cut -f2)"'
 $SBX exec "$ID" -- sh -c 'echo "state kept in the template" > /root/note'
+$SBX pause "$ID"                      # frozen: not billed, memory kept
+$SBX resume "$ID"
 $SBX snapshot "$ID" demo-template-$$
 FROM=$($SBX create --from demo-template-$$ --ttl 600)
 $SBX exec "$FROM" -- cat /root/note
@@ -48,5 +50,6 @@ DISK=$($SBX disk create --size-mb 256)
 $SBX disk exec "$DISK" -- 'echo "written by call one in $SBX_SANDBOX_ID" > notes.txt'
 $SBX disk exec "$DISK" -- 'cat notes.txt; echo "read by call two in $SBX_SANDBOX_ID"'
 $SBX disk rm "$DISK"
+$SBX usage
 set +x
 log "sbxd is running (pid $(cat /run/sbx/sbxd.pid 2>/dev/null || echo '?')); try: $BUILD/sbx create"

@@ -229,10 +229,14 @@ def test_kill_9_while_paused_then_restart_then_resume(fresh_daemon):
 
 
 def test_quota_429_changes_nothing():
-    d = Daemon("quota", extra_args=["--max-sandboxes", "2", "--max-memory-mb", "9000"])
+    d = Daemon("quota", extra_args=["--max-sandboxes", "2", "--max-memory-mb", "9000", "--price-small", "3.6"])
     try:
         c = d.client()
         a = c.create(image="busybox")
+        time.sleep(0.3)
+        a.refresh()  # the configured price: $3.60 an hour is $0.001 a second
+        assert a.data["billed_seconds"] > 0
+        assert abs(a.data["cost_usd"] - a.data["billed_seconds"] * 0.001) < 1e-9
         b = c.create(image="busybox")
         before = d.sandboxes()
         for body in ({"image": "busybox"}, {"image": "busybox", "name": "over"}):

@@ -14,6 +14,7 @@ import type {
   ListSandboxesOptions,
   SandboxData,
   SnapshotData,
+  Usage,
 } from "./types.js";
 
 export const DEFAULT_URL = "http://127.0.0.1:7070";
@@ -82,6 +83,7 @@ export class Client {
       ttl_seconds: options.ttlSeconds,
       ttl_action: options.ttlAction,
       idle_timeout_seconds: options.idleTimeoutSeconds,
+      auto_resume: options.autoResume,
       no_env: options.noEnv,
       env: options.env,
       metadata: options.metadata,
@@ -106,6 +108,20 @@ export class Client {
     for (const [k, v] of Object.entries(filter.metadata ?? {})) query.append(`metadata.${k}`, v);
     const d = await this.http.json<{ sandboxes?: SandboxData[] }>("GET", "/v1/sandboxes", { query });
     return (d?.sandboxes ?? []).map((s) => new Sandbox(this, s));
+  }
+
+  /**
+   * Billed seconds and cost per sandbox, per type and in total, plus serverless calls,
+   * within [from, to). Times are `Date`s, RFC 3339 strings or Unix seconds; both
+   * default to the whole history.
+   */
+  async usage(options: { from?: Date | string | number; to?: Date | string | number } = {}): Promise<Usage> {
+    const query = new URLSearchParams();
+    const fmt = (t: Date | string | number): string =>
+      t instanceof Date ? (t.getTime() / 1000).toFixed(3) : String(t);
+    if (options.from !== undefined) query.append("from", fmt(options.from));
+    if (options.to !== undefined) query.append("to", fmt(options.to));
+    return this.http.json<Usage>("GET", "/v1/usage", { query });
   }
 
   /** Creates a persistent disk. */

@@ -54,6 +54,9 @@ export class NotFoundError extends SbxApiError {}
 /** 409 `conflict`: the state is wrong, or the name is taken. */
 export class ConflictError extends SbxApiError {}
 
+/** 429 `quota_exceeded`: past a daemon quota; nothing was changed. */
+export class QuotaExceededError extends SbxApiError {}
+
 /**
  * 504 `exec_timeout`: the command ran past its limit (disk calls), or the sandbox's
  * agent did not answer in time. `result` holds what the command printed, when the
@@ -101,6 +104,8 @@ export function apiError(status: number, code: string, message: string, body?: u
       return new NotFoundError(status, code, message, body);
     case 409:
       return new ConflictError(status, code, message, body);
+    case 429:
+      return new QuotaExceededError(status, code, message, body);
     case 504:
       return new ExecTimeoutError(status, code, message, body);
     default:

@@ -22,6 +22,7 @@ export {
   ExecTimeoutError,
   InvalidRequestError,
   NotFoundError,
+  QuotaExceededError,
   SbxApiError,
   SbxConnectionError,
   SbxError,
@@ -44,5 +45,7 @@ export type {
   Resources,
   SandboxData,
   SnapshotData,
+  UpdateOptions,
+  Usage,
   WriteFileResult,
 } from "./types.js";

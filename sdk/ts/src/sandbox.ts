@@ -11,6 +11,7 @@ import {
   type JsonObject,
   type SandboxData,
   type SnapshotData,
+  type UpdateOptions,
 } from "./types.js";
 
 /** The daemon's default exec timeout, in seconds. */
@@ -143,6 +144,44 @@ export class Sandbox {
   /** Kills every process and keeps the files. */
   async stop(): Promise<this> {
     this.data = await this.client.http.json<SandboxData>("POST", this.path("/stop"), { json: {} });
+    return this;
+  }
+
+  /**
+   * Pauses the sandbox: `"freeze"` (the default) keeps its memory in RAM and resumes in
+   * milliseconds; `"hibernate"` checkpoints it to disk where the daemon supports it.
+   * Compute is not billed while paused. Idempotent.
+   */
+  async pause(options: { mode?: "freeze" | "hibernate" } = {}): Promise<this> {
+    this.data = await this.client.http.json<SandboxData>("POST", this.path("/pause"), {
+      json: { mode: options.mode ?? "freeze" },
+    });
+    return this;
+  }
+
+  /** Resumes a paused sandbox (an exec resumes it too unless `autoResume` is off). Idempotent. */
+  async resume(): Promise<this> {
+    this.data = await this.client.http.json<SandboxData>("POST", this.path("/resume"), { json: {} });
+    return this;
+  }
+
+  /** Changes the lifecycle policy; `ttlSeconds` restarts the TTL from now. */
+  async update(options: UpdateOptions): Promise<this> {
+    const body = defined({
+      ttl_seconds: options.ttlSeconds,
+      ttl_action: options.ttlAction,
+      idle_timeout_seconds: options.idleTimeoutSeconds,
+      auto_resume: options.autoResume,
+    });
+    this.data = await this.client.http.json<SandboxData>("PATCH", this.path(), { json: body });
+    return this;
+  }
+
+  /** Extends the TTL: the sandbox now expires `seconds` from now. */
+  async setTimeout(seconds: number): Promise<this> {
+    this.data = await this.client.http.json<SandboxData>("POST", this.path("/timeout"), {
+      json: { timeout_seconds: seconds },
+    });
     return this;
   }
 

@@ -125,8 +125,12 @@ export interface CreateOptions {
   /** A named snapshot to start from. */
   from?: string;
   ttlSeconds?: number;
+  /** What the TTL does: `"stop"` (the default) or `"pause"`. */
   ttlAction?: string;
+  /** Pause after this many idle seconds (0: never); see the daemon's docs for what counts. */
   idleTimeoutSeconds?: number;
+  /** An exec on the paused sandbox resumes it first (default true). */
+  autoResume?: boolean;
   noEnv?: boolean;
   /** Variables set for every exec. */
   env?: Record<string, string>;
@@ -136,6 +140,25 @@ export interface CreateOptions {
   network?: string | { mode?: string; allow?: string[] };
   resources?: Resources;
   disks?: DiskMount[];
+}
+
+/** A change of a sandbox's lifecycle policy; absent fields stay as they are. */
+export interface UpdateOptions {
+  /** Restarts the TTL: the sandbox expires this many seconds from now. */
+  ttlSeconds?: number;
+  ttlAction?: "stop" | "pause";
+  idleTimeoutSeconds?: number;
+  autoResume?: boolean;
+}
+
+/** Billed compute within a time window (`client.usage()`). */
+export interface Usage {
+  from: string;
+  to: string;
+  sandboxes: { id: string; name: string | null; type: string; billed_seconds: number; cost_usd: number }[];
+  types: Record<string, { billed_seconds: number; cost_usd: number }>;
+  serverless: { calls: number; cost_usd: number };
+  total: { billed_seconds: number; compute_usd: number; cost_usd: number };
 }
 
 export interface ListSandboxesOptions {

@@ -7,6 +7,7 @@ import { after, test } from "node:test";
 import {
   AuthError,
   Client,
+  ConflictError,
   ExecError,
   InvalidRequestError,
   NotFoundError,
@@ -189,6 +190,41 @@ test("snapshot, fork and create from a snapshot", async () => {
     for (const s of made) await remove(s);
     await remove(sb);
     if (snapTaken) await client.deleteNamedSnapshot(snapName).catch(() => undefined);
+  }
+});
+
+test("pause, resume, lifecycle policy and usage", async () => {
+  const sb = await newSandbox({ ttlAction: "pause", idleTimeoutSeconds: 600 });
+  try {
+    await sb.exec("echo kept > /root/f", { check: true });
+    await sb.pause();
+    assert.equal(sb.state, "paused");
+    assert.equal(sb.data.pause_mode, "freeze");
+    const billed = sb.data.billed_seconds;
+    await sb.pause(); // idempotent
+    assert.equal(sb.state, "paused");
+    // An exec resumes it (autoResume defaults to on).
+    assert.equal((await sb.exec("cat /root/f")).stdout, "kept\n");
+    await sb.refresh();
+    assert.equal(sb.state, "running");
+    assert.ok(sb.data.billed_seconds >= billed);
+    await sb.update({ ttlSeconds: 7200, autoResume: false });
+    assert.equal(sb.data.ttl_seconds, 7200);
+    assert.equal(sb.data.auto_resume, false);
+    await sb.setTimeout(900);
+    assert.ok(Date.parse(sb.data.expires_at) - Date.now() < 905_000);
+    await sb.pause();
+    await assert.rejects(sb.exec("true"), ConflictError);
+    await sb.resume();
+    assert.equal(sb.state, "running");
+    await assert.rejects(sb.pause({ mode: "nap" }), InvalidRequestError);
+    const u = await client.usage({ from: new Date(Date.now() - 3_600_000) });
+    const line = u.sandboxes.find((x) => x.id === sb.id);
+    assert.ok(line, "the sandbox is in the usage");
+    assert.equal(line.type, "small");
+    assert.ok(u.total.cost_usd >= u.total.compute_usd);
+  } finally {
+    await remove(sb);
   }
 });
 
