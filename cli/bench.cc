@@ -235,6 +235,9 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
   Row snap{"sbx snapshot (sandbox with a 1 MB file)", {}, "true", ""};
   Row from{"sbx create from template to ready", {}, "true", ""};
   Row fork{"sbx fork (count 1)", {}, "true", ""};
+  Row pause{"sbx pause (freeze; a process running inside)", {}, "true", ""};
+  Row resume{"sbx resume (thaw)", {}, "true", ""};
+  Row wake{"sbx exec true on a paused sandbox (auto-resume)", {}, "true", ""};
   {
     auto src = call("POST", "/v1/sandboxes", create_body, nullptr);
     if (!src) return 1;
@@ -269,6 +272,25 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
       fork.ms.push_back(ms);
       call("DELETE", "/v1/sandboxes/" + (*j)["sandboxes"][0]["id"].get<std::string>(), nullptr, nullptr);
     }
+    // Pause and resume with a process at work inside (a shell loop writing a counter).
+    if (!call("POST", "/v1/sandboxes/" + sid + "/exec",
+              json{{"cmd", "(i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.01; done) >/dev/null 2>&1 &"}},
+              nullptr))
+      return 1;
+    for (int i = 0; i < runs; ++i) {
+      double ms;
+      if (!call("POST", "/v1/sandboxes/" + sid + "/pause", json{{"mode", "freeze"}}, &ms)) return 1;
+      pause.ms.push_back(ms);
+      if (!call("POST", "/v1/sandboxes/" + sid + "/resume", json::object(), &ms)) return 1;
+      resume.ms.push_back(ms);
+    }
+    for (int i = 0; i < runs; ++i) {
+      double ms;
+      if (!call("POST", "/v1/sandboxes/" + sid + "/pause", json{{"mode", "freeze"}}, nullptr)) return 1;
+      auto j = call("POST", "/v1/sandboxes/" + sid + "/exec", argv_true, &ms);
+      if (!j || (*j)["exit_code"] != 0) return 1;
+      wake.ms.push_back(ms);
+    }
     call("DELETE", "/v1/sandboxes/" + sid, nullptr, nullptr);
     for (int i = 0; i < runs; ++i) call("DELETE", "/v1/snapshots/" + base + "-" + std::to_string(i), nullptr, nullptr);
   }
@@ -276,6 +298,9 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
   rows.push_back(from);
   rows.push_back(snap);
   rows.push_back(fork);
+  rows.push_back(pause);
+  rows.push_back(resume);
+  rows.push_back(wake);
   rows.push_back(exec);
   rows.push_back(exec_sh);
   rows.push_back(del);
