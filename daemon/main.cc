@@ -49,6 +49,7 @@ struct Flags {
   int64_t max_sandboxes = 0, max_memory_mb = 0, max_disk_mb = 0;  // quotas (0: none)
   std::map<std::string, double> prices;  // type -> USD per hour (price_<type>)
   double serverless_call_usd = -1;       // -1: the default
+  int64_t min_free_mb = 64;
   std::string log_level = "info";
 };
 
@@ -59,7 +60,7 @@ void Usage() {
                "            [--output-cap BYTES] [--pool-size N] [--log-level debug|info|warn|error]\n"
                "            [--max-sandboxes N] [--max-memory-mb MB] [--max-disk-mb MB]\n"
                "            [--price-small USD_PER_HOUR] [--price-default ...] [--price-large ...]\n"
-               "            [--serverless-call-usd USD]\n");
+               "            [--serverless-call-usd USD] [--min-free-mb MB]\n");
 }
 
 // A small subset of TOML: top-level `key = "string"` and `key = integer` lines.
@@ -138,6 +139,7 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       else if (k == "max_sandboxes") f->max_sandboxes = std::stoll(v);
       else if (k == "max_memory_mb") f->max_memory_mb = std::stoll(v);
       else if (k == "max_disk_mb") f->max_disk_mb = std::stoll(v);
+      else if (k == "min_free_mb") f->min_free_mb = std::stoll(v);
       else if (k == "price_small" || k == "price_default" || k == "price_large") {
         double usd = std::stod(v);
         if (!(usd >= 0 && usd < 1e6)) return MakeError(Code::kInvalidArgument, k + " must be between 0 and 1e6");
@@ -157,6 +159,7 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
     return MakeError(Code::kInvalidArgument, "uid_base out of range");
   if (f->output_cap < 1024) return MakeError(Code::kInvalidArgument, "output_cap must be at least 1024");
   if (f->pool_size < 0 || f->pool_size > 64) return MakeError(Code::kInvalidArgument, "pool_size must be between 0 and 64");
+  if (f->min_free_mb < 0) return MakeError(Code::kInvalidArgument, "min_free_mb must be 0 or more");
   if (f->max_sandboxes < 0 || f->max_sandboxes > 1000000 || f->max_memory_mb < 0 || f->max_disk_mb < 0)
     return MakeError(Code::kInvalidArgument, "quotas must be 0 (none) or positive");
   return OkStatus();
@@ -271,6 +274,7 @@ int Run(int argc, char** argv) {
   mo.quotas.max_sandboxes = static_cast<int>(f.max_sandboxes);
   mo.quotas.max_memory_mb = f.max_memory_mb;
   mo.quotas.max_disk_mb = f.max_disk_mb;
+  mo.min_free_mb = f.min_free_mb;
   if (f.serverless_call_usd >= 0) mo.serverless_call_usd = f.serverless_call_usd;
   core::TypeTable types = core::TypeTable::Defaults();
   for (const auto& [name, usd] : f.prices) {

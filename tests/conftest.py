@@ -38,11 +38,11 @@ def free_port() -> int:
 class Daemon:
     """One sbxd process on its own data dir, port and uid range."""
 
-    def __init__(self, name: str, extra_args=()):
+    def __init__(self, name: str, extra_args=(), data_dir=None):
         self.extra_args = list(extra_args)
         if os.geteuid() != 0:
             pytest.fail("the integration tests need root (run them through scripts/test.sh)")
-        self.data = tempfile.mkdtemp(prefix=f"sbx-{name}-", dir="/var/tmp")
+        self.data = data_dir or tempfile.mkdtemp(prefix=f"sbx-{name}-", dir="/var/tmp")
         os.chmod(self.data, 0o711)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -747,12 +747,17 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     if (pat == "/v1/disks" && m == "POST") {
       auto j = ParseObject(req.body, {"name", "size_mb"});
       if (!j.ok()) co_return ErrorResponse(j.error());
+      if (Status space = manager_->CheckDataDirSpace(); !space.ok()) co_return ErrorResponse(space.error());
       auto name = GetString(*j, "name");
       auto size = GetInt(*j, "size_mb");
       if (!name.ok()) co_return ErrorResponse(name.error());
       if (!size.ok()) co_return ErrorResponse(size.error());
       int64_t mb = size->value_or(1024);
-      std::function<Result<storage::DiskRecord>()> fn = [this, &name, mb] { return disks_->Create(*name, mb); };
+      std::function<Result<storage::DiskRecord>()> fn = [this, &name, mb]() -> Result<storage::DiskRecord> {
+        auto made = disks_->Create(*name, mb);
+        if (!made.ok()) return OnDataDir(made.error());
+        return made;
+      };
       auto d = co_await RunBlocking(pool_, &fn);
       if (!d.ok()) co_return ErrorResponse(d.error());
       co_return Json(201, DiskJson(*d, disks_->UsedBytes(d->id)));

@@ -38,6 +38,15 @@ struct Error {
 };
 
 inline Error MakeError(Code code, std::string message) { return Error{code, 0, std::move(message)}; }
+// A write to sbxd's own data dir that found the file system full (ENOSPC, EDQUOT) is 503
+// `unavailable` (the host's trouble), not 429 (a user's quota); anything else passes.
+inline Error OnDataDir(Error e) {
+  if (e.sys_errno == ENOSPC || e.sys_errno == EDQUOT) {
+    e.code = Code::kUnavailable;
+    e.message = "sbxd's data dir is full (" + e.message + "); free space and try again";
+  }
+  return e;
+}
 // From errno (captured by the caller right after the failing call).
 Error ErrnoError(const std::string& what, int err = errno);
 

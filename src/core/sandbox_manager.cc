@@ -2,6 +2,7 @@
 
 #include <sched.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -150,6 +151,18 @@ void SandboxManager::OpenBilling(SandboxRecord& r) {
   if (!st.ok()) SBX_LOG(kError) << "opening the billing period of " << r.id << ": " << st.error().message;
 }
 
+Status SandboxManager::CheckDataDirSpace() const {
+  struct statvfs v;
+  if (::statvfs(opts_.data_dir.c_str(), &v) != 0) return OkStatus();  // unknown: let the write tell
+  int64_t free_mb = static_cast<int64_t>((static_cast<unsigned __int128>(v.f_bavail) * v.f_frsize) >> 20);
+  int64_t free_inodes = v.f_files ? static_cast<int64_t>(v.f_favail) : INT64_MAX;
+  if (free_mb < opts_.min_free_mb || free_inodes < 1024)
+    return MakeError(Code::kUnavailable, "sbxd's data dir is full (" + std::to_string(free_mb) + " MB free, " +
+                                             std::to_string(opts_.min_free_mb) +
+                                             " MB kept in reserve); free space and try again");
+  return OkStatus();
+}
+
 Status SandboxManager::CheckQuotaLocked(int add, int64_t memory_mb, int64_t disk_mb) const {
   const Quotas& q = opts_.quotas;
   if (!q.max_sandboxes && !q.max_memory_mb && !q.max_disk_mb) return OkStatus();
@@ -287,6 +300,7 @@ storage::SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, cons
 Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std::string& image_name,
                                              const std::vector<std::string>& layers, bool use_pool) {
   SBX_ASSIGN_OR_RETURN(SandboxType type, types_.Find(req.type));
+  SBX_RETURN_IF_ERROR(CheckDataDirSpace());
   {
     std::lock_guard<std::mutex> lock(mu_);
     SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, req.memory_mb.value_or(type.memory_mb), type.disk_mb));
@@ -352,7 +366,7 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
     lock.unlock();
     (void)runtime_->Destroy(r.id, spec.dir);
     (void)store_->DeleteSandbox(r.id);
-    return inst.error();
+    return OnDataDir(inst.error());
   }
   e->inst = *inst;
   if (deleted) {
@@ -693,6 +707,7 @@ Result<SandboxView> SandboxManager::Start(const std::string& id) {
   if (!fs::IsDir(DirOf(id) + "/upper"))
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " has lost its files and cannot start");
   SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, e->rec.memory_mb, 0));
+  SBX_RETURN_IF_ERROR(CheckDataDirSpace());
   e->busy = true;
   runtime::StartSpec spec = SpecOf(e->rec);
   lock.unlock();
@@ -735,6 +750,7 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
     std::lock_guard<std::mutex> lock(mu_);
     --e->captures;
   });
+  SBX_RETURN_IF_ERROR(CheckDataDirSpace());
   std::string base = opts_.data_dir + "/layers";
   SBX_RETURN_IF_ERROR(fs::MkdirAll(base, 0711));
   // Copied under a temporary name, renamed when whole: a crash leaves no half layer
@@ -755,7 +771,7 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
   }
   if (!copied.ok()) {
     (void)fs::RemoveTree(tmp);
-    return copied.error().Wrap("capturing " + id);
+    return OnDataDir(copied.error().Wrap("capturing " + id));
   }
   std::string layer = base + "/l-" + RandomHex(8);
   if (::rename(tmp.c_str(), layer.c_str()) != 0) {

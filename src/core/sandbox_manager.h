@@ -138,6 +138,9 @@ struct ManagerOptions {
   double serverless_call_usd = 0.05 / 1000;  // price of one serverless call on a disk
   int64_t pool_keep_ms = 10 * 60 * 1000;
   Quotas quotas;
+  // New work (create, start, snapshot, fork, disks) is refused with 503 while the data
+  // dir's file system has less than this free.
+  int64_t min_free_mb = 64;
   // Idle policy: a sandbox using more than this share of one CPU is busy.
   double idle_cpu_threshold = 0.05;
   std::function<int64_t()> now_ms;  // wall clock (tests drive it); default: real time
@@ -186,6 +189,8 @@ class SandboxManager {
   // Records one serverless call on a disk (billed per call).
   Status RecordCall(const std::string& disk_id, const std::string& sandbox_id);
   bool HibernateAvailable(std::string* why = nullptr) const;
+  // kUnavailable while the data dir's file system has less than min_free_mb free.
+  Status CheckDataDirSpace() const;
 
   // Captures a sandbox's files (running: frozen only for the copy) as an immutable named
   // snapshot stacked on the layers it runs on.

@@ -68,7 +68,12 @@ Result<storage::DiskRecord> DiskStore::Create(const std::string& name, int64_t s
   auto mk = Reaper::Get().Run({"mkfs.ext4", "-q", "-F", "-m", "0", "-E", "root_owner=" + owner + ",lazy_itable_init=1",
                                dir + "/disk.img"});
   if (!mk.ok()) return fail(mk.error());
-  if (mk->exit_code != 0) return fail(MakeError(Code::kInternal, "mkfs.ext4: " + mk->output));
+  if (mk->exit_code != 0) {
+    Error e = MakeError(Code::kInternal, "mkfs.ext4: " + mk->output);
+    // Out of space on the data dir's file system: say so (the caller makes it a 503).
+    if (mk->output.find("No space left on device") != std::string::npos) e.sys_errno = ENOSPC;
+    return fail(e);
+  }
   if (auto st = Mount(rec.id); !st.ok()) return fail(st.error());
   // No lost+found clutter in the user's workspace.
   (void)::rmdir((dir + "/mnt/lost+found").c_str());

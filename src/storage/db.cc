@@ -63,6 +63,8 @@ Status Db::QueryLocked(const std::string& sql, const std::vector<Value>& params,
   if (rc != SQLITE_DONE) {
     if (rc == SQLITE_CONSTRAINT || (ext & 0xff) == SQLITE_CONSTRAINT)
       return MakeError(Code::kAlreadyExists, "sqlite: " + msg);
+    if (rc == SQLITE_FULL || (ext & 0xff) == SQLITE_FULL)
+      return MakeError(Code::kUnavailable, "sbxd's data dir is full (sqlite: " + msg + "); free space and try again");
     return MakeError(Code::kInternal, "sqlite: " + msg);
   }
   return OkStatus();
