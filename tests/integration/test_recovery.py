@@ -51,15 +51,61 @@ def test_restart_cleans_orphans(fresh_daemon):
     assert got.exec("echo back").stdout == "back\n"
 
 
-def test_200_create_exec_delete_cycles_leave_nothing(fresh_daemon):
+def daemon_resources(d):
+    """fds, threads and RSS (kB) of the sbxd process."""
+    import os
+    pid = d.proc.pid
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    status = open(f"/proc/{pid}/status").read()
+    field = lambda k: int(next(l.split()[1] for l in status.splitlines() if l.startswith(k + ":")))
+    return fds, field("Threads"), field("VmRSS")
+
+
+def test_1000_create_exec_delete_cycles_leave_nothing(fresh_daemon):
+    """The CI subset of the 10,000-cycle run (bench/cycles.py runs the full one)."""
     d = fresh_daemon
     c = d.client()
-    fds_before = len(__import__("os").listdir(f"/proc/{d.proc.pid}/fd"))
-    for i in range(200):
+    for i in range(50):  # warm-up: allocator arenas, thread pools, SQLite's cache
+        sb = c.create(image="busybox")
+        sb.exec("true")
+        sb.delete()
+    d.wait_clean(timeout=60)
+    fds0, threads0, rss0 = daemon_resources(d)
+    for i in range(1000):
         sb = c.create(image="busybox")
         assert sb.exec(["echo", str(i)]).stdout == f"{i}\n"
         sb.delete()
     d.wait_clean(timeout=60)
     assert not d.host_mounts()
-    fds_after = len(__import__("os").listdir(f"/proc/{d.proc.pid}/fd"))
-    assert fds_after <= fds_before + 4, (fds_before, fds_after)
+    fds1, threads1, rss1 = daemon_resources(d)
+    assert fds1 <= fds0 + 4, (fds0, fds1)
+    assert threads1 <= threads0 + 2, (threads0, threads1)
+    assert rss1 <= rss0 + 16 * 1024, (rss0, rss1)  # kB: no per-sandbox growth
+    # Rows: no sandbox row is left; usage keeps one closed billing period per sandbox.
+    import sqlite3
+    db = sqlite3.connect(f"file:{d.data}/sbxd.db?mode=ro", uri=True)
+    assert db.execute("SELECT COUNT(*) FROM sandboxes").fetchone()[0] == 0
+    assert db.execute("SELECT COUNT(*) FROM usage_periods WHERE end_ms = 0").fetchone()[0] == 0
+    assert db.execute("SELECT COUNT(*) FROM usage_periods").fetchone()[0] == 1050
+
+
+def test_load_burst_and_concurrent_clients(fresh_daemon):
+    """The CI-sized load run (bench/load.py runs 50 clients for 60 s): 20 concurrent
+    creates all complete, and 50 clients for 10 s get no answer but 2xx, 429 or 503."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    import load
+    d = fresh_daemon
+    single, total, statuses = load.burst(d.url, d.key, 20)
+    assert statuses == [201] * 20, statuses
+    print(f"\n20 concurrent creates: {total:.0f} ms, one alone {single:.1f} ms")
+    r = load.run_load(d.url, d.key, clients=50, seconds=10)
+    assert not r["errors"], r["errors"][:5]
+    assert r["cycles"] > 50, r["cycles"]
+    for op in ("create", "exec", "delete"):
+        xs = r["calls"][op]
+        print(f"{op}: n={len(xs)} p50={load.pct(xs, 0.5):.1f} ms p99={load.pct(xs, 0.99):.1f} ms")
+    # Still answers, and everything goes.
+    assert d.raw("GET", "/v1/health", auth=False)[0] == 200
+    d.wait_clean(timeout=120)
