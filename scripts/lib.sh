@@ -12,6 +12,7 @@ PACKAGES=(
   python3 python3-pytest
   debootstrap busybox-static tar iproute2 procps
   bubblewrap crun
+  clang-14 libclang-rt-14-dev
 )
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }

@@ -10,6 +10,9 @@ build_ts_sdk
 log "unit tests"
 (cd "$BUILD" && ctest --output-on-failure -j2)
 
+# libFuzzer harnesses of the parsers (HTTP, JSON bodies, agent frames), 30 s each.
+bash "$ROOT/scripts/fuzz.sh" "${SBX_FUZZ_SECONDS:-30}"
+
 log "integration and security tests"
 export SBX_BUILD_DIR="$BUILD"
 export PYTHONPATH="$ROOT/sdk/python${PYTHONPATH:+:$PYTHONPATH}"

@@ -34,45 +34,6 @@ int64_t SteadyUs() {
       .count();
 }
 
-}  // namespace
-
-std::string PercentDecode(std::string_view s, bool plus_is_space) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (c == '%' && i + 2 < s.size() && isxdigit(s[i + 1]) && isxdigit(s[i + 2])) {
-      out.push_back(static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16)));
-      i += 2;
-    } else if (c == '+' && plus_is_space) {
-      out.push_back(' ');
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
-namespace {
-
-void ParseTarget(std::string_view target, Request& req) {
-  size_t q = target.find('?');
-  // Kept encoded: the router splits on '/' first, then decodes each segment, so an
-  // encoded slash stays inside its segment (and fails the id check).
-  req.path = std::string(target.substr(0, q));
-  if (q == std::string_view::npos) return;
-  std::string_view qs = target.substr(q + 1);
-  while (!qs.empty()) {
-    size_t amp = qs.find('&');
-    std::string_view kv = qs.substr(0, amp);
-    size_t eq = kv.find('=');
-    std::string k = PercentDecode(kv.substr(0, eq), true);
-    std::string v = eq == std::string_view::npos ? "" : PercentDecode(kv.substr(eq + 1), true);
-    if (!k.empty()) req.query[k] = v;
-    if (amp == std::string_view::npos) break;
-    qs = qs.substr(amp + 1);
-  }
-}
-
 template <typename Stream>
 asio::awaitable<bool> WriteResponse(Stream& stream, const Response& r, bool keep_alive) {
   http::response<http::string_body> res{static_cast<http::status>(r.status), 11};

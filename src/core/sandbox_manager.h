@@ -23,6 +23,7 @@
 
 #include "agent/client.h"
 #include "base/metrics.h"
+#include "core/requests.h"
 #include "core/types.h"
 #include "disks/disk_store.h"
 #include "layers/images.h"
@@ -30,37 +31,6 @@
 #include "storage/store.h"
 
 namespace sbx::core {
-
-struct CreateRequest {
-  std::string type = "small";
-  std::string isolation = "container";
-  std::string name;
-  std::string image;  // empty: the default image
-  std::string from;   // a named snapshot to start from (its image is implied)
-  std::optional<int64_t> ttl_seconds;
-  std::string ttl_action = "stop";
-  int64_t idle_timeout_seconds = 0;
-  bool auto_resume = true;
-  bool per_call = false;  // a serverless call's sandbox: billed per call, not per second
-  bool no_env = false;
-  std::map<std::string, std::string> env;
-  std::map<std::string, std::string> metadata;
-  std::string network_mode = "none";
-  std::vector<std::pair<std::string, std::string>> disks;  // disk id or name, mount path
-  // Optional overrides of the type's resources.
-  std::optional<int> cpus;
-  std::optional<int64_t> memory_mb;
-  std::optional<int> pids;
-};
-
-struct ExecRequest {
-  std::vector<std::string> argv;  // already split; a string cmd becomes sh -c
-  std::string cwd;
-  std::map<std::string, std::string> env;
-  std::optional<std::string> stdin_data;
-  int64_t timeout_seconds = 60;
-  int64_t arrival_us = 0;  // steady clock, when the request arrived
-};
 
 struct ExecResult {
   agent::ExitInfo exit;
@@ -76,14 +46,6 @@ struct SandboxView {
   storage::SandboxRecord rec;
   double billed_seconds = 0;
   double cost_usd = 0;
-};
-
-// PATCH of a sandbox's lifecycle policy: absent fields stay as they are.
-struct UpdateRequest {
-  std::optional<int64_t> ttl_seconds;  // restarts the TTL: expires_at = now + ttl_seconds
-  std::optional<std::string> ttl_action;
-  std::optional<int64_t> idle_timeout_seconds;
-  std::optional<bool> auto_resume;
 };
 
 // Billed compute over a time window.

@@ -1,0 +1,30 @@
+#!/bin/bash
+# Builds the libFuzzer harnesses (fuzz/) with clang and runs each for a bounded time on
+# its corpus. Usage: scripts/fuzz.sh [SECONDS_EACH] (default 30). New inputs go to a
+# scratch corpus; fuzz/corpus/<name> (in the repository) is only read. A crash fails.
+source "$(dirname "$0")/lib.sh"
+SECONDS_EACH="${1:-30}"
+FUZZ_BUILD="$ROOT/build-fuzz"
+log "building the fuzz harnesses (build-fuzz/, clang)"
+cmake -S "$ROOT/fuzz" -B "$FUZZ_BUILD" -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$FUZZ_BUILD" -j"$(nproc)" >/dev/null
+scratch=$(mktemp -d /var/tmp/sbx-fuzz-XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+rc=0
+for name in http json agent_frames; do
+  mkdir -p "$scratch/$name"
+  log "fuzzing $name for ${SECONDS_EACH} s"
+  set +e
+  "$FUZZ_BUILD/fuzz_$name" -max_total_time="$SECONDS_EACH" -print_final_stats=1 -max_len=65536 \
+    -artifact_prefix="$scratch/$name-" "$scratch/$name" "$ROOT/fuzz/corpus/$name" >"$scratch/$name.log" 2>&1
+  r=$?
+  set -e
+  execs=$(awk '/stat::number_of_executed_units/{print $2}' "$scratch/$name.log")
+  echo "fuzz_$name: ${execs:-?} executions, $(ls "$scratch/$name" | wc -l) new corpus inputs, exit $r"
+  if [ "$r" != 0 ]; then
+    tail -40 "$scratch/$name.log" >&2
+    ls "$scratch"/"$name"-* 2>/dev/null | while read -r f; do echo "crash input: $(base64 -w0 "$f")" >&2; done
+    rc=1
+  fi
+done
+exit $rc

@@ -1,0 +1,31 @@
+// Decoding of request bodies: strict JSON objects (unknown fields refused) into the
+// manager's request types. Pure functions (no I/O), so they can be fuzzed alone.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/result.h"
+#include "core/requests.h"
+
+namespace sbx::api {
+
+// An object with only the allowed fields (an empty body is {}).
+Result<nlohmann::json> ParseObject(const std::string& body, const std::set<std::string>& allowed);
+Result<std::string> GetString(const nlohmann::json& j, const char* key, const std::string& def = "");
+Result<std::optional<int64_t>> GetInt(const nlohmann::json& j, const char* key);
+Result<bool> GetBool(const nlohmann::json& j, const char* key, bool def);
+Result<std::map<std::string, std::string>> GetStringMap(const nlohmann::json& j, const char* key);
+// The "cmd" of an exec: a non-empty string (for a shell; returned in *shell) or a
+// non-empty array of strings (the argv; appended to *argv).
+Status ParseCmd(const nlohmann::json& body, std::string* shell, std::vector<std::string>* argv);
+
+// The body of POST /v1/sandboxes.
+Result<core::CreateRequest> DecodeCreate(const std::string& body);
+
+}  // namespace sbx::api

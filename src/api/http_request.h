@@ -1,0 +1,33 @@
+// A parsed HTTP request as the handlers see it, and the decoding of its target. No
+// Beast or Asio here: the fuzz harness builds it with another compiler.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace sbx::api {
+
+// Decodes %XX escapes (and '+' as a space in query strings).
+std::string PercentDecode(std::string_view s, bool plus_is_space);
+
+struct Request {
+  std::string method;
+  std::string path;                          // as sent (encoded), without the query
+  std::map<std::string, std::string> query;  // decoded
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+  std::string body_file;  // for routes that take a large body: a temp file holding it
+  int64_t arrival_us = 0;
+  std::map<std::string, std::string> params;  // from the route pattern, e.g. {id}
+  std::string Header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? "" : it->second;
+  }
+};
+
+// Splits a request target into the (still encoded) path and the decoded query.
+void ParseTarget(std::string_view target, Request& req);
+
+}  // namespace sbx::api
