@@ -38,7 +38,8 @@ Result<std::optional<int64_t>> GetInt(const json& j, const char* key) {
   if (v.is_number_integer()) return std::optional<int64_t>(v.get<int64_t>());
   if (v.is_number_float()) {
     double d = v.get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d)) && d > -9e15 && d < 9e15)
+    // The range first: casting a double outside int64's range is undefined.
+    if (d > -9e15 && d < 9e15 && d == static_cast<double>(static_cast<int64_t>(d)))
       return std::optional<int64_t>(static_cast<int64_t>(d));
   }
   return MakeError(Code::kInvalidArgument, std::string(key) + " must be an integer");

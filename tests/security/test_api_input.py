@@ -46,7 +46,7 @@ BAD_CREATES = [
     "{not json", "[]", '"x"', '{"type": "huge"}', '{"type": 5}', '{"name": "Bad Name"}',
     '{"name": "a/b"}', '{"name": ".."}', '{"name": "' + "a" * 10000 + '"}', '{"name": "a\\u0000b"}',
     '{"ttl_seconds": -1}', '{"ttl_seconds": 0}', '{"ttl_seconds": 9223372036854775808}',
-    '{"ttl_seconds": 1e400}', '{"ttl_seconds": "10"}', '{"unknown_field": 1}', '{"isolation": "chroot"}',
+    '{"ttl_seconds": 1e400}', '{"ttl_seconds": 1e100}', '{"resources": {"cpus": -1e300}}', '{"ttl_seconds": "10"}', '{"unknown_field": 1}', '{"isolation": "chroot"}',
     '{"resources": {"memory_mb": -5}}', '{"resources": {"pids": 1}}', '{"resources": {"cpus": 0}}',
     '{"env": {"A=B": "x"}}', '{"env": {"A": 1}}', '{"metadata": []}', '{"network": {"mode": "everything"}}',
     '{"no_env": "yes"}', '{"image": "../../etc"}', '{"ttl_action": "explode"}', '{"ttl_action": 1}',
