@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <sys/wait.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
 #include <sched.h>
@@ -43,6 +44,25 @@ static void file(const char* k, const char* path) {
 }
 
 static int err(long rc) { return rc < 0 ? errno : 0; }
+
+// Runs fn in a child; returns the signal that ended it (0 if it exited).
+static int child_signal(void (*fn)(void)) {
+  pid_t p = fork();
+  if (p == 0) {
+    fn();
+    _exit(0);
+  }
+  int st = 0;
+  if (p < 0 || waitpid(p, &st, 0) < 0) return -1;
+  return WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+}
+// getpid through the x32 ABI (the syscall number with bit 30 set).
+static void x32_getpid(void) { syscall(39 | 0x40000000); }
+// getpid through the i386 entry point (int 0x80, eax 20).
+static void int80_getpid(void) {
+  long ret = 20;
+  __asm__ volatile("int $0x80" : "+a"(ret) : : "memory");
+}
 
 int main(void) {
   printf("{");
@@ -107,6 +127,12 @@ int main(void) {
   struct stat st;
   num("kcore_size", stat("/proc/kcore", &st) == 0 ? (long)st.st_size : -1);
   num("sethostname_errno", err(sethostname("x", 1)));
+  num("kexec_errno", err(syscall(SYS_kexec_load, 0, 0, NULL, 0)));
+  // The runc-style escape: overwrite the binary of a process sbxd started (the agent).
+  num("write_init_exe_errno", err(open("/proc/1/exe", O_WRONLY)));
+  num("write_self_exe_errno", err(open("/proc/self/exe", O_WRONLY)));
+  num("x32_signal", child_signal(x32_getpid));
+  num("int80_signal", child_signal(int80_getpid));
   str("end", "", 1);
   printf("}\n");
   return 0;

@@ -61,10 +61,16 @@ def test_host_paths_are_not_mounted(report, daemon):
     "bpf_errno", "perf_event_open_errno", "userfaultfd_errno", "keyctl_errno", "af_alg_errno",
     "af_packet_errno", "af_vsock_errno", "personality_errno", "mknod_errno", "ptrace_init_errno",
     "open_init_mem_errno", "sysrq_errno", "core_pattern_errno", "sys_write_errno", "chroot_errno",
-    "sethostname_errno",
+    "sethostname_errno", "kexec_errno", "write_init_exe_errno", "write_self_exe_errno",
 ])
 def test_dangerous_calls_are_refused(report, field):
     assert report[field] != 0, f"{field}: the call succeeded inside the sandbox"
+
+
+def test_other_abis_kill_the_caller(report):
+    # x32 and i386 (int 0x80) entry points are outside the filter: the process dies by SIGSYS.
+    assert report["x32_signal"] == 31, report["x32_signal"]
+    assert report["int80_signal"] == 31, report["int80_signal"]
 
 
 def test_clone3_looks_absent(report):
