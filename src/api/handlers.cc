@@ -11,6 +11,7 @@
 #include "api/errors.h"
 #include "base/ids.h"
 #include "base/log.h"
+#include "base/fault.h"
 #include "base/proc.h"
 
 namespace sbx::api {
@@ -679,6 +680,7 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     };
     auto sb = co_await RunBlocking(pool_, &fn);
     if (!sb.ok()) co_return ErrorResponse(sb.error());
+    FaultPoint("disk_exec.created");
     std::string sid = sb->rec.id;
     if (!shell_cmd.empty()) e.argv = {manager_->ShellFor(*sb), "-c", shell_cmd};
     Collector out;

@@ -1073,6 +1073,7 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
     auto t = types_.Find(e->rec.type);
     if (t.ok()) usd_per_hour = t->usd_per_hour;
   }
+  FaultPoint("exec.started");
   // Arguments are named locals: g++ 12 may destroy a temporary made inside a co_await
   // expression twice.
   std::string stdin_data = req.stdin_data.value_or("");
@@ -1392,6 +1393,15 @@ Status SandboxManager::Recover() {
     if (layers.is_array())
       for (const auto& l : layers)
         if (l.is_string()) layers_in_use.push_back(l.get<std::string>());
+    // A serverless call's sandbox outlives its call only by a crash: nobody waits for
+    // its answer any more, so it goes (its disk keeps whatever the command wrote).
+    if (r.billing == "call" && r.state != "deleting") {
+      CloseBilling(r);
+      r.state = "deleting";
+      SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
+      EnqueueTeardown(r.id);
+      continue;
+    }
     if (r.state == "deleting" || r.state == "pooled") {
       // A warm-pool sandbox is cheaper to make again than to re-adopt.
       if (r.state == "pooled") {

@@ -1,4 +1,5 @@
-"""kill -9 of sbxd at named points inside create, snapshot, fork and delete (the
+"""kill -9 of sbxd at named points inside create, snapshot, fork, delete, pause, exec
+and serverless calls (the
 SBX_FAULT_POINT switch): after a restart every sandbox is running and usable or cleanly
 failed, no snapshot is half-written, and the kernel's objects match what the DB says."""
 import os
@@ -110,3 +111,54 @@ def test_crash_during_fork_leaves_source_usable(fresh_daemon):
     rows = consistent(d)
     assert list(rows) == [sb.id]
     assert os.listdir(os.path.join(d.data, "layers")) == []
+
+
+def test_crash_during_pause_leaves_the_sandbox_running(fresh_daemon):
+    """Frozen, but killed before the pause was recorded: the restart thaws it (the DB
+    says running) and it works."""
+    d = fresh_daemon
+    sb = d.client().create(image="busybox")
+    sb.exec("echo p > /root/p", check=True)
+    crash_at(d, "pause.done")
+    with pytest.raises(sbx.SbxError):
+        d.client().get(sb.id).pause()
+    restart_after_crash(d)
+    got = d.client().get(sb.id)
+    assert got.state == "running"
+    assert got.exec("cat /root/p").stdout == "p\n"
+    consistent(d)
+
+
+def test_crash_during_exec_leaves_the_sandbox_usable(fresh_daemon):
+    d = fresh_daemon
+    sb = d.client().create(image="busybox")
+    crash_at(d, "exec.started")
+    with pytest.raises(sbx.SbxError):
+        d.client().get(sb.id).exec("echo lost")
+    restart_after_crash(d)
+    got = d.client().get(sb.id)
+    assert got.state == "running"
+    assert got.exec("echo back").stdout == "back\n"
+    rows = consistent(d)
+    assert list(rows) == [sb.id]
+
+
+def test_crash_during_a_serverless_call_loses_no_disk(fresh_daemon):
+    """The call's sandbox goes at the restart; the disk and its files stay."""
+    d = fresh_daemon
+    c = d.client()
+    disk = c.disks.create(size_mb=64)
+    assert disk.exec("echo kept > kept.txt").exit_code == 0
+    crash_at(d, "disk_exec.created")
+    with pytest.raises(sbx.SbxError):
+        d.client().disks.get(disk.id).exec("echo lost > lost.txt")
+    restart_after_crash(d)
+    c = d.client()
+    deadline = time.time() + 30
+    while time.time() < deadline and (d.sandboxes() or d.sandbox_dirs() or d.cgroups()):
+        time.sleep(0.1)
+    assert d.sandboxes() == [] and not d.sandbox_dirs() and not d.cgroups()
+    disk = c.disks.get(disk.id)
+    r = disk.exec("cat kept.txt; ls")
+    assert r.stdout.startswith("kept\n") and "lost.txt" not in r.stdout
+    disk.delete()
