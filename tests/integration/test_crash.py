@@ -1,7 +1,7 @@
-"""kill -9 of sbxd at named points inside create, snapshot, fork, delete, pause, exec
-and serverless calls (the
-SBX_FAULT_POINT switch): after a restart every sandbox is running and usable or cleanly
-failed, no snapshot is half-written, and the kernel's objects match what the DB says."""
+"""kill -9 of sbxd at named points inside create, snapshot, fork, delete, pause, exec and
+serverless calls (the SBX_FAULT_POINT switch): after a restart every sandbox is running
+and usable or cleanly failed, no snapshot is half-written, no disk is lost, and the
+kernel's objects match what the DB says."""
 import os
 import signal
 import time
