@@ -170,6 +170,14 @@ class ContainerRuntime : public Runtime {
     cfg_w.Reset();
     std::string line = ReadLine(ready_r.get(), kReadyTimeoutMs);
     if (line != "OK") {
+      if (line.rfind("ERR image: ", 0) == 0) {
+        // The image cannot hold a sandbox (a symlink or a file where the agent mounts):
+        // the caller's input, shown with paths inside the image, not on the host.
+        std::string msg = line.substr(11);
+        for (size_t at; (at = msg.find(spec.dir + "/root")) != std::string::npos;)
+          msg.erase(at, spec.dir.size() + 5);
+        return fail(MakeError(Code::kInvalidArgument, "the image cannot boot a sandbox: " + msg));
+      }
       if (line.rfind("ERR ", 0) == 0) return fail(MakeError(Code::kInternal, line.substr(4)));
       return fail(MakeError(Code::kInternal, line.empty() ? "the sandbox's agent exited during set-up"
                                                           : "unexpected answer from the agent: " + line));
