@@ -61,3 +61,66 @@ def test_orphans_are_reaped(daemon):
         time.sleep(0.3)
         ps = sb.exec("ps -o stat,comm").stdout
         assert " Z" not in ps and "\nZ" not in ps, ps
+
+
+def sbxd_rss_kb(d):
+    with open(f"/proc/{d.proc.pid}/status") as f:
+        return int(next(l.split()[1] for l in f if l.startswith("VmRSS:")))
+
+
+def test_a_slow_reader_of_a_flood_keeps_the_daemon_small(fresh_daemon):
+    """`yes` streamed to a client that reads 1 KiB every 20 ms: backpressure reaches the
+    command, so sbxd's memory stays flat; others are served meanwhile."""
+    import json
+    import socket
+    d = fresh_daemon
+    c = d.client()
+    sb = c.create(image="busybox")
+    other = c.create(image="busybox")
+    rss0 = sbxd_rss_kb(d)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", d.port))
+    body = json.dumps({"cmd": "yes flood", "timeout_seconds": 20}).encode()
+    s.sendall(f"POST /v1/sandboxes/{sb.id}/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {d.key}\r\n"
+              f"Accept: application/x-ndjson\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    peak = rss0
+    got = 0
+    deadline = time.time() + 6
+    while time.time() < deadline:
+        got += len(s.recv(1024))
+        peak = max(peak, sbxd_rss_kb(d))
+        time.sleep(0.02)
+    assert got > 0
+    assert other.exec("echo served", timeout_seconds=10).stdout == "served\n"
+    assert peak - rss0 < 32 * 1024, (rss0, peak)  # kB
+    s.close()  # the client goes; the command is killed at its timeout at the latest
+    assert sb.exec("echo after", timeout_seconds=30).stdout == "after\n"
+    sb.delete()
+    other.delete()
+
+
+def test_a_buffered_flood_is_capped(fresh_daemon):
+    d = fresh_daemon
+    with d.client().create(image="busybox") as sb:
+        rss0 = sbxd_rss_kb(d)
+        r = sb.exec("yes flood | head -c 100000000; echo done >&2", timeout_seconds=60)
+        assert r.exit_code == 0 and r.stdout_truncated and not r.stderr_truncated
+        assert len(r.stdout) == 16 << 20 and r.stderr == "done\n"
+        # The answer held at most the cap (16 MiB) once, plus its JSON copy.
+        assert sbxd_rss_kb(d) - rss0 < 96 * 1024
+
+
+def test_dev_shm_and_tmp_fills_stop_at_their_size(daemon):
+    c = daemon.client()
+    with c.create(image="busybox", resources={"memory_mb": 256}) as sb, c.create(image="busybox") as other:
+        r = sb.exec("dd if=/dev/zero of=/dev/shm/fill bs=1M count=1024 2>&1; df -k /dev/shm | tail -1")
+        assert "No space left" in r.stdout, r.stdout
+        # /tmp is a tmpfs of half the sandbox's memory: it fills, and the memory limit holds.
+        r = sb.exec("dd if=/dev/zero of=/tmp/fill bs=1M count=1024 2>&1; true", timeout_seconds=60)
+        assert "No space left" in r.stdout or r.exit_code in (0, 137), r.stdout
+        assert other.exec("echo fine").stdout == "fine\n"
+        assert daemon.raw("GET", "/v1/health", auth=False)[0] == 200
+        sb.exec("rm -f /dev/shm/fill /tmp/fill")
+        assert sb.exec("echo usable").stdout == "usable\n"
