@@ -171,7 +171,7 @@ Status SandboxManager::CheckQuotaLocked(int add, int64_t memory_mb, int64_t disk
   for (const auto& [_, e] : sandboxes_) {
     const auto& r = e->rec;
     disk += r.disk_mb;
-    if (r.state == "creating" || r.state == "running" || (r.state == "paused" && r.pause_mode == "freeze")) {
+    if (r.state == "creating" || r.state == "running" || r.state == "paused") {  // paused: memory held
       ++live;
       mem += r.memory_mb;
     }
@@ -676,7 +676,6 @@ Status SandboxManager::StopLocked(std::unique_lock<std::mutex>& lock, const std:
   e->rec.state = "stopped";
   e->rec.pause_mode.clear();
   e->rec.paused_ms = 0;
-  (void)fs::RemoveTree(HibernateDir(id));
   e->rec.pid = 0;
   e->rec.pid_start = 0;
   e->rec.error = reason;
@@ -1148,7 +1147,7 @@ void SandboxManager::Tick() {
     if (!e.ok() || (*e)->rec.state != "running" || (*e)->busy || (*e)->captures) continue;
     if ((*e)->rec.ttl_action == "pause") {
       SBX_LOG(kInfo) << "sandbox " << id << " reached its TTL; pausing it";
-      Status st = PauseLocked(lock, *e, "freeze");
+      Status st = PauseLocked(lock, *e);
       if (!st.ok()) SBX_LOG(kError) << st.error().message;
       continue;
     }
@@ -1161,7 +1160,7 @@ void SandboxManager::Tick() {
     auto e = Find(id);
     if (!e.ok() || (*e)->rec.state != "running" || (*e)->busy || (*e)->captures || (*e)->active_execs) continue;
     SBX_LOG(kInfo) << "sandbox " << id << " was idle for " << (*e)->rec.idle_timeout_seconds << " s; pausing it";
-    Status st = PauseLocked(lock, *e, "freeze");
+    Status st = PauseLocked(lock, *e);
     if (!st.ok()) SBX_LOG(kError) << st.error().message;
   }
 }
@@ -1169,43 +1168,28 @@ void SandboxManager::Tick() {
 Result<SandboxView> SandboxManager::Pause(const std::string& id, const std::string& mode) {
   if (mode != "freeze" && mode != "hibernate")
     return MakeError(Code::kInvalidArgument, "mode must be \"freeze\" or \"hibernate\"");
-  std::string why;
-  if (mode == "hibernate" && !HibernateAvailable(&why))
-    return MakeError(Code::kInvalidArgument, "hibernate is not available on this sbxd: " + why);
+  if (mode == "hibernate")
+    return MakeError(Code::kInvalidArgument,
+                     "hibernate is not available on this sbxd yet: the container runtime cannot checkpoint a "
+                     "sandbox; use mode \"freeze\"");
   int64_t t0 = SteadyUs();
   std::unique_lock<std::mutex> lock(mu_);
   SBX_ASSIGN_OR_RETURN(auto e, Find(id));
-  if (e->rec.state == "paused" && !e->busy) {
-    if (e->rec.pause_mode == mode) return ViewLocked(*e);
-    return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is already paused (mode " +
-                                                    e->rec.pause_mode + "); resume it first");
-  }
+  if (e->rec.state == "paused" && !e->busy) return ViewLocked(*e);
   if (e->busy || e->captures)
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state or being captured; try again");
   if (e->rec.state != "running")
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state + ", not running");
-  SBX_RETURN_IF_ERROR(PauseLocked(lock, e, mode));
+  SBX_RETURN_IF_ERROR(PauseLocked(lock, e));
   lat_.pause.ObserveMs((SteadyUs() - t0) / 1000.0);
   return ViewLocked(*e);
 }
 
-Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e,
-                                   const std::string& mode) {
+Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e) {
   const std::string id = e->rec.id;
   e->busy = true;
-  runtime::Instance inst = e->inst;
-  runtime::StartSpec spec = SpecOf(e->rec);
   lock.unlock();
-  Status st = OkStatus();
-  if (mode == "freeze") {
-    st = runtime_->Freeze(id);
-  } else {
-    std::string dir = HibernateDir(id);
-    (void)fs::RemoveTree(dir);
-    st = fs::MkdirAll(dir, 0700);
-    if (st.ok()) st = runtime_->Checkpoint(spec, inst, dir);
-    if (!st.ok()) (void)fs::RemoveTree(dir);
-  }
+  Status st = runtime_->Freeze(id);
   FaultPoint("pause.done");
   lock.lock();
   e->busy = false;
@@ -1213,13 +1197,8 @@ Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std
   if (e->rec.state == "deleting") return MakeError(Code::kNotFound, "sandbox " + id + " was deleted");
   CloseBilling(e->rec);
   e->rec.state = "paused";
-  e->rec.pause_mode = mode;
+  e->rec.pause_mode = "freeze";
   e->rec.paused_ms = Now();
-  if (mode == "hibernate") {
-    // Its processes are gone; their images are on disk.
-    e->inst = runtime::Instance();
-    e->rec.pid = e->rec.pid_start = 0;
-  }
   ++pauses_;
   return store_->UpdateSandbox(e->rec);
 }
@@ -1240,29 +1219,13 @@ Result<SandboxView> SandboxManager::Resume(const std::string& id) {
 
 Status SandboxManager::ResumeLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e) {
   const std::string id = e->rec.id;
-  const bool hibernated = e->rec.pause_mode == "hibernate";
-  // A hibernated sandbox takes its memory back.
-  if (hibernated) SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, e->rec.memory_mb, 0));
   e->busy = true;
-  runtime::StartSpec spec = SpecOf(e->rec);
   lock.unlock();
-  Result<runtime::Instance> inst = runtime::Instance();
-  if (hibernated) {
-    inst = runtime_->Restore(spec, HibernateDir(id));
-  } else {
-    Status st = runtime_->Thaw(id);
-    if (!st.ok()) inst = st.error();
-  }
+  Status st = runtime_->Thaw(id);
   lock.lock();
   e->busy = false;
-  if (!inst.ok()) return inst.error().Wrap("resuming " + id);
+  if (!st.ok()) return st.error().Wrap("resuming " + id);
   if (e->rec.state == "deleting") return MakeError(Code::kNotFound, "sandbox " + id + " was deleted");
-  if (hibernated) {
-    e->inst = *inst;
-    e->rec.pid = inst->pid;
-    e->rec.pid_start = static_cast<int64_t>(inst->pid_start);
-    (void)fs::RemoveTree(HibernateDir(id));
-  }
   int64_t now = Now();
   // The TTL clock stood still while paused; a sandbox paused by its TTL gets a new one.
   if (e->rec.expires_ms > e->rec.paused_ms) e->rec.expires_ms += now - e->rec.paused_ms;
@@ -1353,8 +1316,6 @@ Status SandboxManager::RecordCall(const std::string& disk_id, const std::string&
   return store_->InsertCall({disk_id, sandbox_id, Now(), opts_.serverless_call_usd});
 }
 
-bool SandboxManager::HibernateAvailable(std::string* why) const { return runtime_->CanHibernate(why); }
-
 SandboxManager::Counts SandboxManager::GetCounts() {
   Counts c;
   std::lock_guard<std::mutex> lock(mu_);
@@ -1413,7 +1374,7 @@ Status SandboxManager::Recover() {
     }
     auto e = std::make_shared<Entry>();
     e->last_active_ms = Now();
-    const bool frozen = r.state == "paused" && r.pause_mode == "freeze";
+    const bool frozen = r.state == "paused";
     if (r.state == "running" || frozen) {
       // A frozen sandbox stays frozen: it is adopted without a word from its agent.
       auto inst = runtime_->Adopt(SpecOf(r), static_cast<pid_t>(r.pid), static_cast<uint64_t>(r.pid_start), frozen);

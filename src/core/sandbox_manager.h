@@ -63,7 +63,7 @@ struct UsageReport {
 };
 
 // Limits on what the whole daemon holds (0: no limit). Live sandboxes are those creating,
-// running or paused in RAM (freeze); disk counts every sandbox's disk_mb.
+// running or paused (a frozen sandbox keeps its memory); disk counts every sandbox's disk_mb.
 struct Quotas {
   int max_sandboxes = 0;
   int64_t max_memory_mb = 0;
@@ -137,8 +137,9 @@ class SandboxManager {
   Status Delete(const std::string& id);
   Result<SandboxView> Stop(const std::string& id);
   Result<SandboxView> Start(const std::string& id);
-  // Pause: "freeze" (cgroup freezer, memory kept) or "hibernate" (checkpointed to disk,
-  // memory freed). Both idempotent; billing stops while paused, and so does the TTL clock.
+  // Pause with the cgroup freezer (mode "freeze": memory kept); idempotent. Billing stops
+  // while paused, and so does the TTL clock. Mode "hibernate" (a checkpoint to disk) is
+  // refused: no runtime here can checkpoint a sandbox yet.
   Result<SandboxView> Pause(const std::string& id, const std::string& mode);
   Result<SandboxView> Resume(const std::string& id);
   // True if an exec must resume the sandbox first (paused, auto_resume on).
@@ -150,7 +151,6 @@ class SandboxManager {
   Result<UsageReport> Usage(int64_t from_ms, int64_t to_ms);
   // Records one serverless call on a disk (billed per call).
   Status RecordCall(const std::string& disk_id, const std::string& sandbox_id);
-  bool HibernateAvailable(std::string* why = nullptr) const;
   // kUnavailable while the data dir's file system has less than min_free_mb free.
   Status CheckDataDirSpace() const;
 
@@ -238,10 +238,9 @@ class SandboxManager {
   void OpenBilling(storage::SandboxRecord& r);                 // mu_ held
   // kResourceExhausted if `add` more live sandboxes of this size would pass a quota.
   Status CheckQuotaLocked(int add, int64_t memory_mb, int64_t disk_mb) const;  // mu_ held
-  Status PauseLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e,
-                     const std::string& mode);
+  Status PauseLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e);
   Status ResumeLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e);
-  std::string HibernateDir(const std::string& id) const { return DirOf(id) + "/hibernate"; }
+
   Status StopLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e,
                     const std::string& reason);
   void EnqueueTeardown(const std::string& id);

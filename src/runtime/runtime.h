@@ -65,18 +65,6 @@ class Runtime {
   virtual Result<Instance> Adopt(const StartSpec& spec, pid_t pid, uint64_t pid_start, bool frozen) = 0;
   // CPU time the sandbox's processes used so far, in nanoseconds (0 if unknown).
   virtual uint64_t CpuUsageNs(const std::string& id, const Instance& inst) = 0;
-  // Hibernation: Checkpoint writes every process of a running sandbox (memory, open
-  // files, pids) into image_dir and ends them; Restore brings them back from it.
-  virtual bool CanHibernate(std::string* why) const {
-    if (why) *why = "the " + Kind() + " runtime cannot checkpoint";
-    return false;
-  }
-  virtual Status Checkpoint(const StartSpec&, const Instance&, const std::string&) {
-    return MakeError(Code::kFailedPrecondition, "the " + Kind() + " runtime cannot checkpoint");
-  }
-  virtual Result<Instance> Restore(const StartSpec&, const std::string&) {
-    return MakeError(Code::kFailedPrecondition, "the " + Kind() + " runtime cannot restore");
-  }
   // Ids of sandboxes that own kernel objects on this host (for reconciliation).
   virtual std::vector<std::string> ListKernelObjects() = 0;
   // True while the instance's init lives.

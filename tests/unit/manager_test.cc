@@ -245,9 +245,11 @@ TEST_F(ManagerTest, PauseStopsBillingAndTheTtlClockAndResumeRestartsThem) {
   EXPECT_EQ(p->rec.state, "paused");
   EXPECT_EQ(p->rec.pause_mode, "freeze");
   EXPECT_DOUBLE_EQ(p->billed_seconds, 10.0);
-  // Idempotent; another mode while paused is a conflict.
+  // Idempotent; an unknown mode, or hibernate (no checkpoint here), is refused.
   EXPECT_TRUE(manager_->Pause(id, "freeze").ok());
   EXPECT_EQ(manager_->Pause(id, "sleep").error().code, Code::kInvalidArgument);
+  EXPECT_EQ(manager_->Pause(id, "hibernate").error().code, Code::kInvalidArgument);
+  EXPECT_EQ(manager_->Get(id)->rec.state, "paused");
   EXPECT_TRUE(manager_->WantsResume(id));
   now_ += 500'000;  // far past the TTL: paused time neither bills nor counts toward it
   manager_->Tick();
