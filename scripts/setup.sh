@@ -13,10 +13,14 @@ SBX="$BUILD/sbx --data-dir $DATA_DIR"
 mkdir -p /run/sbx
 # A daemon this script started earlier is restarted on the new build (its sandboxes keep
 # running and are re-adopted); a daemon started some other way is left alone.
-if [ -f /run/sbx/sbxd.pid ] && kill -0 "$(cat /run/sbx/sbxd.pid)" 2>/dev/null; then
-  log "restarting the sbxd this script started (pid $(cat /run/sbx/sbxd.pid))"
-  kill "$(cat /run/sbx/sbxd.pid)"
-  for _ in $(seq 100); do kill -0 "$(cat /run/sbx/sbxd.pid)" 2>/dev/null || break; sleep 0.1; done
+# The pid file is trusted only while that pid still runs the command line this script
+# gave it (a stale file's pid may belong to another process by now).
+OLD_PID=$(cat /run/sbx/sbxd.pid 2>/dev/null || true)
+if [ -n "$OLD_PID" ] && [ "$(tr '\0' ' ' </proc/"$OLD_PID"/cmdline 2>/dev/null)" = \
+     "$BUILD/sbxd --listen 127.0.0.1:$PORT --data-dir $DATA_DIR " ]; then
+  log "restarting the sbxd this script started (pid $OLD_PID)"
+  kill "$OLD_PID"
+  for _ in $(seq 100); do kill -0 "$OLD_PID" 2>/dev/null || break; sleep 0.1; done
 fi
 if ! $SBX health >/dev/null 2>&1; then
   log "starting sbxd on 127.0.0.1:$PORT (state in $DATA_DIR/sbxd.db, log in /var/log/sbxd.log)"
