@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "base/fs.h"
@@ -123,6 +124,18 @@ int main(int argc, char** argv) {
   pause->add_option("id", life_id)->required();
   pause->add_option("--mode", pause_mode, "freeze (memory kept, resume in ms) or hibernate (memory to disk)");
   resume->add_option("id", life_id)->required();
+  auto* secret = app.add_subcommand("secret", "daemon secrets, injected as env into sandboxes without --no-env");
+  secret->require_subcommand(1);
+  auto* secret_set = secret->add_subcommand("set", "set NAME from --value or, without it, standard input");
+  auto* secret_ls = secret->add_subcommand("ls", "list secret names");
+  auto* secret_rm = secret->add_subcommand("rm", "delete secrets");
+  std::string secret_name, secret_value;
+  bool secret_value_given = false;
+  std::vector<std::string> secret_names;
+  secret_set->add_option("name", secret_name)->required();
+  secret_set->add_option("--value", secret_value, "the value (visible in the process list: prefer stdin)")
+      ->each([&](const std::string&) { secret_value_given = true; });
+  secret_rm->add_option("names", secret_names)->required();
   auto* usage = app.add_subcommand("usage", "billed seconds and cost per sandbox, per type and in total");
   std::string usage_from, usage_to;
   usage->add_option("--from", usage_from, "start of the window (RFC 3339 or Unix seconds)");
@@ -295,6 +308,34 @@ int main(int argc, char** argv) {
     if (!j) return 1;
     std::printf("%s\n", g.json ? j->dump().c_str() : (Str(*j, "id") + " " + Str(*j, "state")).c_str());
     return 0;
+  }
+  if (*secret_set) {
+    if (!secret_value_given) {
+      std::string all((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+      if (!all.empty() && all.back() == '\n') all.pop_back();
+      secret_value = all;
+    }
+    auto j = CallJson(c, "PUT", "/v1/secrets/" + secret_name, json{{"value", secret_value}});
+    if (!j) return 1;
+    std::printf("%s\n", g.json ? j->dump().c_str() : secret_name.c_str());
+    return 0;
+  }
+  if (*secret_ls) {
+    auto j = CallJson(c, "GET", "/v1/secrets");
+    if (!j) return 1;
+    if (g.json) {
+      std::printf("%s\n", (*j)["secrets"].dump().c_str());
+      return 0;
+    }
+    std::printf("%-32s %s\n", "NAME", "UPDATED");
+    for (const auto& s : (*j)["secrets"]) std::printf("%-32s %s\n", Str(s, "name").c_str(), Str(s, "updated_at").c_str());
+    return 0;
+  }
+  if (*secret_rm) {
+    int rc = 0;
+    for (const auto& n : secret_names)
+      if (!CallJson(c, "DELETE", "/v1/secrets/" + n)) rc = 1;
+    return rc;
   }
   if (*usage) {
     std::string q;

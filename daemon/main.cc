@@ -21,6 +21,7 @@
 
 #include "api/handlers.h"
 #include "api/server.h"
+#include "base/crypto.h"
 #include "base/fs.h"
 #include "base/ids.h"
 #include "base/log.h"
@@ -202,6 +203,26 @@ Result<std::string> EnsureAdminKey(const std::string& data_dir, storage::Store* 
   return hash;
 }
 
+// 32 random bytes (hex in <data-dir>/secret-key, 0600): seals daemon secrets at rest and
+// signs sandbox tokens. Never leaves the host; losing it makes stored secrets unreadable.
+Result<std::string> EnsureSecretKey(const std::string& data_dir) {
+  std::string path = data_dir + "/secret-key";
+  std::string hex;
+  auto existing = fs::ReadFile(path, 4096);
+  if (existing.ok()) {
+    hex = *existing;
+    while (!hex.empty() && (hex.back() == '\n' || hex.back() == '\r')) hex.pop_back();
+  }
+  if (hex.empty()) {
+    hex = RandomHex(32);
+    SBX_RETURN_IF_ERROR(fs::WriteFileAtomic(path, hex + "\n", 0600));
+  }
+  ::chmod(path.c_str(), 0600);
+  std::string key = FromHex(hex);
+  if (key.size() != 32) return MakeError(Code::kFailedPrecondition, path + " is not 64 hex digits");
+  return key;
+}
+
 int Run(int argc, char** argv) {
   Flags f;
   if (auto st = ParseFlags(argc, argv, &f); !st.ok()) {
@@ -275,6 +296,9 @@ int Run(int argc, char** argv) {
   mo.quotas.max_memory_mb = f.max_memory_mb;
   mo.quotas.max_disk_mb = f.max_disk_mb;
   mo.min_free_mb = f.min_free_mb;
+  auto secret_key = EnsureSecretKey(data_dir);
+  if (!secret_key.ok()) return fail(secret_key.error());
+  mo.secret_key = *secret_key;
   if (f.serverless_call_usd >= 0) mo.serverless_call_usd = f.serverless_call_usd;
   core::TypeTable types = core::TypeTable::Defaults();
   for (const auto& [name, usd] : f.prices) {
@@ -288,6 +312,7 @@ int Run(int argc, char** argv) {
   if (auto st = disk_store.MountAll(); !st.ok()) return fail(st.error().Wrap("mounting disks"));
   manager.AttachDisks(&disk_store);
   if (auto st = manager.Recover(); !st.ok()) return fail(st.error().Wrap("recovering state"));
+  if (auto st = manager.LoadSecrets(); !st.ok()) return fail(st.error().Wrap("loading secrets"));
 
   asio::io_context io;
   asio::thread_pool pool(8);

@@ -49,6 +49,9 @@ const std::vector<RouteInfo> kRoutes = {
     {"GET", "/v1/disks/{id}/files", false},
     {"PUT", "/v1/disks/{id}/files", false},
     {"GET", "/v1/usage", false},
+    {"GET", "/v1/secrets", false},
+    {"PUT", "/v1/secrets/{name}", false},
+    {"DELETE", "/v1/secrets/{name}", false},
     {"GET", "/v1/images", false},
     {"POST", "/v1/images/{name}", true},
 };
@@ -227,15 +230,22 @@ const RouteInfo* Api::Match(Request& req) const {
   return nullptr;
 }
 
-bool Api::Authorized(const Request& req) const {
+Api::Caller Api::Authorize(const Request& req) const {
   std::string h = req.Header("authorization");
   const std::string prefix = "Bearer ";
-  if (h.size() <= prefix.size() || h.compare(0, prefix.size(), prefix) != 0) return false;
-  std::string got = Sha256Hex(h.substr(prefix.size()));
-  if (got.size() != admin_key_hash_.size()) return false;
+  if (h.size() <= prefix.size() || h.compare(0, prefix.size(), prefix) != 0) return {};
+  std::string presented = h.substr(prefix.size());
+  if (presented.rfind("sbt_", 0) == 0) {
+    auto id = manager_->SandboxOfToken(presented);
+    if (id) return {Caller::kSandbox, *id};
+    return {};
+  }
+  std::string got = Sha256Hex(presented);
+  if (got.size() != admin_key_hash_.size()) return {};
   unsigned char diff = 0;  // constant time
   for (size_t i = 0; i < got.size(); ++i) diff |= got[i] ^ admin_key_hash_[i];
-  return diff == 0;
+  if (diff != 0) return {};
+  return {Caller::kAdmin, ""};
 }
 
 asio::awaitable<Response> Api::Handle(Request& req) {
@@ -246,10 +256,20 @@ asio::awaitable<Response> Api::Handle(Request& req) {
   }
   std::string pat = route->pattern;
   bool open = pat == "/v1/health" || pat == "/v1/openapi.json";
-  if (!open && !Authorized(req))
+  Caller caller = open ? Caller{Caller::kAdmin, ""} : Authorize(req);
+  if (caller.kind == Caller::kNone)
     co_return ErrorResponse(401, "unauthorized", "a valid API key is required (Authorization: Bearer KEY)");
-  for (const auto& [k, v] : req.params)
+  if (caller.kind == Caller::kSandbox) {
+    // A sandbox's token reads that sandbox and nothing else: it creates, execs and
+    // deletes nothing.
+    bool own = route->method == std::string("GET") && pat == "/v1/sandboxes/{id}" && req.params["id"] == caller.sandbox;
+    if (!own)
+      co_return ErrorResponse(403, "forbidden", "a sandbox token may only read its own sandbox");
+  }
+  for (const auto& [k, v] : req.params) {
+    if (pat.rfind("/v1/secrets/", 0) == 0) continue;  // environment names; checked by the manager
     if (!ValidName(v)) co_return Bad("invalid " + k + ": ids and names match [a-z0-9][a-z0-9._-]{0,62}");
+  }
   // Any API call on a sandbox is activity for its idle policy.
   if (pat.rfind("/v1/sandboxes/{id}", 0) == 0) manager_->Touch(req.params["id"]);
   try {
@@ -402,6 +422,28 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     auto v = co_await RunBlocking(pool_, &fn);
     if (!v.ok()) co_return ErrorResponse(v.error());
     co_return Json(200, SandboxJson(*v));
+  }
+
+  if (pat == "/v1/secrets") {
+    auto list = manager_->ListSecrets();
+    if (!list.ok()) co_return ErrorResponse(list.error());
+    json arr = json::array();
+    for (const auto& [name, ms] : *list) arr.push_back({{"name", name}, {"updated_at", FormatRfc3339(ms)}});
+    co_return Json(200, {{"secrets", arr}});  // names only: values never leave sbxd but into sandboxes
+  }
+  if (pat == "/v1/secrets/{name}") {
+    const std::string& name = req.params["name"];
+    if (m == "DELETE") {
+      auto st = manager_->DeleteSecret(name);
+      if (!st.ok()) co_return ErrorResponse(st.error());
+      co_return Json(200, {{"type", "secret.deleted"}, {"name", name}});
+    }
+    auto j = ParseObject(req.body, {"value"});
+    if (!j.ok()) co_return ErrorResponse(j.error());
+    if (!j->contains("value") || !(*j)["value"].is_string()) co_return Bad("value (a string) is required");
+    auto st = manager_->SetSecret(name, (*j)["value"].get<std::string>());
+    if (!st.ok()) co_return ErrorResponse(st.error());
+    co_return Json(200, {{"type", "secret.set"}, {"name", name}});
   }
 
   if (pat == "/v1/usage") {

@@ -39,7 +39,12 @@ class Api {
 
  private:
   boost::asio::awaitable<Response> Dispatch(const RouteInfo& route, Request& req);
-  bool Authorized(const Request& req) const;
+  // Who calls: the admin key, a sandbox's scoped token (for that sandbox), or nobody.
+  struct Caller {
+    enum Kind { kNone, kAdmin, kSandbox } kind = kNone;
+    std::string sandbox;
+  };
+  Caller Authorize(const Request& req) const;
 
   core::SandboxManager* manager_;
   layers::ImageStore* images_;

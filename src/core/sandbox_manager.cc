@@ -4,10 +4,12 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <cctype>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/crypto.h"
 #include "base/fault.h"
 #include "base/fs.h"
 #include "base/ids.h"
@@ -1054,6 +1056,11 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
                           "sandbox " + id + " has stopped unexpectedly (its init exited); it will be marked error");
     std::map<std::string, std::string> env = opts_.base_env;
     env["SBX_SANDBOX_ID"] = id;
+    if (!opts_.secret_key.empty()) env["SBX_TOKEN"] = TokenFor(id);
+    if (!e->rec.no_env) {
+      std::lock_guard<std::mutex> slock(secrets_mu_);
+      for (const auto& [k, v] : secrets_) env[k] = v;
+    }
     auto senv = json::parse(e->rec.env_json, nullptr, false);
     if (senv.is_object())
       for (auto& [k, v] : senv.items())
@@ -1310,6 +1317,78 @@ Result<UsageReport> SandboxManager::Usage(int64_t from_ms, int64_t to_ms) {
   }
   u.total_usd = u.compute_usd + u.calls_usd;
   return u;
+}
+
+namespace {
+bool ValidEnvName(const std::string& n) {
+  if (n.empty() || n.size() > 128 || std::isdigit(static_cast<unsigned char>(n[0]))) return false;
+  for (char c : n)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return n.rfind("SBX_", 0) != 0;
+}
+}  // namespace
+
+Status SandboxManager::SetSecret(const std::string& name, const std::string& value) {
+  if (opts_.secret_key.empty()) return MakeError(Code::kFailedPrecondition, "secrets are off on this sbxd");
+  if (!ValidEnvName(name))
+    return MakeError(Code::kInvalidArgument,
+                     "invalid secret name: an environment name [A-Za-z_][A-Za-z0-9_]{0,127}, not starting with SBX_");
+  if (value.size() > 65536) return MakeError(Code::kInvalidArgument, "a secret's value is at most 65536 bytes");
+  if (value.find('\0') != std::string::npos) return MakeError(Code::kInvalidArgument, "a secret's value holds a NUL byte");
+  SBX_ASSIGN_OR_RETURN(std::string sealed, Seal(opts_.secret_key, value));
+  std::lock_guard<std::mutex> lock(secrets_mu_);
+  SBX_RETURN_IF_ERROR(store_->PutSecret(name, sealed, Now()));
+  secrets_[name] = value;
+  return OkStatus();
+}
+
+Result<std::vector<std::pair<std::string, int64_t>>> SandboxManager::ListSecrets() {
+  SBX_ASSIGN_OR_RETURN(auto rows, store_->ListSecrets());
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& r : rows) out.emplace_back(r.name, r.updated_ms);
+  return out;
+}
+
+Status SandboxManager::DeleteSecret(const std::string& name) {
+  if (!ValidEnvName(name)) return MakeError(Code::kInvalidArgument, "invalid secret name");
+  std::lock_guard<std::mutex> lock(secrets_mu_);
+  SBX_ASSIGN_OR_RETURN(bool gone, store_->DeleteSecret(name));
+  if (!gone) return MakeError(Code::kNotFound, "secret " + name + " not found");
+  secrets_.erase(name);
+  return OkStatus();
+}
+
+Status SandboxManager::LoadSecrets() {
+  if (opts_.secret_key.empty()) return OkStatus();
+  SBX_ASSIGN_OR_RETURN(auto rows, store_->ListSecrets());
+  std::lock_guard<std::mutex> lock(secrets_mu_);
+  for (const auto& r : rows) {
+    auto v = Unseal(opts_.secret_key, r.sealed);
+    if (!v.ok()) return v.error().Wrap("secret " + r.name);
+    secrets_[r.name] = *v;
+  }
+  return OkStatus();
+}
+
+std::string SandboxManager::TokenFor(const std::string& id) const {
+  if (opts_.secret_key.empty()) return "";
+  return "sbt_" + id + "_" + HmacSha256Hex(opts_.secret_key, "sandbox-token:" + id).substr(0, 48);
+}
+
+std::optional<std::string> SandboxManager::SandboxOfToken(const std::string& token) {
+  if (opts_.secret_key.empty() || token.rfind("sbt_", 0) != 0) return std::nullopt;
+  auto sep = token.rfind('_');
+  if (sep <= 4) return std::nullopt;
+  std::string id = token.substr(4, sep - 4);
+  if (!ValidName(id)) return std::nullopt;
+  std::string want = TokenFor(id);
+  if (want.size() != token.size()) return std::nullopt;
+  unsigned char diff = 0;  // constant time
+  for (size_t i = 0; i < want.size(); ++i) diff |= want[i] ^ token[i];
+  if (diff) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!sandboxes_.count(id)) return std::nullopt;  // deleted: its token is dead
+  return id;
 }
 
 Status SandboxManager::RecordCall(const std::string& disk_id, const std::string& sandbox_id) {

@@ -106,6 +106,9 @@ struct ManagerOptions {
   // Idle policy: a sandbox using more than this share of one CPU is busy.
   double idle_cpu_threshold = 0.05;
   std::function<int64_t()> now_ms;  // wall clock (tests drive it); default: real time
+  // 32 raw bytes: seals daemon secrets at rest and signs sandbox tokens. Empty: secrets
+  // and tokens are off (unit tests).
+  std::string secret_key;
 };
 
 class SandboxManager {
@@ -149,6 +152,17 @@ class SandboxManager {
   void Touch(const std::string& id);
   // Billed seconds and cost per sandbox, per type and in total, within [from, to).
   Result<UsageReport> Usage(int64_t from_ms, int64_t to_ms);
+  // Daemon secrets: injected as env into every exec of a sandbox without no_env.
+  // Names are environment names ([A-Za-z_][A-Za-z0-9_]*, not SBX_*); stored sealed.
+  Status SetSecret(const std::string& name, const std::string& value);
+  Result<std::vector<std::pair<std::string, int64_t>>> ListSecrets();  // name, updated_ms
+  Status DeleteSecret(const std::string& name);
+  // Loads the secrets into memory (at start).
+  Status LoadSecrets();
+  // A sandbox's scoped token (SBX_TOKEN): it names the sandbox and is signed with the key.
+  std::string TokenFor(const std::string& id) const;
+  // The sandbox a token is for, if it is genuine and that sandbox still exists.
+  std::optional<std::string> SandboxOfToken(const std::string& token);
   // Records one serverless call on a disk (billed per call).
   Status RecordCall(const std::string& disk_id, const std::string& sandbox_id);
   // kUnavailable while the data dir's file system has less than min_free_mb free.
@@ -258,6 +272,8 @@ class SandboxManager {
   std::map<std::string, std::shared_ptr<Entry>> deleting_;   // queued for teardown
   int64_t creates_ = 0, execs_ = 0, deletes_ = 0, snapshots_ = 0, forks_ = 0, pauses_ = 0, resumes_ = 0;
   Latencies lat_;
+  std::mutex secrets_mu_;
+  std::map<std::string, std::string> secrets_;  // name -> value, in memory only
   std::mutex gc_mu_;  // one layer collection at a time
   // Fresh layers that no row names yet (a capture's caller records them): never collected.
   std::multiset<std::string> pending_layers_;

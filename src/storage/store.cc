@@ -73,6 +73,9 @@ CREATE TABLE usage_calls (
 );
 CREATE INDEX usage_calls_time ON usage_calls(at_ms);
 )sql",
+    R"sql(
+CREATE TABLE secrets (name TEXT PRIMARY KEY, sealed TEXT NOT NULL, updated_ms INTEGER NOT NULL);
+)sql",
 };
 
 const char* kSandboxCols =
@@ -312,6 +315,23 @@ Result<std::vector<UsageCall>> Store::CallsBetween(int64_t from_ms, int64_t to_m
       "SELECT disk_id, sandbox_id, at_ms, usd FROM usage_calls WHERE at_ms >= ? AND at_ms < ? ORDER BY seq",
       {from_ms, to_ms}, [&](const Row& r) { out.push_back(UsageCall{r.Text(0), r.Text(1), r.Int(2), r.Real(3)}); }));
   return out;
+}
+
+Status Store::PutSecret(const std::string& name, const std::string& sealed, int64_t updated_ms) {
+  return db_->Query("INSERT OR REPLACE INTO secrets (name, sealed, updated_ms) VALUES (?,?,?)",
+                    {name, sealed, updated_ms});
+}
+
+Result<std::vector<SecretRecord>> Store::ListSecrets() {
+  std::vector<SecretRecord> out;
+  SBX_RETURN_IF_ERROR(db_->Query("SELECT name, sealed, updated_ms FROM secrets ORDER BY name", {},
+                                 [&](const Row& r) { out.push_back({r.Text(0), r.Text(1), r.Int(2)}); }));
+  return out;
+}
+
+Result<bool> Store::DeleteSecret(const std::string& name) {
+  SBX_RETURN_IF_ERROR(db_->Query("DELETE FROM secrets WHERE name=?", {name}));
+  return db_->Changes() > 0;
 }
 
 Status Store::SetSetting(const std::string& key, const std::string& value) {

@@ -88,6 +88,13 @@ struct SnapshotRecord {
   int64_t created_ms = 0;
 };
 
+// A daemon secret, sealed (AES-256-GCM) with the data dir's secret key.
+struct SecretRecord {
+  std::string name;
+  std::string sealed;
+  int64_t updated_ms = 0;
+};
+
 class Store {
  public:
   // Opens the database and applies migrations.
@@ -123,6 +130,10 @@ class Store {
   // Periods overlapping [from, to) (open ones included), calls within it.
   Result<std::vector<UsagePeriod>> PeriodsBetween(int64_t from_ms, int64_t to_ms);
   Result<std::vector<UsageCall>> CallsBetween(int64_t from_ms, int64_t to_ms);
+
+  Status PutSecret(const std::string& name, const std::string& sealed, int64_t updated_ms);
+  Result<std::vector<SecretRecord>> ListSecrets();
+  Result<bool> DeleteSecret(const std::string& name);
 
   Status SetSetting(const std::string& key, const std::string& value);
   Result<std::optional<std::string>> GetSetting(const std::string& key);

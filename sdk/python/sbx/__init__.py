@@ -6,7 +6,7 @@
         print(sb.exec("echo hello", check=True).stdout)
 """
 
-from .client import Answer, Api, Client, Disk, Disks, ExecResult, Images, Sandbox, Snapshot, Snapshots, Timing
+from .client import Answer, Api, Client, Disk, Disks, ExecResult, Images, Sandbox, Secrets, Snapshot, Snapshots, Timing
 from .errors import (
     ApiError,
     AuthError,
@@ -34,6 +34,7 @@ __all__ = [
     "Answer",
     "Disk",
     "Disks",
+    "Secrets",
     "Api",
     "SbxError",
     "SbxConnectionError",

@@ -734,6 +734,7 @@ class Client:
         self.images = Images(self.api)
         self.snapshots = Snapshots(self)
         self.disks = Disks(self)
+        self.secrets = Secrets(self)
 
     def __repr__(self) -> str:
         return "Client(url=%r)" % (self.api.url,)
@@ -908,6 +909,24 @@ class Disk:
 
     def delete(self) -> Answer:
         return Answer(self._client.api.request("DELETE", "/v1/disks/" + _seg(self.id)))
+
+
+class Secrets:
+    """Daemon secrets: ``client.secrets``. Values go in and reach sandboxes (as env, unless
+    ``no_env``); they never come back out of the API."""
+
+    def __init__(self, client: "Client") -> None:
+        self._client = client
+
+    def set(self, name: str, value: str) -> Answer:
+        return Answer(self._client.api.request("PUT", "/v1/secrets/" + _seg(name), body={"value": value}))
+
+    def list(self) -> List[str]:
+        d = self._client.api.request("GET", "/v1/secrets") or {}
+        return [s["name"] for s in (d.get("secrets") or [])]
+
+    def delete(self, name: str) -> Answer:
+        return Answer(self._client.api.request("DELETE", "/v1/secrets/" + _seg(name)))
 
 
 class Disks:

@@ -124,6 +124,21 @@ export class Client {
     return this.http.json<Usage>("GET", "/v1/usage", { query });
   }
 
+  /** Sets a daemon secret: injected as env into every exec of sandboxes without `noEnv`. */
+  async setSecret(name: string, value: string): Promise<JsonObject> {
+    return this.http.json<JsonObject>("PUT", `/v1/secrets/${seg(name)}`, { json: { value } });
+  }
+
+  /** The secrets' names (values never come back out of the API). */
+  async listSecrets(): Promise<string[]> {
+    const d = await this.http.json<{ secrets?: { name: string }[] }>("GET", "/v1/secrets");
+    return (d?.secrets ?? []).map((s) => s.name);
+  }
+
+  async deleteSecret(name: string): Promise<JsonObject> {
+    return this.http.json<JsonObject>("DELETE", `/v1/secrets/${seg(name)}`);
+  }
+
   /** Creates a persistent disk. */
   async createDisk(options: CreateDiskOptions = {}): Promise<Disk> {
     const body = defined({ name: options.name, size_mb: options.sizeMb });

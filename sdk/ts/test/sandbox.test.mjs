@@ -228,6 +228,27 @@ test("pause, resume, lifecycle policy and usage", async () => {
   }
 });
 
+test("secrets reach execs, not no-env sandboxes; SBX_TOKEN reads only its sandbox", async () => {
+  const name = `TS_SECRET_${process.pid}`;
+  await client.setSecret(name, "v1");
+  const sb = await newSandbox({ noEnv: false });
+  const locked = await newSandbox({ noEnv: true });
+  try {
+    assert.ok((await client.listSecrets()).includes(name));
+    assert.equal((await sb.exec(`echo $${name}`)).stdout, "v1\n");
+    assert.equal((await locked.exec(`echo [$${name}]`)).stdout, "[]\n");
+    const token = (await sb.exec("echo $SBX_TOKEN")).stdout.trim();
+    const scoped = new Client({ url: SBX_URL, apiKey: token });
+    assert.equal((await scoped.getSandbox(sb.id)).id, sb.id);
+    await assert.rejects(scoped.getSandbox(locked.id), AuthError);
+    await assert.rejects(scoped.create({ image: "busybox" }), AuthError);
+  } finally {
+    await client.deleteSecret(name);
+    await remove(sb);
+    await remove(locked);
+  }
+});
+
 test("bad input gives InvalidRequestError", async () => {
   await assert.rejects(client.create({ name: "Bad Name", image: "busybox" }), (e) => {
     assert.ok(e instanceof InvalidRequestError);
