@@ -4,7 +4,6 @@
 #include <sys/random.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 
@@ -72,9 +71,13 @@ int64_t ParseTimeMs(const std::string& s) {
   if (*rest == 'Z' || *rest == 'z') {
     ++rest;
   } else if (*rest == '+' || *rest == '-') {
+    // Exactly "+hh:mm" (the fuzzer found that a scanf would accept "+0:00" and step past
+    // the end).
+    auto digit = [&](int i) { return rest[i] >= '0' && rest[i] <= '9'; };
+    if (!(digit(1) && digit(2) && rest[3] == ':' && digit(4) && digit(5))) return -1;
     int sign = *rest == '-' ? -1 : 1;
-    int hh = 0, mm = 0;
-    if (std::sscanf(rest + 1, "%2d:%2d", &hh, &mm) != 2 || hh > 23 || mm > 59) return -1;
+    int hh = (rest[1] - '0') * 10 + (rest[2] - '0'), mm = (rest[4] - '0') * 10 + (rest[5] - '0');
+    if (hh > 23 || mm > 59) return -1;
     offset_s = sign * (hh * 3600 + mm * 60);
     rest += 6;
   } else {

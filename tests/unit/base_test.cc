@@ -34,6 +34,17 @@ TEST(Ids, Sha256KnownVector) {
 
 TEST(Ids, Rfc3339) { EXPECT_EQ(FormatRfc3339(0), "1970-01-01T00:00:00Z"); }
 
+TEST(Ids, ParseTimeMs) {
+  EXPECT_EQ(ParseTimeMs("1970-01-01T00:00:00Z"), 0);
+  EXPECT_EQ(ParseTimeMs("2026-11-30T13:52:16Z"), 1796046736000);
+  EXPECT_EQ(ParseTimeMs("2026-11-30T14:52:16.25+01:00"), 1796046736250);
+  EXPECT_EQ(ParseTimeMs("1796046736.5"), 1796046736500);
+  for (const char* bad : {"", "yesterday", "2026-11-30T13:52:16", "2026-11-30T13:52:16+0:00",
+                          "2026-11-30T13:52:16+01", "2026-11-30T13:52:16+24:00", "2026-13-45T00:00:00Z",
+                          "2026-11-30T13:52:16Zjunk", "1e9", "-5"})
+    EXPECT_EQ(ParseTimeMs(bad), -1) << bad;
+}
+
 Result<int> Half(int x) {
   if (x % 2) return MakeError(Code::kInvalidArgument, "odd");
   return x / 2;
