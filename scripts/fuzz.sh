@@ -1,9 +1,13 @@
 #!/bin/bash
-# Builds the libFuzzer harnesses (fuzz/) with clang and runs each for a bounded time on
-# its corpus. Usage: scripts/fuzz.sh [SECONDS_EACH] (default 30). New inputs go to a
+# Builds the libFuzzer harnesses (fuzz/) with clang and runs each on its corpus: a fixed
+# seed and a fixed number of runs (reproducible: CI explores the same inputs every time),
+# capped at SECONDS_EACH. Usage: scripts/fuzz.sh [SECONDS_EACH] (default 30)
+# [random] (a random seed and no run limit: for hunting, not for CI). New inputs go to a
 # scratch corpus; fuzz/corpus/<name> (in the repository) is only read. A crash fails.
 source "$(dirname "$0")/lib.sh"
 SECONDS_EACH="${1:-30}"
+MODE="${2:-fixed}"
+declare -A RUNS=([http]=800000 [json]=300000 [agent_frames]=600000)
 FUZZ_BUILD="$ROOT/build-fuzz"
 log "building the fuzz harnesses (build-fuzz/, clang)"
 cmake -S "$ROOT/fuzz" -B "$FUZZ_BUILD" -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -15,7 +19,9 @@ for name in http json agent_frames; do
   mkdir -p "$scratch/$name"
   log "fuzzing $name for ${SECONDS_EACH} s"
   set +e
-  "$FUZZ_BUILD/fuzz_$name" -max_total_time="$SECONDS_EACH" -print_final_stats=1 -max_len=65536 \
+  limits=(-max_total_time="$SECONDS_EACH")
+  [ "$MODE" = random ] || limits+=(-seed=1 -runs="${RUNS[$name]}")
+  "$FUZZ_BUILD/fuzz_$name" "${limits[@]}" -print_final_stats=1 -max_len=65536 \
     -artifact_prefix="$scratch/$name-" "$scratch/$name" "$ROOT/fuzz/corpus/$name" >"$scratch/$name.log" 2>&1
   r=$?
   set -e
