@@ -28,19 +28,33 @@ def restart_after_crash(d):
     d.start()
 
 
+def pid_namespaces(d):
+    """The distinct pid namespaces that processes in the daemon's uid range live in."""
+    ns = set()
+    for pid in d.processes():
+        try:
+            ns.add(os.readlink(f"/proc/{pid}/ns/pid"))
+        except OSError:
+            pass  # gone meanwhile
+    return ns
+
+
 def consistent(d):
-    """Rows, dirs and cgroups agree once teardowns settle: every directory has a row, every
-    running row its directory, and exactly the running sandboxes hold cgroups. (A sandbox
-    that failed before its files existed is an error row without a directory.)"""
+    """Rows, dirs, cgroups and namespaces agree once teardowns settle: every directory has
+    a row, every running row its directory, and exactly the running sandboxes hold cgroups
+    and pid namespaces (one each). (A sandbox that failed before its files existed is an
+    error row without a directory.)"""
     deadline = time.time() + 30
     while time.time() < deadline:
         rows = {s["id"]: s for s in d.sandboxes()}
         running = {i for i, s in rows.items() if s["state"] == "running"}
         dirs = set(d.sandbox_dirs())
-        if dirs <= set(rows) and running <= dirs and d.cgroups() == running:
+        if (dirs <= set(rows) and running <= dirs and d.cgroups() == running
+                and len(pid_namespaces(d)) == len(running)):
             return rows
         time.sleep(0.1)
-    raise AssertionError(f"rows={list(rows)} dirs={d.sandbox_dirs()} cgroups={d.cgroups()}")
+    raise AssertionError(f"rows={list(rows)} dirs={d.sandbox_dirs()} cgroups={d.cgroups()} "
+                         f"pid namespaces={len(pid_namespaces(d))}")
 
 
 @pytest.mark.parametrize("point", ["snapshot.frozen", "snapshot.copied", "snapshot.renamed", "snapshot.recorded"])
