@@ -119,3 +119,17 @@ def test_files_written_inside_belong_to_the_sandbox_uid(daemon):
         sb.exec("echo x > /root/owned", check=True)
         st = os.stat(os.path.join(daemon.data, "sandboxes", sb.id, "upper", "root", "owned"))
         assert st.st_uid == daemon.uid_base
+
+
+def test_setuid_binaries_gain_nothing(daemon):
+    """A setuid-root copy of grep, run inside: it starts with no capabilities at all (the
+    bounding set is empty and no_new_privs is set; every mount is nosuid besides), and
+    nobody inside can even change uid."""
+    with daemon.client().create(image="default") as sb:
+        sb.exec("cp /usr/bin/grep /root/suid-grep && chmod 4755 /root/suid-grep", check=True)
+        r = sb.exec("/root/suid-grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status")
+        lines = dict(l.split(":\t") for l in r.stdout.strip().splitlines())
+        assert lines["CapEff"] == lines["CapPrm"] == lines["CapBnd"] == "0000000000000000", lines
+        assert lines["NoNewPrivs"] == "1"
+        r = sb.exec(["python3", "-c", "import os; os.setuid(65534)"])
+        assert r.exit_code != 0 and "Operation not permitted" in r.stderr
