@@ -185,8 +185,8 @@ Status CheckTraversable(const std::string& dir) {
   return OkStatus();
 }
 
-Result<std::string> EnsureAdminKey(const std::string& data_dir, storage::Store* store) {
-  std::string path = data_dir + "/api-key";
+// The one line of a 0600 key file, made by `make` when the file is missing or empty.
+Result<std::string> ReadOrCreateKeyFile(const std::string& path, const std::function<std::string()>& make) {
   std::string key;
   auto existing = fs::ReadFile(path, 4096);
   if (existing.ok()) {
@@ -194,10 +194,16 @@ Result<std::string> EnsureAdminKey(const std::string& data_dir, storage::Store* 
     while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
   }
   if (key.empty()) {
-    key = "sbx_" + RandomHex(24);
+    key = make();
     SBX_RETURN_IF_ERROR(fs::WriteFileAtomic(path, key + "\n", 0600));
   }
   ::chmod(path.c_str(), 0600);
+  return key;
+}
+
+Result<std::string> EnsureAdminKey(const std::string& data_dir, storage::Store* store) {
+  SBX_ASSIGN_OR_RETURN(std::string key,
+                       ReadOrCreateKeyFile(data_dir + "/api-key", [] { return "sbx_" + RandomHex(24); }));
   std::string hash = Sha256Hex(key);
   SBX_RETURN_IF_ERROR(store->SetSetting("admin_key_sha256", hash));
   return hash;
@@ -207,17 +213,7 @@ Result<std::string> EnsureAdminKey(const std::string& data_dir, storage::Store* 
 // signs sandbox tokens. Never leaves the host; losing it makes stored secrets unreadable.
 Result<std::string> EnsureSecretKey(const std::string& data_dir) {
   std::string path = data_dir + "/secret-key";
-  std::string hex;
-  auto existing = fs::ReadFile(path, 4096);
-  if (existing.ok()) {
-    hex = *existing;
-    while (!hex.empty() && (hex.back() == '\n' || hex.back() == '\r')) hex.pop_back();
-  }
-  if (hex.empty()) {
-    hex = RandomHex(32);
-    SBX_RETURN_IF_ERROR(fs::WriteFileAtomic(path, hex + "\n", 0600));
-  }
-  ::chmod(path.c_str(), 0600);
+  SBX_ASSIGN_OR_RETURN(std::string hex, ReadOrCreateKeyFile(path, [] { return RandomHex(32); }));
   std::string key = FromHex(hex);
   if (key.size() != 32) return MakeError(Code::kFailedPrecondition, path + " is not 64 hex digits");
   return key;

@@ -731,8 +731,10 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     auto res = co_await manager_->Exec(ex, sid, std::move(e), collect);
     (void)manager_->Delete(sid);  // the call's sandbox goes at once; its teardown runs behind
     if (!res.ok()) co_return ErrorResponse(res.error());
-    auto disk = disks_->Get(id);
-    if (Status st = manager_->RecordCall(disk.ok() ? disk->id : id, sid); !st.ok())
+    // The disk's id as the call's sandbox recorded it (the request may name the disk).
+    auto ds = json::parse(sb->rec.disks_json, nullptr, false);
+    std::string disk_id = ds.is_array() && !ds.empty() && ds[0].is_object() ? ds[0].value("id", id) : id;
+    if (Status st = manager_->RecordCall(disk_id, sid); !st.ok())
       SBX_LOG(kError) << "recording the serverless call on " << id << ": " << st.error().message;
     manager_->latencies().disk_exec.ObserveMs((NowUs() - req.arrival_us) / 1000.0);
     json body = ExitJson(*res);

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -12,11 +14,17 @@
 
 namespace sbx::runtime {
 namespace {
-// cpuacct (CPU time, for idle policies) only where the host mounts it.
+// cpuacct (CPU time, for idle policies) only where the host mounts it; looked up once per
+// hierarchy root, not on every cgroup operation.
 const std::vector<std::string>& V1Controllers(const std::string& root) {
   static const std::vector<std::string> with = {"memory", "cpu", "pids", "freezer", "cpuacct"};
   static const std::vector<std::string> without = {"memory", "cpu", "pids", "freezer"};
-  return fs::IsDir(root + "/cpuacct") ? with : without;
+  static std::mutex mu;
+  static std::map<std::string, bool> has_cpuacct;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = has_cpuacct.find(root);
+  if (it == has_cpuacct.end()) it = has_cpuacct.emplace(root, fs::IsDir(root + "/cpuacct")).first;
+  return it->second ? with : without;
 }
 }
 
