@@ -149,10 +149,11 @@ Result<HttpResult> HttpClient::Stream(const std::string& method, const std::stri
 }
 
 Result<HttpResult> HttpClient::Upload(const std::string& target, const std::string& path,
-                                      const std::function<void(uint64_t, uint64_t)>& progress) {
+                                      const std::function<void(uint64_t, uint64_t)>& progress,
+                                      const std::string& method) {
   SBX_RETURN_IF_ERROR(impl_->Connect());
   http::request<http::file_body> req;
-  impl_->Prepare(req, "POST", target);
+  impl_->Prepare(req, method, target);
   req.set(http::field::content_type, "application/x-tar");
   beast::error_code ec;
   req.body().open(path.c_str(), beast::file_mode::scan, ec);

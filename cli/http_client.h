@@ -27,9 +27,10 @@ class HttpClient {
   // Streams the response body line by line to `on_line` (status and error body returned).
   Result<HttpResult> Stream(const std::string& method, const std::string& target,
                             const std::string& body, const std::function<void(const std::string&)>& on_line);
-  // Sends a file as the body.
+  // Sends a file as the body (POST unless `method` says otherwise).
   Result<HttpResult> Upload(const std::string& target, const std::string& path,
-                            const std::function<void(uint64_t, uint64_t)>& progress);
+                            const std::function<void(uint64_t, uint64_t)>& progress,
+                            const std::string& method = "POST");
   void Close();
 
  private:

@@ -8,7 +8,7 @@ export SBX_CACHE_DIR="${SBX_CACHE_DIR:-/var/cache/sbx}"
 PACKAGES=(
   build-essential cmake pkg-config
   libboost-dev libboost-system-dev nlohmann-json3-dev libsqlite3-dev libseccomp-dev libssl-dev
-  libcli11-dev libgtest-dev googletest
+  libcli11-dev libgtest-dev googletest zlib1g-dev
   python3 python3-pytest
   debootstrap busybox-static tar iproute2 procps
   bubblewrap crun

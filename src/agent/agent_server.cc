@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/files.h"
 #include "agent/protocol.h"
 #include "base/unique_fd.h"
 
@@ -228,8 +229,24 @@ void Handler::Run() {
       WriteAllBlocking(sock_, EncodeFrame(FrameType::kWarmDone, j.dump()));
       return;
     }
+    if (f.type == FrameType::kFileOp) {
+      // Paths resolve in the sandbox's root ("/" here, after the pivot); an agent serving
+      // outside a sandbox (development) resolves them in its working directory instead.
+      UniqueFd root(open(g_is_init ? "/" : ".", O_PATH | O_DIRECTORY | O_CLOEXEC));
+      if (!root.valid()) {
+        SendError(std::string("cannot open the root: ") + strerror(errno));
+        return;
+      }
+      umask(0);  // modes are set exactly as asked
+      ServeFileOp(sock_, &in_, f.payload, root.get());
+      return;
+    }
+    if (f.type == FrameType::kPortOpen) {
+      ServePortOpen(sock_, &in_, f.payload);
+      return;
+    }
     if (f.type != FrameType::kExec) {
-      SendError("expected an exec or ping frame");
+      SendError("expected an exec, file, port or ping frame");
       return;
     }
     auto req = ExecRequest::FromJson(f.payload);

@@ -6,9 +6,11 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 
 namespace sbx::agent {
@@ -92,6 +94,51 @@ asio::awaitable<Result<ExitInfo>> Exec(asio::any_io_executor ex, std::string soc
         co_return MakeError(Code::kInternal, "unexpected frame from the sandbox's agent");
     }
   }
+}
+
+asio::awaitable<Status> Conn::Open(std::string socket_path) {
+  error_code ec;
+  asio::local::stream_protocol::endpoint ep(socket_path);
+  co_await sock_.async_connect(ep, asio::redirect_error(use_awaitable, ec));
+  if (ec) co_return MakeError(Code::kUnavailable, "cannot reach the sandbox's agent: " + ec.message());
+  co_return OkStatus();
+}
+
+asio::awaitable<Status> Conn::Send(FrameType type, std::string payload) {
+  std::string header = EncodeHeader(type, static_cast<uint32_t>(payload.size()));
+  std::array<asio::const_buffer, 2> bufs = {asio::buffer(header), asio::buffer(payload)};
+  error_code ec;
+  co_await asio::async_write(sock_, bufs, asio::redirect_error(use_awaitable, ec));
+  if (ec) co_return MakeError(Code::kUnavailable, "sending to the sandbox's agent: " + ec.message());
+  co_return OkStatus();
+}
+
+asio::awaitable<Result<Frame>> Conn::Recv() {
+  unsigned char header[kHeaderSize];
+  error_code ec;
+  co_await asio::async_read(sock_, asio::buffer(header), asio::redirect_error(use_awaitable, ec));
+  if (ec) co_return MakeError(Code::kUnavailable, "the sandbox's agent closed the connection: " + ec.message());
+  auto h = DecodeHeader(header);
+  if (!h.ok()) co_return h.error().Wrap("reading from the sandbox's agent");
+  Frame f{h->first, std::string(h->second, '\0')};
+  if (h->second > 0) {
+    co_await asio::async_read(sock_, asio::buffer(f.payload), asio::redirect_error(use_awaitable, ec));
+    if (ec) co_return MakeError(Code::kUnavailable, "reading from the sandbox's agent: " + ec.message());
+  }
+  if (f.type == FrameType::kError) {
+    auto j = nlohmann::json::parse(f.payload, nullptr, false);
+    std::string msg = j.is_object() && j.contains("message") && j["message"].is_string() ? j["message"].get<std::string>() : f.payload;
+    std::string code = j.is_object() && j.contains("code") && j["code"].is_string() ? j["code"].get<std::string>() : "";
+    co_return MakeError(ErrorCodeFromAgent(code), msg);
+  }
+  co_return f;
+}
+
+asio::awaitable<Result<std::string>> Conn::RecvResult() {
+  auto f = co_await Recv();
+  if (!f.ok()) co_return f.error();
+  if (f->type != FrameType::kResult) co_return MakeError(Code::kInternal, "unexpected frame from the sandbox's agent");
+  co_return std::move(f->payload);
 }
 
 }  // namespace sbx::agent

@@ -7,6 +7,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -27,5 +28,22 @@ boost::asio::awaitable<Result<ExitInfo>> Exec(boost::asio::any_io_executor ex,
                                               std::string socket_path, ExecRequest req,
                                               std::string stdin_data, OutputFn on_output,
                                               int64_t grace_ms = 10000);
+
+// One connection to a sandbox's agent for a file or port request: frames both ways, then
+// (ports) raw bytes through socket(). Used by one coroutine at a time.
+class Conn {
+ public:
+  explicit Conn(boost::asio::any_io_executor ex) : sock_(ex) {}
+  boost::asio::awaitable<Status> Open(std::string socket_path);
+  boost::asio::awaitable<Status> Send(FrameType type, std::string payload);
+  // The next frame. A kError frame is returned as its error, with the agent's code.
+  boost::asio::awaitable<Result<Frame>> Recv();
+  // Recv() that insists on a kResult frame; returns its JSON text.
+  boost::asio::awaitable<Result<std::string>> RecvResult();
+  boost::asio::local::stream_protocol::socket& socket() { return sock_; }
+
+ private:
+  boost::asio::local::stream_protocol::socket sock_;
+};
 
 }  // namespace sbx::agent

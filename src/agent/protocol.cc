@@ -33,7 +33,7 @@ std::string EncodeFrame(FrameType type, std::string_view payload) {
 Result<std::pair<FrameType, uint32_t>> DecodeHeader(const unsigned char* h) {
   uint32_t len = h[0] | (h[1] << 8) | (h[2] << 16) | (static_cast<uint32_t>(h[3]) << 24);
   uint8_t t = h[4];
-  if (t < 1 || t > static_cast<uint8_t>(FrameType::kWarmDone))
+  if (t < 1 || t > static_cast<uint8_t>(kLastFrameType))
     return MakeError(Code::kInvalidArgument, "agent protocol: unknown frame type " + std::to_string(t));
   if (h[5] || h[6] || h[7])
     return MakeError(Code::kInvalidArgument, "agent protocol: reserved header bytes set");
@@ -52,6 +52,16 @@ Result<std::optional<Frame>> FrameDecoder::Next() {
   Frame f{type, buf_.substr(kHeaderSize, len)};
   buf_.erase(0, kHeaderSize + len);
   return std::optional<Frame>(std::move(f));
+}
+
+Code ErrorCodeFromAgent(std::string_view code) {
+  if (code == "invalid_request") return Code::kInvalidArgument;
+  if (code == "not_found") return Code::kNotFound;
+  if (code == "conflict") return Code::kFailedPrecondition;
+  if (code == "forbidden") return Code::kPermissionDenied;
+  if (code == "too_large") return Code::kTooLarge;
+  if (code == "unavailable") return Code::kUnavailable;
+  return Code::kInternal;
 }
 
 std::string ExecRequest::ToJson() const {

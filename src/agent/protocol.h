@@ -7,7 +7,13 @@
 // or kPing (answered by kPong with JSON {"version", "agent"}); or kWarm (the agent walks
 // its root filesystem so lookups are cached, answered by kWarmDone with JSON {"entries"}).
 // Answers to kExec: kStdout / kStderr (raw bytes) in order, then one kExit (JSON ExitInfo),
-// or one kError (JSON {"message"}) if the request itself was refused.
+// or one kError (JSON {"message", "code"}) if the request itself was refused.
+// Or kFileOp (JSON {"op", "path", ...}; see agent/files.h): answered by kResult (JSON) or
+// kError; a read streams kData frames then kDataEnd after its kResult; a write or an
+// archive upload, once accepted with a kResult, takes kData frames then kDataEnd and
+// answers a final kResult.
+// Or kPortOpen (JSON {"port"}): the agent dials that TCP port on the sandbox's own
+// loopback and answers kResult; from then on the connection carries raw bytes both ways.
 // Any thread may use these functions; they hold no state.
 #pragma once
 
@@ -39,7 +45,17 @@ enum class FrameType : uint8_t {
   kKeepalive = 11,
   kWarm = 12,
   kWarmDone = 13,
+  kFileOp = 14,
+  kData = 15,
+  kDataEnd = 16,
+  kResult = 17,
+  kPortOpen = 18,
 };
+constexpr FrameType kLastFrameType = FrameType::kPortOpen;
+
+// The error codes a kError frame's "code" may carry (the API's codes); anything else is
+// read as "internal".
+Code ErrorCodeFromAgent(std::string_view code);
 
 struct Frame {
   FrameType type;

@@ -152,17 +152,19 @@ Result<core::CreateRequest> DecodeCreate(const std::string& body) {
     const json& r = j["resources"];
     if (!r.is_object()) return Invalid("resources must be an object");
     for (auto& [k, _] : r.items())
-      if (k != "cpus" && k != "memory_mb" && k != "pids") return Invalid("unknown field resources." + k);
+      if (k != "cpus" && k != "memory_mb" && k != "disk_mb" && k != "pids") return Invalid("unknown field resources." + k);
     auto cpus = GetInt(r, "cpus");
     auto mem = GetInt(r, "memory_mb");
     auto pids = GetInt(r, "pids");
-    for (auto* e : {&cpus, &mem, &pids})
+    auto disk = GetInt(r, "disk_mb");
+    for (auto* e : {&cpus, &mem, &pids, &disk})
       if (!e->ok()) return e->error();
     if (*cpus) {
       if (**cpus < 1 || **cpus > 256) return Invalid("resources.cpus must be between 1 and 256");
       c.cpus = static_cast<int>(**cpus);
     }
     if (*mem) c.memory_mb = **mem;
+    if (*disk) c.disk_mb = **disk;
     if (*pids) {
       if (**pids < 16 || **pids > (1 << 22)) return Invalid("resources.pids must be between 16 and 4194304");
       c.pids = static_cast<int>(**pids);

@@ -9,6 +9,7 @@
 
 #include "api/decode.h"
 #include "api/errors.h"
+#include "api/handler_util.h"
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/fault.h"
@@ -38,6 +39,15 @@ const std::vector<RouteInfo> kRoutes = {
     {"POST", "/v1/sandboxes/{id}/timeout", false},
     {"POST", "/v1/sandboxes/{id}/snapshot", false},
     {"POST", "/v1/sandboxes/{id}/fork", false},
+    {"GET", "/v1/sandboxes/{id}/files", false},
+    {"PUT", "/v1/sandboxes/{id}/files", true},
+    {"DELETE", "/v1/sandboxes/{id}/files", false},
+    {"GET", "/v1/sandboxes/{id}/files/list", false},
+    {"GET", "/v1/sandboxes/{id}/files/stat", false},
+    {"POST", "/v1/sandboxes/{id}/files/mkdir", false},
+    {"POST", "/v1/sandboxes/{id}/files/move", false},
+    {"GET", "/v1/sandboxes/{id}/archive", false},
+    {"PUT", "/v1/sandboxes/{id}/archive", true},
     {"GET", "/v1/snapshots", false},
     {"GET", "/v1/snapshots/{name}", false},
     {"DELETE", "/v1/snapshots/{name}", false},
@@ -63,37 +73,6 @@ std::vector<std::string> Split(const std::string& path) {
   while (std::getline(ss, seg, '/'))
     if (!seg.empty()) out.push_back(PercentDecode(seg, false));
   return out;
-}
-
-Response Json(int status, const json& j) {
-  Response r;
-  r.status = status;
-  r.body = j.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
-}
-
-int64_t NowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-Response Bad(const std::string& msg) { return ErrorResponse(MakeError(Code::kInvalidArgument, msg)); }
-
-template <typename R>
-asio::awaitable<void> CallInto(std::optional<R>* out, const std::function<R()>* fn) {
-  out->emplace((*fn)());
-  co_return;
-}
-
-// Runs a blocking call on the pool and resumes the caller's coroutine on its executor.
-// Only pointers cross into the coroutines: g++ 12 destroys some class-type coroutine
-// parameters (capturing closures among them) twice.
-template <typename R>
-asio::awaitable<R> RunBlocking(asio::thread_pool* pool, const std::function<R()>* fn) {
-  std::optional<R> out;
-  auto call = CallInto<R>(&out, fn);
-  co_await asio::co_spawn(*pool, std::move(call), asio::use_awaitable);
-  co_return std::move(*out);
 }
 
 json SandboxJson(const core::SandboxView& v) {
@@ -248,6 +227,21 @@ Api::Caller Api::Authorize(const Request& req) const {
   return {Caller::kAdmin, ""};
 }
 
+std::optional<Response> Api::Refusal(const RouteInfo& route, Request& req) const {
+  std::string pat = route.pattern;
+  if (pat == "/v1/health" || pat == "/v1/openapi.json") return std::nullopt;
+  Caller caller = Authorize(req);
+  if (caller.kind == Caller::kNone)
+    return ErrorResponse(401, "unauthorized", "a valid API key is required (Authorization: Bearer KEY)");
+  if (caller.kind == Caller::kSandbox) {
+    // A sandbox's token reads that sandbox and nothing else: it creates, execs and
+    // deletes nothing.
+    bool own = route.method == std::string("GET") && pat == "/v1/sandboxes/{id}" && req.params["id"] == caller.sandbox;
+    if (!own) return ErrorResponse(403, "forbidden", "a sandbox token may only read its own sandbox");
+  }
+  return std::nullopt;
+}
+
 asio::awaitable<Response> Api::Handle(Request& req) {
   const RouteInfo* route = Match(req);
   if (!route) {
@@ -255,17 +249,7 @@ asio::awaitable<Response> Api::Handle(Request& req) {
     co_return ErrorResponse(404, "not_found", "no route for " + req.method + " " + shown);
   }
   std::string pat = route->pattern;
-  bool open = pat == "/v1/health" || pat == "/v1/openapi.json";
-  Caller caller = open ? Caller{Caller::kAdmin, ""} : Authorize(req);
-  if (caller.kind == Caller::kNone)
-    co_return ErrorResponse(401, "unauthorized", "a valid API key is required (Authorization: Bearer KEY)");
-  if (caller.kind == Caller::kSandbox) {
-    // A sandbox's token reads that sandbox and nothing else: it creates, execs and
-    // deletes nothing.
-    bool own = route->method == std::string("GET") && pat == "/v1/sandboxes/{id}" && req.params["id"] == caller.sandbox;
-    if (!own)
-      co_return ErrorResponse(403, "forbidden", "a sandbox token may only read its own sandbox");
-  }
+  if (auto refused = Refusal(*route, req)) co_return std::move(*refused);
   for (const auto& [k, v] : req.params) {
     if (pat.rfind("/v1/secrets/", 0) == 0) continue;  // environment names; checked by the manager
     if (!ValidName(v)) co_return Bad("invalid " + k + ": ids and names match [a-z0-9][a-z0-9._-]{0,62}");
@@ -510,12 +494,8 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
       e.stdin_data = (*j)["stdin"].get<std::string>();
     }
     std::string id = req.params["id"];
-    if (manager_->WantsResume(id)) {
-      // auto_resume: a paused sandbox wakes for the exec (its queue_ms counts the wait).
-      std::function<Result<core::SandboxView>()> fn = [this, &id] { return manager_->Resume(id); };
-      auto v = co_await RunBlocking(pool_, &fn);
-      if (!v.ok() && v.error().code != Code::kFailedPrecondition) co_return ErrorResponse(v.error());
-    }
+    // auto_resume: a paused sandbox wakes for the exec (its queue_ms counts the wait).
+    if (auto st = co_await ResumeIfWanted(id); !st.ok()) co_return ErrorResponse(st.error());
     auto ex = co_await asio::this_coro::executor;
     bool ndjson = req.Header("accept").find("application/x-ndjson") != std::string::npos;
     if (!ndjson) {
@@ -573,6 +553,9 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     };
     co_return r;
   }
+
+  if (pat.rfind("/v1/sandboxes/{id}/files", 0) == 0 || pat == "/v1/sandboxes/{id}/archive")
+    co_return co_await DispatchFiles(pat, req);
 
   if (pat == "/v1/sandboxes/{id}/snapshot") {
     auto j = ParseObject(req.body, {"name"});

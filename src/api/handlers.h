@@ -35,10 +35,18 @@ class Api {
   // Finds the route for a method and path; fills req.params. nullptr if none.
   const RouteInfo* Match(Request& req) const;
   boost::asio::awaitable<Response> Handle(Request& req);
+  // The 401 or 403 answer if the request's credentials may not call `route` at all:
+  // checked before a large body is read, so that nobody unauthorised makes the daemon
+  // store one.
+  std::optional<Response> Refusal(const RouteInfo& route, Request& req) const;
   const std::string& tmp_dir() const { return tmp_dir_; }
 
  private:
   boost::asio::awaitable<Response> Dispatch(const RouteInfo& route, Request& req);
+  // The files and archive routes (file_routes.cc).
+  boost::asio::awaitable<Response> DispatchFiles(const std::string& pat, Request& req);
+  // Resumes a paused sandbox whose auto_resume is on (before an exec or a file call).
+  boost::asio::awaitable<Status> ResumeIfWanted(const std::string& id);
   // Who calls: the admin key, a sandbox's scoped token (for that sandbox), or nobody.
   struct Caller {
     enum Kind { kNone, kAdmin, kSandbox } kind = kNone;

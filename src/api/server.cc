@@ -82,6 +82,13 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
     const RouteInfo* route = api->Match(req);
     std::string tmp_file;
     if (route && route->large_body) {
+      if (auto refused = api->Refusal(*route, req)) {
+        // Refused before a byte of the body is stored; the connection closes after.
+        co_await WriteResponse(stream, *refused, false);
+        break;
+      }
+    }
+    if (route && route->large_body) {
       tmp_file = api->tmp_dir() + "/upload-" + RandomHex(8);
       http::request_parser<http::file_body> fp{std::move(hp)};
       fp.body_limit(opts.max_upload_bytes);
@@ -151,6 +158,9 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       if (!keep) break;
       continue;
     }
+    // Failed after part of the body went out: the connection is cut without the last
+    // chunk, so the client sees an incomplete body instead of a short one.
+    if (failed) break;
     if (!header_sent) {
       std::string_view none;
       co_await sink(none);  // only sends the header

@@ -30,6 +30,7 @@ struct CreateRequest {
   // Optional overrides of the type's resources.
   std::optional<int> cpus;
   std::optional<int64_t> memory_mb;
+  std::optional<int64_t> disk_mb;  // at most the type's
   std::optional<int> pids;
 };
 

@@ -238,6 +238,8 @@ Result<SandboxView> SandboxManager::Create(const CreateRequest& req) {
     return MakeError(Code::kInvalidArgument, "resources.cpus must be between 1 and 256");
   if (req.memory_mb && (*req.memory_mb < 16 || *req.memory_mb > (int64_t{1} << 22)))
     return MakeError(Code::kInvalidArgument, "resources.memory_mb must be between 16 and 4194304");
+  if (req.disk_mb && (*req.disk_mb < 16 || *req.disk_mb > (int64_t{1} << 24)))
+    return MakeError(Code::kInvalidArgument, "resources.disk_mb must be between 16 and 16777216");
   if (req.pids && (*req.pids < 16 || *req.pids > 1 << 22))
     return MakeError(Code::kInvalidArgument, "resources.pids must be between 16 and 4194304");
   if (!req.from.empty()) {
@@ -273,7 +275,7 @@ storage::SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, cons
   r.layers_json = json(layers).dump();
   r.cpus = req.cpus.value_or(type.cpus);
   r.memory_mb = req.memory_mb.value_or(type.memory_mb);
-  r.disk_mb = type.disk_mb;
+  r.disk_mb = std::min<int64_t>(req.disk_mb.value_or(type.disk_mb), type.disk_mb);
   r.pids = req.pids.value_or(type.pids);
   r.ttl_seconds = req.ttl_seconds.value_or(opts_.default_ttl_seconds);
   r.ttl_action = req.ttl_action;
@@ -305,7 +307,8 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
   SBX_RETURN_IF_ERROR(CheckDataDirSpace());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, req.memory_mb.value_or(type.memory_mb), type.disk_mb));
+    SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, req.memory_mb.value_or(type.memory_mb),
+                                         std::min<int64_t>(req.disk_mb.value_or(type.disk_mb), type.disk_mb)));
   }
   if (use_pool && opts_.pool_size > 0 && req.isolation == "container") {
     // The key: the root's layers, and the disks bound at boot (repeated serverless calls
@@ -923,6 +926,7 @@ Result<std::vector<SandboxView>> SandboxManager::Fork(const std::string& id, int
     req.no_env = r.no_env;
     req.cpus = static_cast<int>(r.cpus);
     req.memory_mb = r.memory_mb;
+    req.disk_mb = r.disk_mb;
     req.pids = static_cast<int>(r.pids);
     auto env = json::parse(r.env_json, nullptr, false);
     if (env.is_object())
@@ -1021,6 +1025,35 @@ void SandboxManager::CollectLayers() {
   }
 }
 
+Status SandboxManager::RunnableLocked(const std::string& id, const Entry& e) {
+  if (e.rec.state == "paused" && !e.busy)
+    return MakeError(Code::kFailedPrecondition,
+                     "sandbox " + id + " is paused" +
+                         (e.rec.auto_resume ? std::string("; try again") : std::string(" and its auto_resume is off; resume it first")));
+  if (e.rec.state != "running" || e.busy)
+    return MakeError(Code::kFailedPrecondition,
+                     "sandbox " + id + " is " + (e.busy ? std::string("changing state") : e.rec.state) + ", not running");
+  if (!runtime_->Alive(e.inst))
+    return MakeError(Code::kUnavailable,
+                     "sandbox " + id + " has stopped unexpectedly (its init exited); it will be marked error");
+  return OkStatus();
+}
+
+Result<std::shared_ptr<AgentLease>> SandboxManager::LeaseAgent(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto found = Find(id);
+  if (!found.ok()) return found.error();
+  std::shared_ptr<Entry> e = *found;
+  SBX_RETURN_IF_ERROR(RunnableLocked(id, *e));
+  ++e->active_execs;
+  e->last_active_ms = Now();
+  return std::make_shared<AgentLease>(e->inst.agent_socket, static_cast<uint64_t>(e->rec.disk_mb) << 20, [this, e] {
+    std::lock_guard<std::mutex> lock(mu_);
+    --e->active_execs;
+    e->last_active_ms = Now();
+  });
+}
+
 asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor ex,
                                                          const std::string& id, ExecRequest req,
                                                          agent::OutputFn on_output) {
@@ -1043,17 +1076,7 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
     auto found = Find(id);
     if (!found.ok()) co_return found.error();
     e = *found;
-    if (e->rec.state == "paused" && !e->busy)
-      co_return MakeError(Code::kFailedPrecondition,
-                          "sandbox " + id + " is paused" +
-                              (e->rec.auto_resume ? std::string("; try again") : std::string(" and its auto_resume is off; resume it first")));
-    if (e->rec.state != "running" || e->busy)
-      co_return MakeError(Code::kFailedPrecondition,
-                          "sandbox " + id + " is " + (e->busy ? std::string("changing state") : e->rec.state) +
-                              ", not running");
-    if (!runtime_->Alive(e->inst))
-      co_return MakeError(Code::kUnavailable,
-                          "sandbox " + id + " has stopped unexpectedly (its init exited); it will be marked error");
+    if (auto st = RunnableLocked(id, *e); !st.ok()) co_return st.error();
     std::map<std::string, std::string> env = opts_.base_env;
     env["SBX_SANDBOX_ID"] = id;
     if (!opts_.secret_key.empty()) env["SBX_TOKEN"] = TokenFor(id);

@@ -70,6 +70,26 @@ struct Quotas {
   int64_t max_disk_mb = 0;
 };
 
+// A running sandbox's agent, held for one file, process or port operation. While it is
+// held the sandbox counts as busy for its idle policy. Any thread may drop it.
+class AgentLease {
+ public:
+  AgentLease(std::string socket, uint64_t disk_bytes, std::function<void()> release)
+      : socket_(std::move(socket)), disk_bytes_(disk_bytes), release_(std::move(release)) {}
+  ~AgentLease() {
+    if (release_) release_();
+  }
+  AgentLease(const AgentLease&) = delete;
+  AgentLease& operator=(const AgentLease&) = delete;
+  const std::string& socket() const { return socket_; }
+  uint64_t disk_bytes() const { return disk_bytes_; }  // the sandbox's disk limit
+
+ private:
+  std::string socket_;
+  uint64_t disk_bytes_;
+  std::function<void()> release_;
+};
+
 struct SnapshotView {
   storage::SnapshotRecord rec;
 };
@@ -180,6 +200,8 @@ class SandboxManager {
   // Removes layer directories that no sandbox and no snapshot refers to.
   void CollectLayers();
 
+  // The agent of a running sandbox (409 when it is not running, 503 when its init died).
+  Result<std::shared_ptr<AgentLease>> LeaseAgent(const std::string& id);
   boost::asio::awaitable<Result<ExecResult>> Exec(boost::asio::any_io_executor ex,
                                                   const std::string& id, ExecRequest req,
                                                   agent::OutputFn on_output);
@@ -247,6 +269,8 @@ class SandboxManager {
   std::string DirOf(const std::string& id) const { return opts_.data_dir + "/sandboxes/" + id; }
   runtime::StartSpec SpecOf(const storage::SandboxRecord& r) const;
   Result<std::shared_ptr<Entry>> Find(const std::string& id);  // mu_ held
+  // OK if commands can run in it now.
+  Status RunnableLocked(const std::string& id, const Entry& e);  // mu_ held
   void CloseBilling(storage::SandboxRecord& r);                // mu_ held
   // It became running now: a new billing period (per-second sandboxes).
   void OpenBilling(storage::SandboxRecord& r);                 // mu_ held

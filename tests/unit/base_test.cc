@@ -3,6 +3,7 @@
 #include "base/fs.h"
 #include "base/ids.h"
 #include "base/result.h"
+#include "base/tar.h"
 
 namespace sbx {
 namespace {
@@ -68,6 +69,84 @@ TEST(Fs, ErrnoMapsToCodes) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, Code::kNotFound);
   EXPECT_EQ(r.error().sys_errno, ENOENT);
+}
+
+struct Collected : tar::Sink {
+  std::vector<tar::Entry> entries;
+  std::vector<std::string> data;
+  Status OnEntry(const tar::Entry& e) override {
+    entries.push_back(e);
+    data.emplace_back();
+    return OkStatus();
+  }
+  Status OnData(std::string_view c) override {
+    data.back().append(c);
+    return OkStatus();
+  }
+  Status OnEntryEnd() override { return OkStatus(); }
+};
+
+TEST(Tar, WrittenArchivesReadBackByteForByte) {
+  std::vector<tar::Entry> in(5);
+  in[0] = {"dir/", "", tar::Type::kDir, '5', 0, 0755, 1700000000};
+  in[1] = {"dir/" + std::string(180, 'n'), "", tar::Type::kFile, '0', 3, 0600, 1};  // ustar prefix split
+  in[2] = {std::string(300, 'p'), "", tar::Type::kFile, '0', 5, 0644, 2};            // pax path
+  in[3] = {"link", std::string(150, 't'), tar::Type::kSymlink, '2', 0, 0777, 3};     // pax linkpath
+  in[4] = {"hard", "link", tar::Type::kHardlink, '1', 0, 0644, 4};
+  std::string out;
+  for (const auto& e : in) {
+    out += tar::WriteHeader(e);
+    std::string body(e.size, 'x');
+    out += body + tar::Padding(e.size);
+  }
+  out += tar::EndOfArchive();
+  // Fed one byte at a time: the reader keeps no assumption about chunk boundaries.
+  Collected c;
+  tar::Reader r(&c);
+  for (char ch : out) ASSERT_TRUE(r.Feed(std::string_view(&ch, 1)).ok());
+  ASSERT_TRUE(r.Finish().ok());
+  ASSERT_EQ(c.entries.size(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    EXPECT_EQ(c.entries[i].name, in[i].name);
+    EXPECT_EQ(c.entries[i].linkname, in[i].linkname);
+    EXPECT_EQ(c.entries[i].type, in[i].type);
+    EXPECT_EQ(c.entries[i].mode, in[i].mode);
+    EXPECT_EQ(c.entries[i].mtime, in[i].mtime);
+    EXPECT_EQ(c.data[i], std::string(in[i].size, 'x'));
+  }
+}
+
+TEST(Tar, RefusesBrokenHeadersAndTruncation) {
+  tar::Entry e{"f", "", tar::Type::kFile, '0', 10, 0644, 0};
+  std::string good = tar::WriteHeader(e) + std::string(10, 'y') + tar::Padding(10) + tar::EndOfArchive();
+  {
+    std::string bad = good;
+    bad[0] ^= 1;  // the checksum no longer matches
+    Collected c;
+    tar::Reader r(&c);
+    auto st = r.Feed(bad);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error().code, Code::kInvalidArgument);
+  }
+  {
+    std::string bad = good;
+    bad[124] = '9';  // not an octal digit
+    Collected c;
+    tar::Reader r(&c);
+    EXPECT_FALSE(r.Feed(bad).ok());
+  }
+  {
+    Collected c;
+    tar::Reader r(&c);
+    ASSERT_TRUE(r.Feed(good.substr(0, 515)).ok());
+    EXPECT_FALSE(r.Finish().ok());  // ends inside the data
+  }
+  {
+    Collected c;
+    tar::Reader r(&c);
+    ASSERT_TRUE(r.Feed(good.substr(0, 600)).ok());  // header + data, no end marker
+    EXPECT_FALSE(r.Finish().ok());                 // still inside the padding
+  }
 }
 
 }  // namespace

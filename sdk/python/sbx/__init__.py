@@ -6,7 +6,7 @@
         print(sb.exec("echo hello", check=True).stdout)
 """
 
-from .client import Answer, Api, Client, Disk, Disks, ExecResult, Images, Sandbox, Secrets, Snapshot, Snapshots, Timing
+from .client import Answer, Api, Client, Disk, Disks, ExecResult, Files, Images, Sandbox, Secrets, Snapshot, Snapshots, Timing
 from .errors import (
     ApiError,
     AuthError,
@@ -26,6 +26,7 @@ __all__ = [
     "__version__",
     "Client",
     "Sandbox",
+    "Files",
     "ExecResult",
     "Timing",
     "Images",

@@ -1,0 +1,41 @@
+// The agent's file service: the files API of one sandbox, served from inside it (so it
+// works on every wall). Every path is resolved inside the sandbox's root with openat2's
+// RESOLVE_IN_ROOT and no magic links: `..`, absolute symlinks and /proc/PID/root lead
+// nowhere outside, and a rename race cannot swing a resolved path out either, because each
+// operation works on the file descriptors it resolved, never on a path twice.
+//
+// Requests (the JSON of a kFileOp frame; paths are absolute inside the sandbox):
+//   {"op":"stat","path"}                  -> kResult entry (the path itself; a symlink is
+//                                            reported as one, with its "target")
+//   {"op":"list","path","depth"}          -> kResult {"entries":[entry...],"truncated"}
+//   {"op":"mkdir","path","parents"}       -> kResult {"created"}
+//   {"op":"move","from","to","overwrite"} -> kResult {}
+//   {"op":"remove","path","recursive"}    -> kResult {"removed"}
+//   {"op":"read","path"}                  -> kResult entry, kData..., kDataEnd
+//   {"op":"write","path","mode","parents"}-> kResult {"ready":true}; then the client sends
+//                                            kData... kDataEnd; -> kResult {"size"}
+//   {"op":"archive_get","path"}           -> kResult {}, kData (a tar)..., kDataEnd
+//   {"op":"archive_put","path","max_bytes"} -> kResult {"ready":true}; kData (a tar)...
+//                                            kDataEnd; -> kResult {"files","bytes"}
+// An entry is {"name","path","type":"file"|"dir"|"symlink"|"other","size","mode",
+// "mtime_ms"[,"target"]}. Failures answer kError {"message","code"} with the API's codes.
+// A write goes to a hidden temporary file beside the target, renamed over it only when the
+// whole body has arrived: an aborted upload never leaves a partial file under the name.
+// Written files get the mode asked for without setuid, setgid or sticky bits.
+#pragma once
+
+#include <string>
+
+#include "agent/protocol.h"
+
+namespace sbx::agent {
+
+// Serves one kFileOp request on the blocking socket `sock`; `in` holds whatever the
+// client sent after the request frame. `root_fd` is the directory paths resolve in.
+void ServeFileOp(int sock, FrameDecoder* in, const std::string& request, int root_fd);
+
+// Serves one kPortOpen request: dials the port on this network namespace's loopback and,
+// once connected, copies bytes both ways until either side closes.
+void ServePortOpen(int sock, FrameDecoder* in, const std::string& request);
+
+}  // namespace sbx::agent

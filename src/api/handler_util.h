@@ -1,0 +1,52 @@
+// Helpers shared by the route handlers (handlers.cc, file_routes.cc). Internal to the API.
+#pragma once
+
+#include <utility>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "api/errors.h"
+#include "api/http_types.h"
+
+namespace sbx::api {
+
+inline Response Json(int status, const nlohmann::json& j) {
+  Response r;
+  r.status = status;
+  r.body = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return r;
+}
+
+inline int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+inline Response Bad(const std::string& msg) { return ErrorResponse(MakeError(Code::kInvalidArgument, msg)); }
+
+template <typename R>
+boost::asio::awaitable<void> CallInto(std::optional<R>* out, const std::function<R()>* fn) {
+  out->emplace((*fn)());
+  co_return;
+}
+
+// Runs a blocking call on the pool and resumes the caller's coroutine on its executor.
+// Only pointers cross into the coroutines: g++ 12 destroys some class-type coroutine
+// parameters (capturing closures among them) twice.
+template <typename R>
+boost::asio::awaitable<R> RunBlocking(boost::asio::thread_pool* pool, const std::function<R()>* fn) {
+  std::optional<R> out;
+  auto call = CallInto<R>(&out, fn);
+  co_await boost::asio::co_spawn(*pool, std::move(call), boost::asio::use_awaitable);
+  co_return std::move(*out);
+}
+
+}  // namespace sbx::api
