@@ -213,6 +213,13 @@ int main(int argc, char** argv) {
   cp->add_option("src", cp_src, "a local path or ID:/path")->required();
   cp->add_option("dst", cp_dst, "a local path or ID:/path")->required();
 
+  auto* port = app.add_subcommand("port", "the URLs that reach a port inside a sandbox through sbxd's proxy");
+  std::string port_id, proxy_domain = "sbx.localhost";
+  int port_num = 0;
+  port->add_option("id", port_id, "sandbox id")->required();
+  port->add_option("port", port_num, "TCP port inside the sandbox")->required()->check(CLI::Range(1, 65535));
+  port->add_option("--proxy-domain", proxy_domain, "sbxd's --proxy-domain (default sbx.localhost)");
+
   auto* ls = app.add_subcommand("ls", "list sandboxes");
   std::string ls_state;
   ls->add_option("--state", ls_state, "only this state");
@@ -384,6 +391,21 @@ int main(int argc, char** argv) {
     return exit_code;
   }
   if (*cp) return CopyFiles(c, cp_src, cp_dst);
+  if (*port) {
+    // Checked first: the sandbox exists and the caller may reach it.
+    auto j = CallJson(c, "GET", "/v1/sandboxes/" + port_id);
+    if (!j) return 1;
+    std::string base = g.url;
+    while (!base.empty() && base.back() == '/') base.pop_back();
+    std::string by_path = base + "/v1/sandboxes/" + port_id + "/ports/" + std::to_string(port_num) + "/";
+    std::string hostport = base.substr(base.find("://") == std::string::npos ? 0 : base.find("://") + 3);
+    std::string scheme = base.find("://") == std::string::npos ? "http" : base.substr(0, base.find("://"));
+    std::string listen_port = hostport.rfind(':') == std::string::npos ? "" : hostport.substr(hostport.rfind(':'));
+    std::string by_host = scheme + "://" + std::to_string(port_num) + "-" + port_id + "." + proxy_domain + listen_port + "/";
+    if (g.json) std::printf("%s\n", json{{"url", by_path}, {"host_url", by_host}}.dump().c_str());
+    else std::printf("%s\n%s\n", by_path.c_str(), by_host.c_str());
+    return 0;
+  }
   if (*ls) {
     auto j = CallJson(c, "GET", "/v1/sandboxes" + (ls_state.empty() ? "" : "?state=" + ls_state));
     if (!j) return 1;

@@ -52,6 +52,7 @@ struct Flags {
   double serverless_call_usd = -1;       // -1: the default
   int64_t min_free_mb = 64;
   std::string log_level = "info";
+  std::string proxy_domain = "sbx.localhost";  // port proxy by host: PORT-ID.<domain>
 };
 
 void Usage() {
@@ -61,7 +62,7 @@ void Usage() {
                "            [--output-cap BYTES] [--pool-size N] [--log-level debug|info|warn|error]\n"
                "            [--max-sandboxes N] [--max-memory-mb MB] [--max-disk-mb MB]\n"
                "            [--price-small USD_PER_HOUR] [--price-default ...] [--price-large ...]\n"
-               "            [--serverless-call-usd USD] [--min-free-mb MB]\n");
+               "            [--serverless-call-usd USD] [--min-free-mb MB] [--proxy-domain DOMAIN]\n");
 }
 
 // A small subset of TOML: top-level `key = "string"` and `key = integer` lines.
@@ -133,6 +134,7 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       else if (k == "data_dir") f->data_dir = v;
       else if (k == "agent") f->agent = v;
       else if (k == "default_image") f->default_image = v;
+      else if (k == "proxy_domain") f->proxy_domain = v;
       else if (k == "uid_base") f->uid_base = std::stoll(v);
       else if (k == "output_cap") f->output_cap = std::stoll(v);
       else if (k == "log_level") f->log_level = v;
@@ -313,6 +315,7 @@ int Run(int argc, char** argv) {
   asio::io_context io;
   asio::thread_pool pool(8);
   api::Api api(&manager, &images, &disk_store, *key_hash, &pool, data_dir + "/tmp");
+  api.set_proxy_domain(f.proxy_domain);
   api::ServerOptions so;
   auto colon = f.listen.rfind(':');
   if (colon == std::string::npos) return fail(MakeError(Code::kInvalidArgument, "--listen wants HOST:PORT"));

@@ -90,7 +90,7 @@ json SandboxJson(const core::SandboxView& v) {
             {"ttl_action", r.ttl_action},
             {"idle_timeout_seconds", r.idle_timeout_seconds},
             // What keeps a sandbox from being idle (docs/API.md, "Idle policy").
-            {"idle_activity", {"api_calls", "running_execs", "captures", "cpu_use"}},
+            {"idle_activity", {"api_calls", "running_execs", "file_transfers", "port_traffic", "captures", "cpu_use"}},
             {"auto_resume", r.auto_resume},
             {"pause_mode", r.state == "paused" ? json(r.pause_mode) : json(nullptr)},
             {"paused_at", r.state == "paused" && r.paused_ms ? json(FormatRfc3339(r.paused_ms)) : json(nullptr)},

@@ -7,7 +7,9 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/http_types.h"
@@ -22,8 +24,19 @@ struct RouteInfo {
   bool large_body;      // the body is streamed to a temp file
 };
 
-// Every route the server answers; the OpenAPI document must list exactly these.
+// Every route the server answers; the OpenAPI document must list exactly these and
+// ProxyRoutes().
 const std::vector<RouteInfo>& Routes();
+// The port proxy's routes as the OpenAPI document lists them (the proxy takes any method).
+const std::vector<RouteInfo>& ProxyRoutes();
+
+// Where a port-proxy request goes: the sandbox, its port, and the target to send it
+// (path and query, still encoded).
+struct ProxyTarget {
+  std::string id;
+  int port = 0;
+  std::string target;
+};
 // The OpenAPI document served at /v1/openapi.json.
 const std::string& OpenApiDocument();
 
@@ -40,6 +53,16 @@ class Api {
   // store one.
   std::optional<Response> Refusal(const RouteInfo& route, Request& req) const;
   const std::string& tmp_dir() const { return tmp_dir_; }
+
+  // The port proxy. A request is for it if its path is /v1/sandboxes/{id}/ports/{port}/...
+  // or its Host is {port}-{id}.{proxy domain}: then this answers the target, or the error
+  // answer for a malformed one. nullopt for every other request.
+  std::optional<Result<ProxyTarget>> ProxyRoute(const Request& req, std::string_view raw_target) const;
+  // 401/403 unless the admin key or that sandbox's own token is presented.
+  std::optional<Response> ProxyRefusal(const ProxyTarget& t, const Request& req) const;
+  // The sandbox's agent for one proxied connection (a paused sandbox is resumed first).
+  boost::asio::awaitable<Result<std::shared_ptr<core::AgentLease>>> ProxyLease(const std::string& id);
+  void set_proxy_domain(std::string domain) { proxy_domain_ = std::move(domain); }
 
  private:
   boost::asio::awaitable<Response> Dispatch(const RouteInfo& route, Request& req);
@@ -60,6 +83,7 @@ class Api {
   std::string admin_key_hash_;
   boost::asio::thread_pool* pool_;
   std::string tmp_dir_;
+  std::string proxy_domain_ = "sbx.localhost";
 };
 
 }  // namespace sbx::api

@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
@@ -12,8 +16,12 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <atomic>
 #include <chrono>
 
+#include <nlohmann/json.hpp>
+
+#include "agent/client.h"
 #include "api/errors.h"
 #include "base/ids.h"
 #include "base/log.h"
@@ -45,6 +53,126 @@ asio::awaitable<bool> WriteResponse(Stream& stream, const Response& r, bool keep
   error_code ec;
   co_await http::async_write(stream, res, asio::redirect_error(use_awaitable, ec));
   co_return !ec;
+}
+
+// Copies bytes from `from` to `to` (after `initial`) until `from` ends; then half-closes
+// `to`. The session waits until both pumps of a proxied connection have ended.
+struct PipeState {
+  std::atomic<int> running{2};
+};
+
+template <typename From, typename To>
+asio::awaitable<void> Pump(From* from, To* to, std::string initial, bool upstream_side,
+                           std::shared_ptr<PipeState> state) {
+  error_code ec;
+  if (!initial.empty()) co_await asio::async_write(*to, asio::buffer(initial), asio::redirect_error(use_awaitable, ec));
+  std::vector<char> buf(64 * 1024);
+  while (!ec) {
+    size_t n = co_await from->async_read_some(asio::buffer(buf), asio::redirect_error(use_awaitable, ec));
+    if (n > 0) {
+      error_code wec;
+      co_await asio::async_write(*to, asio::buffer(buf.data(), n), asio::redirect_error(use_awaitable, wec));
+      if (wec) {
+        ec = wec;
+        error_code ignored;
+        from->close(ignored);  // nobody reads what it sends any more
+        break;
+      }
+    }
+  }
+  error_code ignored;
+  if (upstream_side) {
+    // The sandbox's server finished (or failed): the exchange is over. Everything it sent
+    // is written; shutting the client's socket both ways ends the other pump's read too.
+    to->shutdown(asio::socket_base::shutdown_both, ignored);
+    to->cancel(ignored);
+  } else {
+    // The client finished sending: tell the sandbox's server (it may still answer).
+    to->shutdown(asio::socket_base::shutdown_send, ignored);
+  }
+  --state->running;
+}
+
+// One proxied exchange: the request goes to the port inside the sandbox (without the
+// caller's credentials), then bytes flow both ways until the sandbox's side ends. A
+// request without an Upgrade asks the sandbox's server to close after answering, so each
+// proxied connection carries one request.
+template <typename Stream>
+asio::awaitable<void> Proxy(Stream& stream, beast::flat_buffer& buf, http::request_parser<http::empty_body>& hp,
+                            Api* api, const ProxyTarget* t, Request* req, const ServerOptions* opts) {
+  if (auto refused = api->ProxyRefusal(*t, *req)) {
+    co_await WriteResponse(stream, *refused, false);
+    co_return;
+  }
+  error_code ec;
+  http::request_parser<http::string_body> sp{std::move(hp)};
+  sp.body_limit(opts->max_body_bytes);
+  co_await http::async_read(stream, buf, sp, asio::redirect_error(use_awaitable, ec));
+  if (ec) {
+    Response bad = ec == http::error::body_limit ? ErrorResponse(413, "too_large", "the request body is too large")
+                                                 : ErrorResponse(400, "invalid_request", "malformed HTTP request: " + ec.message());
+    co_await WriteResponse(stream, bad, false);
+    co_return;
+  }
+  std::string id = t->id;
+  auto lease = co_await api->ProxyLease(id);
+  if (!lease.ok()) {
+    Response r = ErrorResponse(lease.error());
+    co_await WriteResponse(stream, r, false);
+    co_return;
+  }
+  std::shared_ptr<core::AgentLease> held = *lease;
+  auto ex = co_await asio::this_coro::executor;
+  agent::Conn conn(ex);
+  std::string sock_path = held->socket();
+  auto st = co_await conn.Open(sock_path);
+  if (st.ok()) {
+    std::string open = nlohmann::json{{"port", t->port}}.dump();
+    st = co_await conn.Send(agent::FrameType::kPortOpen, open);
+  }
+  if (st.ok()) {
+    auto r = co_await conn.RecvResult();
+    if (!r.ok()) st = r.error();
+  }
+  if (!st.ok()) {
+    Response r = ErrorResponse(st.error());
+    co_await WriteResponse(stream, r, false);
+    co_return;
+  }
+  const auto& m = sp.get();
+  bool upgrade = false;
+  std::string head = std::string(m.method_string()) + " " + t->target + " HTTP/1.1\r\n";
+  for (const auto& f : m) {
+    std::string name(f.name_string());
+    std::string lower = name;
+    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "upgrade") upgrade = true;
+    // Credentials stay here; hop-by-hop headers are the proxy's own.
+    if (lower == "authorization" || lower == "connection" || lower == "keep-alive" || lower == "te" ||
+        lower == "transfer-encoding" || lower == "content-length" || lower == "proxy-authorization" ||
+        lower == "proxy-connection" || lower == "trailer")
+      continue;
+    head += name + ": " + std::string(f.value()) + "\r\n";
+  }
+  head += upgrade ? "Connection: Upgrade\r\n" : "Connection: close\r\n";
+  if (!m.body().empty() || m.method() == http::verb::post || m.method() == http::verb::put || m.method() == http::verb::patch)
+    head += "Content-Length: " + std::to_string(m.body().size()) + "\r\n";
+  head += "\r\n";
+  head += m.body();
+  // Whatever the client sent after this request (WebSocket frames after an upgrade).
+  std::string leftover(static_cast<const char*>(buf.data().data()), buf.size());
+  buf.consume(buf.size());
+  auto state = std::make_shared<PipeState>();
+  auto& up = conn.socket();
+  auto strand = asio::make_strand(ex);
+  asio::co_spawn(strand, Pump(&stream, &up, head + leftover, false, state), asio::detached);
+  asio::co_spawn(strand, Pump(&up, &stream, std::string(), true, state), asio::detached);
+  // The sockets live in this frame: it stays until both pumps are done with them.
+  asio::steady_timer tick(ex);
+  while (state->running.load() > 0) {
+    tick.expires_after(std::chrono::milliseconds(20));
+    co_await tick.async_wait(asio::redirect_error(use_awaitable, ec));
+  }
 }
 
 template <typename Stream>
@@ -79,6 +207,17 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       req.headers[name] = std::string(f.value());
     }
     bool keep = h.keep_alive();
+    std::string_view raw_target(h.target().data(), h.target().size());
+    if (auto proxied = api->ProxyRoute(req, raw_target)) {
+      if (!proxied->ok()) {
+        Response bad = ErrorResponse(proxied->error());
+        co_await WriteResponse(stream, bad, false);
+      } else {
+        ProxyTarget t = **proxied;
+        co_await Proxy(stream, buf, hp, api, &t, &req, &opts);
+      }
+      break;  // a proxied connection carries one exchange
+    }
     const RouteInfo* route = api->Match(req);
     std::string tmp_file;
     if (route && route->large_body) {

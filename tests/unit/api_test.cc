@@ -20,6 +20,7 @@ TEST(OpenApi, DocumentListsExactlyTheRouterRoutes) {
       documented.insert(m + " " + path);
     }
   for (const auto& r : Routes()) routed.insert(std::string(r.method) + " " + r.pattern);
+  for (const auto& r : ProxyRoutes()) routed.insert(std::string(r.method) + " " + r.pattern);
   EXPECT_EQ(documented, routed);
 }
 

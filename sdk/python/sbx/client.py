@@ -609,6 +609,14 @@ class Sandbox:
         made = [Sandbox(self._client, s) for s in (d.get("sandboxes") or [])]
         return made[0] if count is None else made
 
+    def get_url(self, port: int, path: str = "/") -> str:
+        """The URL that reaches ``port`` inside the sandbox through the daemon's port proxy
+        (send the API key or this sandbox's token as a Bearer header)."""
+        api = self._client.api
+        return "%s://%s:%d%s/v1/sandboxes/%s/ports/%d%s" % (
+            api._scheme, api._host, api._port, api._prefix, _seg(self.id), int(port),
+            path if path.startswith("/") else "/" + path)
+
     def delete(self) -> Any:
         """Delete the sandbox; returns the daemon's answer."""
         return self._client.api.request("DELETE", self._path())
