@@ -220,6 +220,25 @@ int main(int argc, char** argv) {
   port->add_option("port", port_num, "TCP port inside the sandbox")->required()->check(CLI::Range(1, 65535));
   port->add_option("--proxy-domain", proxy_domain, "sbxd's --proxy-domain (default sbx.localhost)");
 
+  auto* ps = app.add_subcommand("ps", "list a sandbox's background processes");
+  std::string ps_id;
+  ps->add_option("id", ps_id, "sandbox id")->required();
+  auto* spawn = app.add_subcommand("spawn", "start a background process in a sandbox; prints its pid");
+  std::string spawn_id, spawn_cwd;
+  std::vector<std::string> spawn_cmd;
+  spawn->add_option("id", spawn_id, "sandbox id")->required();
+  spawn->add_option("--cwd", spawn_cwd, "working directory");
+  spawn->add_option("cmd", spawn_cmd, "the command and its arguments (after --)")->required();
+  auto* logs = app.add_subcommand("logs", "print a background process's output (from its ring)");
+  std::string logs_id;
+  int64_t logs_pid = 0;
+  uint64_t logs_since = 0;
+  bool logs_follow = false;
+  logs->add_option("id", logs_id, "sandbox id")->required();
+  logs->add_option("pid", logs_pid, "process id")->required();
+  logs->add_flag("--follow,-f", logs_follow, "keep printing until the process ends");
+  logs->add_option("--since", logs_since, "first sequence number to print");
+
   auto* ls = app.add_subcommand("ls", "list sandboxes");
   std::string ls_state;
   ls->add_option("--state", ls_state, "only this state");
@@ -391,6 +410,55 @@ int main(int argc, char** argv) {
     return exit_code;
   }
   if (*cp) return CopyFiles(c, cp_src, cp_dst);
+  if (*ps) {
+    auto j = CallJson(c, "GET", "/v1/sandboxes/" + ps_id + "/processes");
+    if (!j) return 1;
+    if (g.json) {
+      std::printf("%s\n", (*j)["processes"].dump().c_str());
+      return 0;
+    }
+    std::printf("%-8s %-8s %-6s %-21s %s\n", "PID", "STATE", "EXIT", "STARTED", "CMD");
+    for (const auto& p : (*j)["processes"]) {
+      std::string cmdline;
+      for (const auto& a : p["cmd"]) cmdline += (cmdline.empty() ? "" : " ") + a.get<std::string>();
+      std::string exit = p["exit_code"].is_number() ? std::to_string(p["exit_code"].get<int>()) : "-";
+      std::printf("%-8lld %-8s %-6s %-21s %s\n", static_cast<long long>(p.value("pid", 0)), Str(p, "state").c_str(),
+                  exit.c_str(), Str(p, "started_at").c_str(), cmdline.c_str());
+    }
+    return 0;
+  }
+  if (*spawn) {
+    json body = {{"cmd", spawn_cmd}};
+    if (!spawn_cwd.empty()) body["cwd"] = spawn_cwd;
+    auto j = CallJson(c, "POST", "/v1/sandboxes/" + spawn_id + "/processes", body);
+    if (!j) return 1;
+    std::printf("%s\n", g.json ? j->dump().c_str() : std::to_string(j->value("pid", 0)).c_str());
+    return 0;
+  }
+  if (*logs) {
+    int exit_code = 0;
+    auto r = c.Stream("GET",
+                      "/v1/sandboxes/" + logs_id + "/processes/" + std::to_string(logs_pid) + "/output?since=" +
+                          std::to_string(logs_since) + "&follow=" + (logs_follow ? "true" : "false"),
+                      "", [&](const std::string& line) {
+                        auto ev = json::parse(line, nullptr, false);
+                        if (!ev.is_object()) return;
+                        std::string type = ev.value("type", "");
+                        if (type == "stdout" || type == "stderr") {
+                          std::string d = ev.value("data", "");
+                          std::fwrite(d.data(), 1, d.size(), type == "stdout" ? stdout : stderr);
+                          std::fflush(type == "stdout" ? stdout : stderr);
+                        } else if (type == "gap") {
+                          std::fprintf(stderr, "sbx: output %llu to %llu left the ring before it was read\n",
+                                       static_cast<unsigned long long>(ev.value("from", 0ULL)),
+                                       static_cast<unsigned long long>(ev.value("to", 0ULL)));
+                        } else if (type == "exit") {
+                          exit_code = ev["exit_code"].is_number() ? ev["exit_code"].get<int>() : 1;
+                        }
+                      });
+    if (auto why = FailureOf(r)) return Fail(*why);
+    return exit_code;
+  }
   if (*port) {
     // Checked first: the sandbox exists and the caller may reach it.
     auto j = CallJson(c, "GET", "/v1/sandboxes/" + port_id);

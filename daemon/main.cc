@@ -53,6 +53,7 @@ struct Flags {
   int64_t min_free_mb = 64;
   std::string log_level = "info";
   std::string proxy_domain = "sbx.localhost";  // port proxy by host: PORT-ID.<domain>
+  int64_t keepalive_ms = 15000;  // streamed output: a keep-alive line after this quiet time
 };
 
 void Usage() {
@@ -62,7 +63,8 @@ void Usage() {
                "            [--output-cap BYTES] [--pool-size N] [--log-level debug|info|warn|error]\n"
                "            [--max-sandboxes N] [--max-memory-mb MB] [--max-disk-mb MB]\n"
                "            [--price-small USD_PER_HOUR] [--price-default ...] [--price-large ...]\n"
-               "            [--serverless-call-usd USD] [--min-free-mb MB] [--proxy-domain DOMAIN]\n");
+               "            [--serverless-call-usd USD] [--min-free-mb MB] [--proxy-domain DOMAIN]\n"
+               "            [--keepalive-ms MS]\n");
 }
 
 // A small subset of TOML: top-level `key = "string"` and `key = integer` lines.
@@ -135,6 +137,7 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       else if (k == "agent") f->agent = v;
       else if (k == "default_image") f->default_image = v;
       else if (k == "proxy_domain") f->proxy_domain = v;
+      else if (k == "keepalive_ms") f->keepalive_ms = std::stoll(v);
       else if (k == "uid_base") f->uid_base = std::stoll(v);
       else if (k == "output_cap") f->output_cap = std::stoll(v);
       else if (k == "log_level") f->log_level = v;
@@ -288,6 +291,9 @@ int Run(int argc, char** argv) {
   core::ManagerOptions mo;
   mo.data_dir = data_dir;
   mo.default_image = f.default_image;
+  if (f.keepalive_ms < 10 || f.keepalive_ms > 3600000)
+    return fail(MakeError(Code::kInvalidArgument, "--keepalive-ms must be between 10 and 3600000"));
+  mo.keepalive_ms = f.keepalive_ms;
   mo.output_cap = static_cast<uint64_t>(f.output_cap);
   mo.pool_size = static_cast<int>(f.pool_size);
   mo.quotas.max_sandboxes = static_cast<int>(f.max_sandboxes);

@@ -317,6 +317,10 @@ void Handler::RunExec(const ExecRequest& req) {
                            : std::string("sbx: exec ") + req.argv[0] + ": " + strerror(spawn_err) + "\n";
     pid = -1;
   }
+  if (req.report_pid && pid > 0) {
+    std::string started = nlohmann::json{{"pid", pid}}.dump();
+    Queue(FrameType::kResult, started.data(), started.size());
+  }
   UniqueFd stdin_w(req.stdin_open ? in[1] : -1);
   Stream streams[2];
   streams[0] = {outp[0], 0, req.stdout_cap, false, FrameType::kStdout};

@@ -68,6 +68,7 @@ std::string ExecRequest::ToJson() const {
   json j = {{"v", version},         {"argv", argv},           {"env", env},
             {"cwd", cwd},           {"timeout_ms", timeout_ms}, {"stdout_cap", stdout_cap},
             {"stderr_cap", stderr_cap}, {"stdin_open", stdin_open}, {"keepalive_ms", keepalive_ms}};
+  if (report_pid) j["report_pid"] = true;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -89,6 +90,7 @@ Result<ExecRequest> ExecRequest::FromJson(std::string_view s) {
     r.stderr_cap = j.value("stderr_cap", uint64_t{16 << 20});
     r.stdin_open = j.value("stdin_open", false);
     r.keepalive_ms = j.value("keepalive_ms", int64_t{15000});
+    r.report_pid = j.value("report_pid", false);
     if (r.keepalive_ms < 10) r.keepalive_ms = 10;
   } catch (const std::exception& e) {
     return MakeError(Code::kInvalidArgument, std::string("bad exec request: ") + e.what());

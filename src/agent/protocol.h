@@ -6,7 +6,8 @@
 // Requests: kExec (JSON ExecRequest) then any number of kStdin / kStdinEof / kSignal;
 // or kPing (answered by kPong with JSON {"version", "agent"}); or kWarm (the agent walks
 // its root filesystem so lookups are cached, answered by kWarmDone with JSON {"entries"}).
-// Answers to kExec: kStdout / kStderr (raw bytes) in order, then one kExit (JSON ExitInfo),
+// Answers to kExec: with report_pid, first a kResult {"pid"} once the command started;
+// kStdout / kStderr (raw bytes) in order, then one kExit (JSON ExitInfo),
 // or one kError (JSON {"message", "code"}) if the request itself was refused.
 // Or kFileOp (JSON {"op", "path", ...}; see agent/files.h): answered by kResult (JSON) or
 // kError; a read streams kData frames then kDataEnd after its kResult; a write or an
@@ -89,6 +90,7 @@ struct ExecRequest {
   uint64_t stderr_cap = 16 << 20;
   bool stdin_open = false;  // false: stdin is /dev/null
   int64_t keepalive_ms = 15000;  // a kKeepalive frame after this long without output
+  bool report_pid = false;  // a kResult {"pid"} frame first, once the command started
   std::string ToJson() const;
   static Result<ExecRequest> FromJson(std::string_view s);
 };

@@ -49,4 +49,29 @@ boost::asio::awaitable<R> RunBlocking(boost::asio::thread_pool* pool, const std:
   co_return std::move(*out);
 }
 
+// Text of `data` after `carry` (bytes held back from the last call), valid up to its last
+// whole UTF-8 sequence; a sequence cut at the end is held back in `carry`.
+inline std::string TakeUtf8(std::string& carry, std::string_view data) {
+  std::string s = carry;
+  s.append(data);
+  size_t n = s.size();
+  size_t i = n;
+  int back = 0;
+  while (i > 0 && back < 3 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) {
+    --i;
+    ++back;
+  }
+  if (i > 0) {
+    unsigned char lead = static_cast<unsigned char>(s[i - 1]);
+    int need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (need > 1 && need > back + 1) {
+      carry = s.substr(i - 1);
+      s.resize(i - 1);
+      return s;
+    }
+  }
+  carry.clear();
+  return s;
+}
+
 }  // namespace sbx::api

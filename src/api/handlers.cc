@@ -48,6 +48,12 @@ const std::vector<RouteInfo> kRoutes = {
     {"POST", "/v1/sandboxes/{id}/files/move", false},
     {"GET", "/v1/sandboxes/{id}/archive", false},
     {"PUT", "/v1/sandboxes/{id}/archive", true},
+    {"POST", "/v1/sandboxes/{id}/processes", false},
+    {"GET", "/v1/sandboxes/{id}/processes", false},
+    {"GET", "/v1/sandboxes/{id}/processes/{pid}", false},
+    {"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", false},
+    {"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", false},
+    {"GET", "/v1/sandboxes/{id}/processes/{pid}/output", false},
     {"GET", "/v1/snapshots", false},
     {"GET", "/v1/snapshots/{name}", false},
     {"DELETE", "/v1/snapshots/{name}", false},
@@ -107,31 +113,6 @@ json SandboxJson(const core::SandboxView& v) {
   return j;
 }
 
-// Splits off a trailing incomplete UTF-8 sequence so a streamed chunk never cuts a
-// character in two; it is kept in `carry` for the next chunk.
-std::string TakeUtf8(std::string& carry, std::string_view data) {
-  std::string s = carry;
-  s.append(data);
-  size_t n = s.size();
-  size_t i = n;
-  int back = 0;
-  while (i > 0 && back < 3 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) {
-    --i;
-    ++back;
-  }
-  if (i > 0) {
-    unsigned char lead = static_cast<unsigned char>(s[i - 1]);
-    int need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    if (need > 1 && need > back + 1) {
-      carry = s.substr(i - 1);
-      s.resize(i - 1);
-      return s;
-    }
-  }
-  carry.clear();
-  return s;
-}
-
 json SnapshotJson(const storage::SnapshotRecord& r) {
   auto layers = json::parse(r.layers_json, nullptr, false);
   return {{"name", r.name},
@@ -187,7 +168,9 @@ const std::vector<RouteInfo>& Routes() { return kRoutes; }
 Api::Api(core::SandboxManager* manager, layers::ImageStore* images, disks::DiskStore* disks,
          std::string admin_key_hash, asio::thread_pool* pool, std::string tmp_dir)
     : manager_(manager), images_(images), disks_(disks), admin_key_hash_(std::move(admin_key_hash)),
-      pool_(pool), tmp_dir_(std::move(tmp_dir)) {}
+      pool_(pool), tmp_dir_(std::move(tmp_dir)), processes_(std::make_unique<core::ProcessTable>(manager)) {}
+
+Api::~Api() = default;
 
 const RouteInfo* Api::Match(Request& req) const {
   auto segs = Split(req.path);
@@ -373,6 +356,7 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     }
     auto st = manager_->Delete(id);
     if (!st.ok()) co_return ErrorResponse(st.error());
+    processes_->Forget(id);
     co_return Json(200, {{"type", "sandbox.deleted"}, {"id", id}});
   }
 
@@ -554,6 +538,7 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     co_return r;
   }
 
+  if (pat.rfind("/v1/sandboxes/{id}/processes", 0) == 0) co_return co_await DispatchProcesses(pat, req);
   if (pat.rfind("/v1/sandboxes/{id}/files", 0) == 0 || pat == "/v1/sandboxes/{id}/archive")
     co_return co_await DispatchFiles(pat, req);
 

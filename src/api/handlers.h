@@ -7,12 +7,14 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "api/http_types.h"
+#include "core/processes.h"
 #include "core/sandbox_manager.h"
 #include "layers/images.h"
 
@@ -44,6 +46,7 @@ class Api {
  public:
   Api(core::SandboxManager* manager, layers::ImageStore* images, disks::DiskStore* disks,
       std::string admin_key_hash, boost::asio::thread_pool* pool, std::string tmp_dir);
+  ~Api();
 
   // Finds the route for a method and path; fills req.params. nullptr if none.
   const RouteInfo* Match(Request& req) const;
@@ -68,6 +71,8 @@ class Api {
   boost::asio::awaitable<Response> Dispatch(const RouteInfo& route, Request& req);
   // The files and archive routes (file_routes.cc).
   boost::asio::awaitable<Response> DispatchFiles(const std::string& pat, Request& req);
+  // The background-process routes (process_routes.cc).
+  boost::asio::awaitable<Response> DispatchProcesses(const std::string& pat, Request& req);
   // Resumes a paused sandbox whose auto_resume is on (before an exec or a file call).
   boost::asio::awaitable<Status> ResumeIfWanted(const std::string& id);
   // Who calls: the admin key, a sandbox's scoped token (for that sandbox), or nobody.
@@ -84,6 +89,7 @@ class Api {
   boost::asio::thread_pool* pool_;
   std::string tmp_dir_;
   std::string proxy_domain_ = "sbx.localhost";
+  std::unique_ptr<core::ProcessTable> processes_;
 };
 
 }  // namespace sbx::api

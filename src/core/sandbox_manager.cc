@@ -1039,6 +1039,55 @@ Status SandboxManager::RunnableLocked(const std::string& id, const Entry& e) {
   return OkStatus();
 }
 
+std::vector<std::string> SandboxManager::ExecEnvLocked(const std::string& id, const Entry& e,
+                                                      const std::map<std::string, std::string>& extra) {
+  std::map<std::string, std::string> env = opts_.base_env;
+    env["SBX_SANDBOX_ID"] = id;
+    if (!opts_.secret_key.empty()) env["SBX_TOKEN"] = TokenFor(id);
+    if (!e.rec.no_env) {
+      std::lock_guard<std::mutex> slock(secrets_mu_);
+      for (const auto& [k, v] : secrets_) env[k] = v;
+    }
+    auto senv = json::parse(e.rec.env_json, nullptr, false);
+    if (senv.is_object())
+      for (auto& [k, v] : senv.items())
+        if (v.is_string()) env[k] = v.get<std::string>();
+    for (const auto& [k, v] : extra) env[k] = v;
+    std::vector<std::string> out;
+    for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+    return out;
+}
+
+Status SandboxManager::CheckExecRequest(const ExecRequest& req) const {
+  if (req.argv.empty() || req.argv[0].empty()) return MakeError(Code::kInvalidArgument, "cmd is empty");
+  SBX_RETURN_IF_ERROR(ValidateEnv(req.env, "exec env"));
+  for (const auto& a : req.argv)
+    if (a.find('\0') != std::string::npos) return MakeError(Code::kInvalidArgument, "cmd holds a NUL byte");
+  if (req.cwd.find('\0') != std::string::npos) return MakeError(Code::kInvalidArgument, "cwd holds a NUL byte");
+  return OkStatus();
+}
+
+Result<PreparedProcess> SandboxManager::PrepareProcess(const std::string& id, const ExecRequest& req) {
+  SBX_RETURN_IF_ERROR(CheckExecRequest(req));
+  auto lease = LeaseAgent(id);
+  if (!lease.ok()) return lease.error();
+  PreparedProcess p;
+  p.lease = *lease;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto found = Find(id);
+  if (!found.ok()) return found.error();
+  p.req.env = ExecEnvLocked(id, **found, req.env);
+  p.req.argv = req.argv;
+  p.req.cwd = req.cwd.empty() ? opts_.default_cwd : req.cwd;
+  p.req.timeout_ms = 0;  // runs until it ends or is signalled
+  p.req.stdout_cap = p.req.stderr_cap = UINT64_MAX;  // the daemon's ring keeps the latest
+  p.req.stdin_open = true;
+  p.req.report_pid = true;
+  p.req.keepalive_ms = opts_.keepalive_ms;
+  ++execs_;
+  return p;
+}
+
 Result<std::shared_ptr<AgentLease>> SandboxManager::LeaseAgent(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto found = Find(id);
@@ -1057,15 +1106,10 @@ Result<std::shared_ptr<AgentLease>> SandboxManager::LeaseAgent(const std::string
 asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor ex,
                                                          const std::string& id, ExecRequest req,
                                                          agent::OutputFn on_output) {
-  if (req.argv.empty() || req.argv[0].empty())
-    co_return MakeError(Code::kInvalidArgument, "cmd is empty");
+  if (auto st = CheckExecRequest(req); !st.ok()) co_return st.error();
   if (req.timeout_seconds < 1 || req.timeout_seconds > opts_.max_exec_timeout_seconds)
     co_return MakeError(Code::kInvalidArgument,
                         "timeout_seconds must be between 1 and " + std::to_string(opts_.max_exec_timeout_seconds));
-  if (auto st = ValidateEnv(req.env, "exec env"); !st.ok()) co_return st.error();
-  for (const auto& a : req.argv)
-    if (a.find('\0') != std::string::npos) co_return MakeError(Code::kInvalidArgument, "cmd holds a NUL byte");
-  if (req.cwd.find('\0') != std::string::npos) co_return MakeError(Code::kInvalidArgument, "cwd holds a NUL byte");
 
   agent::ExecRequest areq;
   std::string socket;
@@ -1077,23 +1121,12 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
     if (!found.ok()) co_return found.error();
     e = *found;
     if (auto st = RunnableLocked(id, *e); !st.ok()) co_return st.error();
-    std::map<std::string, std::string> env = opts_.base_env;
-    env["SBX_SANDBOX_ID"] = id;
-    if (!opts_.secret_key.empty()) env["SBX_TOKEN"] = TokenFor(id);
-    if (!e->rec.no_env) {
-      std::lock_guard<std::mutex> slock(secrets_mu_);
-      for (const auto& [k, v] : secrets_) env[k] = v;
-    }
-    auto senv = json::parse(e->rec.env_json, nullptr, false);
-    if (senv.is_object())
-      for (auto& [k, v] : senv.items())
-        if (v.is_string()) env[k] = v.get<std::string>();
-    for (const auto& [k, v] : req.env) env[k] = v;
-    for (const auto& [k, v] : env) areq.env.push_back(k + "=" + v);
+    areq.env = ExecEnvLocked(id, *e, req.env);
     areq.argv = req.argv;
     areq.cwd = req.cwd.empty() ? opts_.default_cwd : req.cwd;
     areq.timeout_ms = req.timeout_seconds * 1000;
     areq.stdout_cap = areq.stderr_cap = opts_.output_cap;
+    areq.keepalive_ms = opts_.keepalive_ms;
     areq.stdin_open = req.stdin_data.has_value();
     socket = e->inst.agent_socket;
     ++e->active_execs;

@@ -90,6 +90,13 @@ class AgentLease {
   std::function<void()> release_;
 };
 
+// A background process about to start: the agent's request and the lease on the sandbox,
+// held for as long as the process runs.
+struct PreparedProcess {
+  std::shared_ptr<AgentLease> lease;
+  agent::ExecRequest req;
+};
+
 struct SnapshotView {
   storage::SnapshotRecord rec;
 };
@@ -104,6 +111,8 @@ struct ManagerOptions {
   std::string data_dir;
   std::string default_image = "default";
   uint64_t output_cap = 16 << 20;
+  // A streamed exec or process output sends a keep-alive after this long without output.
+  int64_t keepalive_ms = 15000;
   int64_t default_ttl_seconds = 3600;
   int64_t max_ttl_seconds = 30 * 24 * 3600;
   int64_t max_exec_timeout_seconds = 24 * 3600;
@@ -200,6 +209,9 @@ class SandboxManager {
   // Removes layer directories that no sandbox and no snapshot refers to.
   void CollectLayers();
 
+  // A background process's agent request (env as for an exec; no timeout, no output cap,
+  // stdin open, the pid reported) with the lease it holds while it runs.
+  Result<PreparedProcess> PrepareProcess(const std::string& id, const ExecRequest& req);
   // The agent of a running sandbox (409 when it is not running, 503 when its init died).
   Result<std::shared_ptr<AgentLease>> LeaseAgent(const std::string& id);
   boost::asio::awaitable<Result<ExecResult>> Exec(boost::asio::any_io_executor ex,
@@ -226,6 +238,7 @@ class SandboxManager {
   };
   Latencies& latencies() { return lat_; }
   uint64_t output_cap() const { return opts_.output_cap; }
+  int64_t keepalive_ms() const { return opts_.keepalive_ms; }
 
  private:
   struct Entry {
@@ -269,6 +282,11 @@ class SandboxManager {
   std::string DirOf(const std::string& id) const { return opts_.data_dir + "/sandboxes/" + id; }
   runtime::StartSpec SpecOf(const storage::SandboxRecord& r) const;
   Result<std::shared_ptr<Entry>> Find(const std::string& id);  // mu_ held
+  // The environment of an exec or process: base, id and token, secrets (unless no_env),
+  // the sandbox's env, then the request's.
+  std::vector<std::string> ExecEnvLocked(const std::string& id, const Entry& e,
+                                         const std::map<std::string, std::string>& extra);  // mu_ held
+  Status CheckExecRequest(const ExecRequest& req) const;
   // OK if commands can run in it now.
   Status RunnableLocked(const std::string& id, const Entry& e);  // mu_ held
   void CloseBilling(storage::SandboxRecord& r);                // mu_ held

@@ -1,5 +1,6 @@
 """Resource attacks stay inside their sandbox; the daemon keeps answering others."""
 import threading
+import socket
 import time
 
 
@@ -97,6 +98,39 @@ def test_a_slow_reader_of_a_flood_keeps_the_daemon_small(fresh_daemon):
     assert peak - rss0 < 32 * 1024, (rss0, peak)  # kB
     s.close()  # the client goes; the command is killed at its timeout at the latest
     assert sb.exec("echo after", timeout_seconds=30).stdout == "after\n"
+    sb.delete()
+    other.delete()
+
+
+def test_a_background_flood_with_a_slow_follower_keeps_the_daemon_small(fresh_daemon):
+    """`yes` as a background process: its ring holds 1 MiB whatever it writes, a follower
+    that reads slowly gets gaps instead of growing sbxd, and others are served meanwhile."""
+    d = fresh_daemon
+    c = d.client()
+    sb = c.create(image="busybox")
+    other = c.create(image="busybox")
+    p = sb.processes.start("yes flood")
+    time.sleep(0.3)
+    rss0 = sbxd_rss_kb(d)
+    peak = rss0
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", d.port))
+    s.sendall(f"GET /v1/sandboxes/{sb.id}/processes/{p.pid}/output?follow=true HTTP/1.1\r\nHost: x\r\n"
+              f"Authorization: Bearer {d.key}\r\n\r\n".encode())
+    got = 0
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        got += len(s.recv(1024))
+        peak = max(peak, sbxd_rss_kb(d))
+        time.sleep(0.02)
+    assert got > 0
+    assert other.exec("echo served", timeout_seconds=10).stdout == "served\n"
+    assert peak - rss0 < 32 * 1024, (rss0, peak)  # kB
+    s.close()
+    assert p.info()["next_seq"] > 100  # it kept running, and its output kept flowing
+    p.kill()
+    assert p.wait(timeout=30)["signal"] == 9
     sb.delete()
     other.delete()
 

@@ -6,7 +6,7 @@
         print(sb.exec("echo hello", check=True).stdout)
 """
 
-from .client import Answer, Api, Client, Disk, Disks, ExecResult, Files, Images, Sandbox, Secrets, Snapshot, Snapshots, Timing
+from .client import Answer, Api, Client, Disk, Disks, ExecResult, Files, Images, Process, Processes, Sandbox, Secrets, Snapshot, Snapshots, Timing
 from .errors import (
     ApiError,
     AuthError,
@@ -27,6 +27,8 @@ __all__ = [
     "Client",
     "Sandbox",
     "Files",
+    "Process",
+    "Processes",
     "ExecResult",
     "Timing",
     "Images",

@@ -1,0 +1,276 @@
+#include "core/processes.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "agent/client.h"
+
+namespace sbx::core {
+
+namespace asio = boost::asio;
+using asio::use_awaitable;
+using boost::system::error_code;
+using nlohmann::json;
+
+namespace {
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+struct ProcessTable::Proc {
+  Proc(asio::strand<asio::any_io_executor> s, size_t cap) : strand(s), conn(s), ring_cap(cap) {}
+  asio::strand<asio::any_io_executor> strand;
+  agent::Conn conn;                   // used on the strand only (after start)
+  std::shared_ptr<AgentLease> lease;  // dropped when the process ends
+  std::mutex mu;                      // guards info and the ring
+  ProcessInfo info;
+  std::deque<OutputChunk> ring;
+  size_t ring_size = 0, ring_cap;
+  std::deque<std::string> outq;  // frames to send (strand only)
+  bool writing = false;          // a WriteLoop runs (strand only)
+};
+
+ProcessTable::ProcessTable(SandboxManager* manager, size_t ring_bytes, int max_per_sandbox)
+    : manager_(manager), ring_bytes_(ring_bytes), max_per_sandbox_(max_per_sandbox) {}
+
+ProcessTable::~ProcessTable() = default;
+
+asio::awaitable<Result<ProcessInfo>> ProcessTable::Start(asio::any_io_executor ex, std::string sandbox,
+                                                         ExecRequest req) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int running = 0;
+    for (auto& [pid, p] : procs_[sandbox]) {
+      std::lock_guard<std::mutex> plock(p->mu);
+      running += p->info.running;
+    }
+    if (running >= max_per_sandbox_)
+      co_return MakeError(Code::kResourceExhausted, "sandbox " + sandbox + " already runs " + std::to_string(running) +
+                                                        " background processes (the limit)");
+  }
+  auto prep = manager_->PrepareProcess(sandbox, req);
+  if (!prep.ok()) co_return prep.error();
+  auto p = std::make_shared<Proc>(asio::make_strand(ex), ring_bytes_);
+  p->lease = prep->lease;
+  p->info.cmd = req.argv;
+  p->info.cwd = prep->req.cwd;
+  p->info.started_ms = WallMs();
+  std::string socket = p->lease->socket();
+  auto st = co_await p->conn.Open(socket);
+  if (!st.ok()) co_return st.error();
+  std::string exec = prep->req.ToJson();
+  st = co_await p->conn.Send(agent::FrameType::kExec, exec);
+  if (!st.ok()) co_return st.error();
+  // The pid comes first if the command started; otherwise its failure, as an exec tells it.
+  std::string failure;
+  while (true) {
+    auto f = co_await p->conn.Recv();
+    if (!f.ok()) co_return f.error().Wrap("starting the process");
+    if (f->type == agent::FrameType::kResult) {
+      auto j = json::parse(f->payload, nullptr, false);
+      if (!j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer())
+        co_return MakeError(Code::kInternal, "the sandbox's agent sent a malformed start answer");
+      p->info.pid = j["pid"].get<int64_t>();
+      break;
+    }
+    if ((f->type == agent::FrameType::kStderr || f->type == agent::FrameType::kStdout) && failure.size() < 4096)
+      failure += f->payload;
+    if (f->type == agent::FrameType::kExit) {
+      while (!failure.empty() && failure.back() == '\n') failure.pop_back();
+      co_return MakeError(Code::kInvalidArgument, "the process did not start: " + (failure.empty() ? std::string("unknown") : failure));
+    }
+  }
+  ProcessInfo shown = p->info;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& mine = procs_[sandbox];
+    mine[p->info.pid] = p;  // a pid used again replaces the old, exited record
+    // Forget the oldest exited ones past the limit.
+    while (static_cast<int>(mine.size()) > max_per_sandbox_) {
+      int64_t oldest = -1, oldest_ms = INT64_MAX;
+      for (auto& [pid, q] : mine) {
+        std::lock_guard<std::mutex> plock(q->mu);
+        if (!q->info.running && q->info.ended_ms < oldest_ms) {
+          oldest = pid;
+          oldest_ms = q->info.ended_ms;
+        }
+      }
+      if (oldest < 0) break;
+      mine.erase(oldest);
+    }
+  }
+  asio::co_spawn(p->strand, ReadLoop(p), asio::detached);
+  co_return shown;
+}
+
+asio::awaitable<void> ProcessTable::ReadLoop(std::shared_ptr<Proc> p) {
+  while (true) {
+    auto f = co_await p->conn.Recv();
+    if (!f.ok()) {
+      std::lock_guard<std::mutex> lock(p->mu);
+      p->info.running = false;
+      p->info.stdin_open = false;
+      p->info.ended_ms = WallMs();
+      p->info.error = "the connection to the sandbox's agent ended (the sandbox stopped or was deleted): " + f.error().message;
+      break;
+    }
+    if (f->type == agent::FrameType::kStdout || f->type == agent::FrameType::kStderr) {
+      std::lock_guard<std::mutex> lock(p->mu);
+      OutputChunk c{p->info.next_seq++, f->type == agent::FrameType::kStdout ? 1 : 2, std::move(f->payload)};
+      p->ring_size += c.data.size();
+      p->ring.push_back(std::move(c));
+      while (p->ring_size > p->ring_cap && p->ring.size() > 1) {
+        p->ring_size -= p->ring.front().data.size();
+        p->ring.pop_front();
+      }
+      p->info.first_seq = p->ring.front().seq;
+      continue;
+    }
+    if (f->type == agent::FrameType::kExit) {
+      auto e = agent::ExitInfo::FromJson(f->payload);
+      std::lock_guard<std::mutex> lock(p->mu);
+      p->info.running = false;
+      p->info.stdin_open = false;
+      p->info.ended_ms = WallMs();
+      if (e.ok()) {
+        p->info.exit_code = e->exit_code;
+        p->info.signal = e->signal;
+      } else {
+        p->info.error = e.error().message;
+      }
+      break;
+    }
+    // Keep-alives and anything else: nothing to keep.
+  }
+  p->lease.reset();  // no longer activity for the idle policy
+  error_code ignored;
+  p->conn.socket().close(ignored);
+}
+
+asio::awaitable<void> ProcessTable::WriteLoop(std::shared_ptr<Proc> p) {
+  while (!p->outq.empty()) {
+    std::string frame = std::move(p->outq.front());
+    p->outq.pop_front();
+    error_code ec;
+    co_await asio::async_write(p->conn.socket(), asio::buffer(frame), asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      p->outq.clear();
+      break;
+    }
+  }
+  p->writing = false;
+}
+
+void ProcessTable::Queue(const std::shared_ptr<Proc>& p, std::string frame) {
+  asio::post(p->strand, [p, frame = std::move(frame)]() mutable {
+    p->outq.push_back(std::move(frame));
+    if (!p->writing) {
+      p->writing = true;
+      asio::co_spawn(p->strand, WriteLoop(p), asio::detached);
+    }
+  });
+}
+
+Result<std::shared_ptr<ProcessTable::Proc>> ProcessTable::Find(const std::string& sandbox, int64_t pid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = procs_.find(sandbox);
+  if (s != procs_.end()) {
+    auto it = s->second.find(pid);
+    if (it != s->second.end()) return it->second;
+  }
+  return MakeError(Code::kNotFound, "no process " + std::to_string(pid) + " in sandbox " + sandbox);
+}
+
+Result<std::vector<ProcessInfo>> ProcessTable::List(const std::string& sandbox) {
+  std::vector<ProcessInfo> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = procs_.find(sandbox);
+  if (s == procs_.end()) return out;
+  for (auto& [pid, p] : s->second) {
+    std::lock_guard<std::mutex> plock(p->mu);
+    out.push_back(p->info);
+  }
+  return out;
+}
+
+Result<ProcessInfo> ProcessTable::Get(const std::string& sandbox, int64_t pid) {
+  SBX_ASSIGN_OR_RETURN(auto p, Find(sandbox, pid));
+  std::lock_guard<std::mutex> lock(p->mu);
+  return p->info;
+}
+
+Status ProcessTable::Signal(const std::string& sandbox, int64_t pid, int sig) {
+  if (sig < 1 || sig > 64) return MakeError(Code::kInvalidArgument, "signal must be between 1 and 64");
+  SBX_ASSIGN_OR_RETURN(auto p, Find(sandbox, pid));
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (!p->info.running) return MakeError(Code::kFailedPrecondition, "process " + std::to_string(pid) + " has ended");
+  }
+  Queue(p, agent::EncodeFrame(agent::FrameType::kSignal, json{{"signal", sig}}.dump()));
+  return OkStatus();
+}
+
+Status ProcessTable::Stdin(const std::string& sandbox, int64_t pid, const std::string& data, bool eof) {
+  SBX_ASSIGN_OR_RETURN(auto p, Find(sandbox, pid));
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (!p->info.running) return MakeError(Code::kFailedPrecondition, "process " + std::to_string(pid) + " has ended");
+    if (!p->info.stdin_open) return MakeError(Code::kFailedPrecondition, "the stdin of process " + std::to_string(pid) + " is closed");
+    if (eof) p->info.stdin_open = false;
+  }
+  std::string frames;
+  for (size_t off = 0; off < data.size(); off += agent::kMaxPayload)
+    frames += agent::EncodeFrame(agent::FrameType::kStdin, std::string_view(data).substr(off, agent::kMaxPayload));
+  if (eof) frames += agent::EncodeFrame(agent::FrameType::kStdinEof, "");
+  if (!frames.empty()) Queue(p, std::move(frames));
+  return OkStatus();
+}
+
+Result<OutputRead> ProcessTable::Read(const std::string& sandbox, int64_t pid, uint64_t since, size_t max_bytes) {
+  SBX_ASSIGN_OR_RETURN(auto p, Find(sandbox, pid));
+  OutputRead out;
+  std::lock_guard<std::mutex> lock(p->mu);
+  out.info = p->info;
+  uint64_t first = p->ring.empty() ? p->info.next_seq : p->ring.front().seq;
+  if (since < first) {
+    out.missed_from = since;
+    out.missed_to = first;
+  }
+  size_t bytes = 0;
+  for (const auto& c : p->ring) {
+    if (c.seq < since) continue;
+    if (bytes > 0 && bytes + c.data.size() > max_bytes) break;
+    bytes += c.data.size();
+    out.chunks.push_back(c);
+  }
+  return out;
+}
+
+void ProcessTable::Forget(const std::string& sandbox) {
+  std::map<int64_t, std::shared_ptr<Proc>> gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto s = procs_.find(sandbox);
+    if (s == procs_.end()) return;
+    gone = std::move(s->second);
+    procs_.erase(s);
+  }
+  for (auto& [pid, p] : gone)
+    asio::post(p->strand, [p] {
+      error_code ignored;
+      p->conn.socket().close(ignored);  // the agent then kills the process's tree
+    });
+}
+
+}  // namespace sbx::core

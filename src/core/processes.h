@@ -1,0 +1,85 @@
+// ProcessTable: background processes of sandboxes. Each runs through one agent
+// connection that sbxd holds (not the HTTP request that started it), so it outlives that
+// request; its output goes into a capped ring that any number of readers replay and follow
+// by sequence number. Thread-safe; the socket work of a process runs on its own strand.
+#pragma once
+
+#include <utility>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/requests.h"
+#include "core/sandbox_manager.h"
+
+namespace sbx::core {
+
+struct ProcessInfo {
+  int64_t pid = 0;  // inside the sandbox
+  std::vector<std::string> cmd;
+  std::string cwd;
+  bool running = true;
+  std::optional<int> exit_code;  // set once it exited (none if the connection was lost)
+  int signal = 0;
+  std::string error;  // why its end is unknown (the sandbox stopped, sbxd lost the agent)
+  int64_t started_ms = 0, ended_ms = 0;
+  uint64_t next_seq = 0;   // the sequence number the next output chunk will get
+  uint64_t first_seq = 0;  // the oldest chunk still in the ring
+  bool stdin_open = true;
+};
+
+struct OutputChunk {
+  uint64_t seq = 0;
+  int stream = 1;  // 1 stdout, 2 stderr
+  std::string data;
+};
+
+struct OutputRead {
+  std::vector<OutputChunk> chunks;  // seq >= since, oldest first
+  uint64_t missed_from = 0, missed_to = 0;  // [from, to) fell out of the ring before this read
+  ProcessInfo info;
+};
+
+class ProcessTable {
+ public:
+  // ring_bytes: output kept per process; max_per_sandbox: processes remembered per sandbox
+  // (running ones beyond it are refused, exited ones are forgotten oldest first).
+  ProcessTable(SandboxManager* manager, size_t ring_bytes = 1 << 20, int max_per_sandbox = 64);
+  ~ProcessTable();
+
+  boost::asio::awaitable<Result<ProcessInfo>> Start(boost::asio::any_io_executor ex, std::string sandbox,
+                                                    ExecRequest req);
+  Result<std::vector<ProcessInfo>> List(const std::string& sandbox);
+  Result<ProcessInfo> Get(const std::string& sandbox, int64_t pid);
+  // Queues a signal to the process's group, or stdin bytes (and/or its end), in order.
+  Status Signal(const std::string& sandbox, int64_t pid, int sig);
+  Status Stdin(const std::string& sandbox, int64_t pid, const std::string& data, bool eof);
+  // What is in the ring from `since` on (at most max_bytes of it).
+  Result<OutputRead> Read(const std::string& sandbox, int64_t pid, uint64_t since, size_t max_bytes);
+  // Drops what is remembered of a deleted sandbox's processes.
+  void Forget(const std::string& sandbox);
+  size_t ring_bytes() const { return ring_bytes_; }
+
+ private:
+  struct Proc;
+  Result<std::shared_ptr<Proc>> Find(const std::string& sandbox, int64_t pid);
+  static boost::asio::awaitable<void> ReadLoop(std::shared_ptr<Proc> p);
+  static boost::asio::awaitable<void> WriteLoop(std::shared_ptr<Proc> p);
+  void Queue(const std::shared_ptr<Proc>& p, std::string frame);
+
+  SandboxManager* manager_;
+  size_t ring_bytes_;
+  int max_per_sandbox_;
+  std::mutex mu_;
+  std::map<std::string, std::map<int64_t, std::shared_ptr<Proc>>> procs_;  // sandbox -> pid -> proc
+};
+
+}  // namespace sbx::core

@@ -1,0 +1,186 @@
+"""Background processes: they outlive the request that started them, keep their output in
+a ring that late readers replay by sequence number, take stdin and signals, and stream
+with keep-alives while quiet."""
+import http.client
+import json
+import threading
+import time
+
+import pytest
+
+import sbx
+from conftest import Daemon
+
+
+def ndjson(d, path, timeout=60):
+    c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=timeout)
+    c.request("GET", path, headers={"Authorization": "Bearer " + d.key})
+    r = c.getresponse()
+    assert r.status == 200, r.read()
+    lines = []
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        lines.append(json.loads(line))
+    c.close()
+    return lines
+
+
+def test_start_list_output_exit(daemon, client):
+    with client.create(image="busybox") as sb:
+        p = sb.processes.start("echo out; echo err >&2; sleep 0.3; echo done; exit 3")
+        assert p.pid > 1 and p.data["state"] == "running" and p.data["type"] == "process.started"
+        info = p.wait(timeout=30)
+        assert info["state"] == "exited" and info["exit_code"] == 3 and info["ended_at"]
+        events = list(p.output())
+        out = "".join(e["data"] for e in events if e["type"] == "stdout")
+        err = "".join(e["data"] for e in events if e["type"] == "stderr")
+        assert out == "out\ndone\n" and err == "err\n"
+        assert events[-1]["type"] == "exit" and events[-1]["exit_code"] == 3
+        seqs = [e["seq"] for e in events if "seq" in e]
+        assert seqs == sorted(seqs)
+        # Replay from a sequence number: only what came after.
+        later = [e for e in p.output(since=seqs[-1]) if e["type"] in ("stdout", "stderr")]
+        assert later and later[0]["seq"] == seqs[-1]
+        assert [q.pid for q in sb.processes.list()] == [p.pid]
+        assert sb.processes.get(p.pid).data["exit_code"] == 3
+        # argv form, cwd and env.
+        q = sb.processes.start(["sh", "-c", "pwd; echo $GREETING"], cwd="/tmp", env={"GREETING": "hi"})
+        q.wait(timeout=30)
+        assert "".join(e["data"] for e in q.output() if e["type"] == "stdout") == "/tmp\nhi\n"
+
+
+def test_outlives_the_request_and_reattaches(daemon, client):
+    """A counter keeps counting after the client that started it went away; a new client
+    reads it back from the ring and follows it live."""
+    with client.create(image="busybox") as sb:
+        status, body = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/processes",
+                                  body={"cmd": "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.05; done"})
+        assert status == 201, body
+        pid = body["pid"]
+        time.sleep(0.5)
+        fresh = daemon.client().get(sb.id).processes.get(pid)
+        assert fresh.data["state"] == "running"
+        first = [e for e in fresh.output() if e["type"] == "stdout"]
+        assert len(first) >= 3 and first[0]["data"] == "tick 0\n"
+        # Follow from where we were: later ticks arrive live.
+        seen = []
+        for e in fresh.output(follow=True, since=first[-1]["seq"] + 1):
+            if e["type"] == "stdout":
+                seen.append(e["data"])
+            if len(seen) >= 5:
+                break
+        n0 = int(first[-1]["data"].split()[1])
+        assert [int(s.split()[1]) for s in seen] == list(range(n0 + 1, n0 + 6))
+        assert fresh.kill().type == "process.signalled"
+        info = fresh.wait(timeout=30)
+        assert info["signal"] == 9 and info["exit_code"] == 137
+        with pytest.raises(sbx.ConflictError):
+            fresh.kill()
+
+
+def test_stdin_and_signals(daemon, client):
+    with client.create(image="busybox") as sb:
+        p = sb.processes.start("while read line; do echo got:$line; done; echo closed")
+        p.send_stdin("one\ntwo\n")
+        p.send_stdin("three\n", eof=True)
+        info = p.wait(timeout=30)
+        assert info["exit_code"] == 0 and info["stdin_open"] is False
+        assert "".join(e["data"] for e in p.output() if e["type"] == "stdout") == "got:one\ngot:two\ngot:three\nclosed\n"
+        with pytest.raises(sbx.ConflictError):
+            p.send_stdin("late")
+        t = sb.processes.start("trap 'echo term; exit 7' TERM; while true; do sleep 0.05; done")
+        time.sleep(0.3)
+        t.signal("TERM")
+        assert t.wait(timeout=30)["exit_code"] == 7
+
+
+def test_bad_requests(daemon, client):
+    with client.create(image="busybox") as sb:
+        base = f"/v1/sandboxes/{sb.id}/processes"
+        for body in ({}, {"cmd": ""}, {"cmd": []}, {"cmd": 3}, {"cmd": "x", "bogus": 1}, {"cmd": "x", "tty": True},
+                     {"cmd": "x", "env": {"A=B": "v"}}):
+            status, answer = daemon.raw("POST", base, body=body)
+            assert status == 400, (body, answer)
+        status, answer = daemon.raw("POST", base, body={"cmd": ["/no/such/binary"]})
+        assert status == 400 and "did not start" in answer["error"]["message"], answer
+        assert daemon.raw("GET", base + "/999999")[0] == 404
+        assert daemon.raw("GET", base + "/abc")[0] == 400
+        assert daemon.raw("GET", "/v1/sandboxes/nosuch/processes")[0] == 404
+        p = sb.processes.start("sleep 30")
+        for sig in ("NOPE", 0, 65, "9x"):
+            status, answer = daemon.raw("POST", f"{base}/{p.pid}/signal", body={"signal": sig})
+            assert status == 400, (sig, answer)
+        assert daemon.raw("GET", f"{base}/{p.pid}/output?since=x")[0] == 400
+        assert daemon.raw("GET", f"{base}/{p.pid}/output?follow=maybe")[0] == 400
+        token = sb.exec("echo -n $SBX_TOKEN").stdout
+        status, _ = daemon.raw("POST", base, body={"cmd": "true"}, headers={"Authorization": "Bearer " + token})
+        assert status == 403
+        p.kill()
+
+
+def test_ring_keeps_the_latest_and_reports_the_gap(daemon, client):
+    with client.create(image="busybox") as sb:
+        # About 3 MiB of numbered lines through a 1 MiB ring.
+        p = sb.processes.start("i=0; while [ $i -lt 60000 ]; do echo line-$i-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; i=$((i+1)); done")
+        p.wait(timeout=120)
+        events = list(p.output())
+        assert events[0]["type"] == "gap" and events[0]["from"] == 0 and events[0]["to"] > 0
+        text = "".join(e["data"] for e in events if e["type"] == "stdout")
+        assert len(text) <= (1 << 20) + 65536
+        assert text.endswith("line-59999-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n")
+        assert events[-1]["type"] == "exit" and events[-1]["exit_code"] == 0
+
+
+def test_processes_keep_a_sandbox_busy_and_end_with_it(daemon, client):
+    with client.create(image="busybox", idle_timeout_seconds=1) as sb:
+        p = sb.processes.start("sleep 4; echo woke")
+        time.sleep(3)
+        assert sb.refresh().state == "running"  # a running process is activity
+        assert p.wait(timeout=30)["exit_code"] == 0
+    # Deleting the sandbox forgets its processes.
+    with client.create(image="busybox") as sb2:
+        q = sb2.processes.start("sleep 60")
+        sb2.stop()
+        info = q.info()
+        assert info["state"] == "exited" and info["error"]
+        sb2.start()
+
+
+def test_quiet_commands_stream_keepalives_to_the_end():
+    """A command quiet for several keep-alive intervals (shortened to 200 ms here) still
+    streams its final line, through a streamed exec and a followed process."""
+    d = Daemon("keepalive", extra_args=["--keepalive-ms", "200"])
+    try:
+        c = d.client()
+        with c.create(image="busybox") as sb:
+            h = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
+            h.request("POST", f"/v1/sandboxes/{sb.id}/exec", body=json.dumps({"cmd": "sleep 1.2; echo last"}),
+                      headers={"Authorization": "Bearer " + d.key, "Accept": "application/x-ndjson",
+                               "Content-Type": "application/json"})
+            r = h.getresponse()
+            lines = [json.loads(l) for l in r.read().splitlines() if l.strip()]
+            h.close()
+            kinds = [l["type"] for l in lines]
+            assert kinds.count("keepalive") >= 3, kinds
+            assert lines[-2] == {"type": "stdout", "data": "last\n"} and lines[-1]["type"] == "exit"
+            p = sb.processes.start("sleep 1.2; echo last")
+            lines = ndjson(d, f"/v1/sandboxes/{sb.id}/processes/{p.pid}/output?follow=true")
+            kinds = [l["type"] for l in lines]
+            assert kinds.count("keepalive") >= 3, kinds
+            assert [l["data"] for l in lines if l["type"] == "stdout"] == ["last\n"]
+            assert lines[-1]["type"] == "exit" and lines[-1]["exit_code"] == 0
+    finally:
+        d.destroy()
+
+
+def test_cli_spawn_ps_logs(daemon, client):
+    with client.create(image="busybox") as sb:
+        pid = daemon.cli("spawn", sb.id, "--", "sh", "-c", "echo from-cli; echo warn >&2; exit 4").stdout.strip()
+        assert pid.isdigit()
+        p = daemon.cli("logs", "-f", sb.id, pid, check=False)
+        assert p.returncode == 4 and p.stdout == "from-cli\n" and p.stderr == "warn\n", p
+        table = daemon.cli("ps", sb.id).stdout
+        assert pid in table and "exited" in table and "sh -c echo from-cli" in table
+        assert daemon.cli("logs", sb.id, "99999", check=False).returncode != 0
