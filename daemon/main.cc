@@ -279,6 +279,10 @@ int Run(int argc, char** argv) {
   co.agent_path = f.agent;
   co.instance = Sha256Hex(data_dir).substr(0, 8);
   co.uid_base = static_cast<uid_t>(f.uid_base);
+  // The in-sandbox API socket (/run/sbx/api.sock inside every sandbox).
+  co.api_dir = data_dir + "/sandbox-api";
+  if (auto st = fs::MkdirAll(co.api_dir, 0755); !st.ok()) return fail(st.error());
+  ::chmod(co.api_dir.c_str(), 0755);
   auto rt = runtime::NewContainerRuntime(co);
   layers::ImageStore images(data_dir, store->get(), co.uid_base);
   {
@@ -332,6 +336,8 @@ int Run(int argc, char** argv) {
     return fail(MakeError(Code::kInvalidArgument, "--listen wants HOST:PORT"));
   }
   so.socket_path = f.socket;
+  so.sandbox_socket_path = co.api_dir + "/api.sock";
+  so.instance = co.instance;
   if (!so.socket_path.empty()) {
     auto slash = so.socket_path.rfind('/');
     if (slash != std::string::npos && slash > 0) (void)fs::MkdirAll(so.socket_path.substr(0, slash), 0755);

@@ -149,6 +149,7 @@ Result<SandboxConfig> SandboxConfig::FromJson(const std::string& s) {
     c.socket_path = j.at("socket").get<std::string>();
     c.hostname = j.value("hostname", std::string("sandbox"));
     c.tmp_bytes = j.value("tmp_bytes", uint64_t{0});
+    c.api_dir = j.value("api_dir", std::string());
     if (j.contains("binds"))
       for (const auto& b : j["binds"])
         c.binds.emplace_back(b.at("source").get<std::string>(), b.at("target").get<std::string>());
@@ -161,7 +162,7 @@ Result<SandboxConfig> SandboxConfig::FromJson(const std::string& s) {
 std::string SandboxConfig::ToJson() const {
   nlohmann::json j = {{"base", base}, {"lower", lower},   {"upper", upper},       {"work", work},
                       {"rootfs", rootfs}, {"socket", socket_path}, {"hostname", hostname},
-                      {"tmp_bytes", tmp_bytes}};
+                      {"tmp_bytes", tmp_bytes}, {"api_dir", api_dir}};
   return j.dump();
 }
 
@@ -281,6 +282,19 @@ Result<UniqueFd> InitSandbox(const SandboxConfig& cfg) {
   SBX_RETURN_IF_ERROR(EnsureDir(root + "/tmp", 01777));
   SBX_RETURN_IF_ERROR(
       Mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777" + tmp_size));
+
+  // /run is a small tmpfs (as on a booted system) holding sbxd's API socket for code in
+  // the sandbox: the one host socket's folder, bound read-only; sbxd knows each caller by
+  // its cgroup.
+  if (!cfg.api_dir.empty()) {
+    SBX_RETURN_IF_ERROR(EnsureDir(root + "/run"));
+    SBX_RETURN_IF_ERROR(Mount("tmpfs", root + "/run", "tmpfs", MS_NOSUID | MS_NODEV,
+                              "mode=755,size=16777216,nr_inodes=4096"));
+    std::string target = root + "/run/sbx";
+    SBX_RETURN_IF_ERROR(EnsureDir(target));
+    SBX_RETURN_IF_ERROR(Mount(cfg.api_dir.c_str(), target, nullptr, MS_BIND));
+    SBX_RETURN_IF_ERROR(Mount(nullptr, target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  }
 
   // Disks: bind mounts of host filesystems that sbxd mounted nosuid,nodev (flags a bind
   // inside a user namespace cannot clear).

@@ -20,6 +20,10 @@ struct SandboxConfig {
   std::string hostname;
   uint64_t tmp_bytes = 0;  // size of /tmp and /dev/shm (0: half of memory)
   std::vector<std::pair<std::string, std::string>> binds;  // host source, target inside
+  // Host folder holding sbxd's in-sandbox API socket (api.sock), bound read-only at
+  // /run/sbx on a tmpfs /run (empty: none). The folder, not the socket, so that a socket
+  // made anew by a restarted sbxd is the one sandboxes reach.
+  std::string api_dir;
   static Result<SandboxConfig> FromJson(const std::string& s);
   std::string ToJson() const;
 };

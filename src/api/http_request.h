@@ -21,6 +21,9 @@ struct Request {
   std::string body_file;  // for routes that take a large body: a temp file holding it
   int64_t arrival_us = 0;
   std::map<std::string, std::string> params;  // from the route pattern, e.g. {id}
+  // Set when the request came through the in-sandbox API socket: the sandbox it came
+  // from (its processes' cgroup), which is then the caller whatever the headers say.
+  std::string via_sandbox;
   std::string Header(const std::string& name) const {
     auto it = headers.find(name);
     return it == headers.end() ? "" : it->second;

@@ -1,7 +1,9 @@
 #include "api/server.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -18,6 +20,8 @@
 #include <boost/beast/http.hpp>
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +29,7 @@
 #include "api/errors.h"
 #include "base/ids.h"
 #include "base/log.h"
+#include "base/unique_fd.h"
 
 namespace sbx::api {
 
@@ -175,8 +180,38 @@ asio::awaitable<void> Proxy(Stream& stream, beast::flat_buffer& buf, http::reque
   }
 }
 
+// The sandbox a connection on the in-sandbox socket comes from: the cgroup of its peer
+// process, read while a pidfd pins that process (so a reused pid cannot pass for it).
+std::optional<std::string> PeerSandbox(int fd, const std::string& instance) {
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+  struct ucred cr = {};
+  socklen_t len = sizeof cr;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || cr.pid <= 0) return std::nullopt;
+  int pidfd = -1;
+  len = sizeof pidfd;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0 || pidfd < 0) return std::nullopt;
+  UniqueFd pin(pidfd);
+  std::ifstream in("/proc/" + std::to_string(cr.pid) + "/cgroup");
+  std::string line, id;
+  const std::string mark = "/sbx-" + instance + "/";
+  while (std::getline(in, line)) {
+    size_t at = line.find(mark);
+    if (at == std::string::npos) continue;
+    std::string rest = line.substr(at + mark.size());
+    std::string this_id = rest.substr(0, rest.find('/'));
+    if (!id.empty() && this_id != id) return std::nullopt;  // hierarchies disagree
+    id = this_id;
+  }
+  if (id.empty() || !ValidName(id)) return std::nullopt;
+  // Still the same process (not exited, so its pid was not reused) after the read.
+  if (::syscall(SYS_pidfd_send_signal, pin.get(), 0, nullptr, 0) != 0) return std::nullopt;
+  return id;
+}
+
 template <typename Stream>
-asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts_ptr) {
+asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts_ptr, std::string via_sandbox = "") {
   const ServerOptions& opts = *opts_ptr;
   beast::flat_buffer buf;
   error_code ec;
@@ -198,6 +233,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
     }
     Request req;
     req.arrival_us = SteadyUs();
+    req.via_sandbox = via_sandbox;
     const auto& h = hp.get();
     req.method = std::string(h.method_string());
     ParseTarget(std::string_view(h.target().data(), h.target().size()), req);
@@ -321,6 +357,22 @@ struct Server::Impl {
   asio::io_context* io;
   std::unique_ptr<asio::ip::tcp::acceptor> tcp;
   std::unique_ptr<asio::local::stream_protocol::acceptor> unix_acc;
+  std::unique_ptr<asio::local::stream_protocol::acceptor> sandbox_acc;
+
+  asio::awaitable<void> AcceptSandboxes() {
+    while (true) {
+      error_code ec;
+      auto s = co_await sandbox_acc->async_accept(asio::redirect_error(use_awaitable, ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted) co_return;
+        continue;
+      }
+      ::fcntl(s.native_handle(), F_SETFD, FD_CLOEXEC);
+      auto id = PeerSandbox(s.native_handle(), opts.instance);
+      if (!id) continue;  // not from a sandbox of this daemon: closed unanswered
+      asio::co_spawn(*io, Session(std::move(s), api, &opts, *id), asio::detached);
+    }
+  }
 
   asio::awaitable<void> AcceptTcp() {
     while (true) {
@@ -383,6 +435,20 @@ Status Server::Start() {
     ::fcntl(impl_->unix_acc->native_handle(), F_SETFD, FD_CLOEXEC);
     ::chmod(impl_->opts.socket_path.c_str(), 0600);
     asio::co_spawn(*impl_->io, impl_->AcceptUnix(), asio::detached);
+  }
+  if (!impl_->opts.sandbox_socket_path.empty()) {
+    const std::string& path = impl_->opts.sandbox_socket_path;
+    ::unlink(path.c_str());
+    impl_->sandbox_acc = std::make_unique<asio::local::stream_protocol::acceptor>(*impl_->io);
+    asio::local::stream_protocol::endpoint sep(path);
+    impl_->sandbox_acc->open(sep.protocol(), ec);
+    if (!ec) impl_->sandbox_acc->bind(sep, ec);
+    if (!ec) impl_->sandbox_acc->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return MakeError(Code::kUnavailable, "listen on " + path + ": " + ec.message());
+    ::fcntl(impl_->sandbox_acc->native_handle(), F_SETFD, FD_CLOEXEC);
+    // Sandboxes connect as their own (mapped) users; who is calling is the peer's cgroup.
+    ::chmod(path.c_str(), 0666);
+    asio::co_spawn(*impl_->io, impl_->AcceptSandboxes(), asio::detached);
   }
   return OkStatus();
 }

@@ -20,6 +20,10 @@ struct ServerOptions {
   std::string socket_path;  // empty: no unix socket
   uint64_t max_body_bytes = 64 << 20;
   uint64_t max_upload_bytes = 16ULL << 30;  // image tarballs
+  // The in-sandbox API socket (empty: none): bound into every sandbox; each connection
+  // is the sandbox whose cgroup (below sbx-<instance>/) its peer process is in.
+  std::string sandbox_socket_path;
+  std::string instance;
 };
 
 class Server {

@@ -77,6 +77,7 @@ struct ContainerOptions {
   uid_t uid_base = 100000;  // sandbox root maps to this host uid
   uid_t uid_count = 65536;
   std::string cgroup_root = "/sys/fs/cgroup";
+  std::string api_dir;  // the folder of sbxd's in-sandbox API socket, bound into each
 };
 
 std::unique_ptr<Runtime> NewContainerRuntime(const ContainerOptions& opts);

@@ -109,3 +109,76 @@ def test_the_admin_key_is_in_no_sandbox(d):
         assert d.key not in r.stdout
     with pytest.raises(sbx.AuthError):
         sbx.Client(url=d.url, api_key="sbt_sb-0000000000000000_" + "0" * 48).list()
+
+
+API_CALL = r'''
+import json, socket, sys
+def call(method, path, body=None):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("/run/sbx/api.sock")
+    data = json.dumps(body).encode() if body is not None else b""
+    s.sendall(f"{method} {path} HTTP/1.1\r\nHost: sbx\r\nConnection: close\r\nContent-Length: {len(data)}\r\n"
+              f"Authorization: Bearer {sys.argv[1]}\r\n\r\n".encode() + data)
+    out = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        out += b
+    head, _, payload = out.partition(b"\r\n\r\n")
+    return int(head.split()[1]), payload.decode()
+results = {}
+for name, (m, p) in json.loads(sys.argv[2]).items():
+    results[name] = call(m, p)[0]
+print(json.dumps(results))
+'''
+
+
+def test_in_sandbox_api_socket_is_scoped_to_its_sandbox(d):
+    """/run/sbx/api.sock: code in a sandbox reaches the API as that sandbox, whatever
+    credentials it sends (none, or the admin key if it had it)."""
+    d.cli("image", "build", "default", timeout=1800)  # from the cache
+    c = d.client()
+    with c.create(image="default") as sb, c.create(image="busybox") as other:
+        assert "api.sock" in sb.exec("ls /run/sbx").stdout
+        # The socket folder is read-only; /run itself is the sandbox's own small tmpfs.
+        assert sb.exec("touch /run/sbx/x 2>&1; echo ok > /run/mine && cat /run/mine").stdout.endswith("ok\n")
+        sb.files.write("/call.py", API_CALL)
+        calls = {
+            "own": ["GET", f"/v1/sandboxes/{sb.id}"],
+            "other": ["GET", f"/v1/sandboxes/{other.id}"],
+            "list": ["GET", "/v1/sandboxes"],
+            "create": ["POST", "/v1/sandboxes"],
+            "exec": ["POST", f"/v1/sandboxes/{sb.id}/exec"],
+            "delete": ["DELETE", f"/v1/sandboxes/{other.id}"],
+            "files": ["GET", f"/v1/sandboxes/{sb.id}/files?path=/call.py"],
+            "secrets": ["GET", "/v1/secrets"],
+        }
+        import json
+        for creds in ("none", d.key):  # even the admin key does not lift the scope
+            r = sb.exec(["python3", "/call.py", creds, json.dumps(calls)])
+            got = json.loads(r.stdout)
+            assert got == {"own": 200, "other": 403, "list": 403, "create": 403, "exec": 403,
+                           "delete": 403, "files": 403, "secrets": 403}, (creds, got, r.stderr)
+        assert other.refresh().state == "running"
+        # The busybox sandbox has the socket too (a /run of its own).
+        assert "api.sock" in other.exec("ls /run/sbx").stdout
+        # After a restart of sbxd the socket is new, and sandboxes still reach it.
+        d.stop()
+        d.start()
+        r = sb.exec(["python3", "/call.py", "none", json.dumps({"own": calls["own"], "other": calls["other"]})])
+        assert json.loads(r.stdout) == {"own": 200, "other": 403}, r.stderr
+
+
+def test_a_host_process_on_the_sandbox_socket_is_not_anyone(d):
+    import socket
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(os.path.join(d.data, "sandbox-api", "api.sock"))
+    s.sendall(f"GET /v1/sandboxes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {d.key}\r\n\r\n".encode())
+    s.settimeout(5)
+    try:
+        answer = s.recv(100)
+    except ConnectionResetError:
+        answer = b""
+    assert answer == b""  # closed unanswered: not a sandbox of this daemon
+    s.close()

@@ -88,7 +88,8 @@ class ContainerRuntime : public Runtime {
                              return b;
                            }()},
                           {"socket", Socket(spec.dir)},     {"hostname", spec.hostname},
-                          {"tmp_bytes", spec.limits.memory_bytes / 2}};
+                          {"tmp_bytes", spec.limits.memory_bytes / 2},
+                          {"api_dir", o_.api_dir}};
     std::string go = "G" + cfg.dump();
     // Everything the clone child touches is prepared before the clone.
     const char* agent = o_.agent_path.c_str();
