@@ -23,6 +23,10 @@ struct Globals {
 std::optional<nlohmann::json> StreamExecBody(HttpClient& c, const std::string& id,
                                              const nlohmann::json& body, bool echo, std::string* out);
 
+// `sbx exec -it`: `body` (cmd, cwd, env) as a tty process, this terminal attached to it
+// over its WebSocket; returns its exit code.
+int RunInteractiveExec(HttpClient& c, const Globals& g, const std::string& id, const nlohmann::json& body);
+
 // `sbx bench`: returns the process exit code.
 int RunBench(const Globals& g, int runs, const std::string& image, bool peers);
 // `sbx bench disk-exec`: serverless calls on a disk, and a test suite against the host.

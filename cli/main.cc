@@ -206,6 +206,9 @@ int main(int argc, char** argv) {
   exec->add_option("--timeout", timeout, "seconds before the command's tree is killed (default 60)");
   exec->add_option("--cwd", cwd, "working directory");
   exec->add_option("--env,-e", exec_env, "KEY=VALUE");
+  bool exec_interactive = false, exec_tty = false;
+  exec->add_flag("--interactive,-i", exec_interactive, "attach this terminal's input (with -t: an interactive terminal)");
+  exec->add_flag("--tty,-t", exec_tty, "run the command on a pseudo-terminal (use -it for a shell)");
   exec->add_option("cmd", cmd, "the command and its arguments (after --)")->required();
 
   auto* cp = app.add_subcommand("cp", "copy files or folders into or out of a sandbox (ID:/path names the sandbox side)");
@@ -401,6 +404,12 @@ int main(int argc, char** argv) {
       e[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
     if (!e.empty()) body["env"] = e;
+    if (exec_interactive || exec_tty) {
+      json pbody = {{"cmd", cmd}};
+      if (!cwd.empty()) pbody["cwd"] = cwd;
+      if (!e.empty()) pbody["env"] = e;
+      return RunInteractiveExec(c, g, exec_id, pbody);
+    }
     auto last = StreamExecBody(c, exec_id, body, /*echo=*/true, nullptr);
     if (!last) return 1;
     int exit_code = last->value("exit_code", 1);

@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -17,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -278,14 +280,37 @@ void Handler::RunExec(const ExecRequest& req) {
   const char* cwd = req.cwd.empty() ? nullptr : req.cwd.c_str();  // empty: the agent's own
 
   int in[2] = {-1, -1}, outp[2], errp[2];
-  if (pipe2(outp, O_CLOEXEC) || pipe2(errp, O_CLOEXEC) || (req.stdin_open && pipe2(in, O_CLOEXEC))) {
+  // With a tty the command's stdio is the slave of a new pseudo-terminal; sbx reads its
+  // output from the master and writes its input there. stderr's pipe then stays empty.
+  UniqueFd master;
+  std::string slave;
+  if (req.tty) {
+    master.Reset(posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+    char name[128];
+    if (!master.valid() || grantpt(master.get()) != 0 || unlockpt(master.get()) != 0 ||
+        ptsname_r(master.get(), name, sizeof name) != 0) {
+      SendError(std::string("cannot open a pseudo-terminal: ") + strerror(errno));
+      return;
+    }
+    slave = name;
+    struct winsize ws = {};
+    ws.ws_col = static_cast<unsigned short>(req.cols);
+    ws.ws_row = static_cast<unsigned short>(req.rows);
+    ioctl(master.get(), TIOCSWINSZ, &ws);
+  }
+  if (pipe2(errp, O_CLOEXEC) || (!req.tty && pipe2(outp, O_CLOEXEC)) || (!req.tty && req.stdin_open && pipe2(in, O_CLOEXEC))) {
     SendError(std::string("pipe: ") + strerror(errno));
     return;
   }
-  UniqueFd devnull(req.stdin_open ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (req.tty) {
+    outp[0] = fcntl(master.get(), F_DUPFD_CLOEXEC, 0);
+    outp[1] = -1;
+    if (req.stdin_open) in[1] = fcntl(master.get(), F_DUPFD_CLOEXEC, 0);
+  }
+  UniqueFd devnull(req.stdin_open || req.tty ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC));
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   // posix_spawn (a vfork-style clone): the command in a session of its own, default
-  // signal dispositions, an empty mask, stdio on the pipes, only 0-2 open.
+  // signal dispositions, an empty mask, stdio on the pipes (or the terminal), only 0-2 open.
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none, all;
@@ -296,9 +321,16 @@ void Handler::RunExec(const ExecRequest& req) {
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, req.stdin_open ? in[0] : devnull.get(), 0);
-  posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+  if (req.tty) {
+    // Opened after setsid, without O_NOCTTY: it becomes the session's controlling tty.
+    posix_spawn_file_actions_addopen(&fa, 0, slave.c_str(), O_RDWR, 0);
+    posix_spawn_file_actions_adddup2(&fa, 0, 1);
+    posix_spawn_file_actions_adddup2(&fa, 0, 2);
+  } else {
+    posix_spawn_file_actions_adddup2(&fa, req.stdin_open ? in[0] : devnull.get(), 0);
+    posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+  }
   if (cwd) posix_spawn_file_actions_addchdir_np(&fa, cwd);
   int64_t start_us = MonoUs();
   pid_t pid = -1;
@@ -306,9 +338,9 @@ void Handler::RunExec(const ExecRequest& req) {
                                : posix_spawn(&pid, path.c_str(), &fa, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
-  close(outp[1]);
+  if (outp[1] >= 0) close(outp[1]);
   close(errp[1]);
-  if (req.stdin_open) close(in[0]);
+  if (in[0] >= 0) close(in[0]);
   std::string exec_failure;
   if (spawn_err != 0) {
     struct stat st;
@@ -406,7 +438,16 @@ void Handler::RunExec(const ExecRequest& req) {
           if (f.type == FrameType::kStdin && stdin_w.valid() && !stdin_eof) {
             stdin_buf += f.payload;
           } else if (f.type == FrameType::kStdinEof) {
-            stdin_eof = true;
+            if (req.tty && stdin_w.valid()) stdin_buf += '\x04';  // a terminal's end of input
+            else stdin_eof = true;
+          } else if (f.type == FrameType::kResize && master.valid()) {
+            auto j = nlohmann::json::parse(f.payload, nullptr, false);
+            struct winsize ws = {};
+            if (j.is_object()) {
+              ws.ws_col = static_cast<unsigned short>(std::clamp(j.value("cols", 80), 1, 10000));
+              ws.ws_row = static_cast<unsigned short>(std::clamp(j.value("rows", 24), 1, 10000));
+              ioctl(master.get(), TIOCSWINSZ, &ws);
+            }
           } else if (f.type == FrameType::kSignal) {
             auto j = nlohmann::json::parse(f.payload, nullptr, false);
             int sig = j.is_object() ? j.value("signal", 0) : 0;

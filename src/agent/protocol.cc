@@ -69,6 +69,11 @@ std::string ExecRequest::ToJson() const {
             {"cwd", cwd},           {"timeout_ms", timeout_ms}, {"stdout_cap", stdout_cap},
             {"stderr_cap", stderr_cap}, {"stdin_open", stdin_open}, {"keepalive_ms", keepalive_ms}};
   if (report_pid) j["report_pid"] = true;
+  if (tty) {
+    j["tty"] = true;
+    j["cols"] = cols;
+    j["rows"] = rows;
+  }
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -91,6 +96,11 @@ Result<ExecRequest> ExecRequest::FromJson(std::string_view s) {
     r.stdin_open = j.value("stdin_open", false);
     r.keepalive_ms = j.value("keepalive_ms", int64_t{15000});
     r.report_pid = j.value("report_pid", false);
+    r.tty = j.value("tty", false);
+    r.cols = j.value("cols", 80);
+    r.rows = j.value("rows", 24);
+    if (r.cols < 1 || r.cols > 10000 || r.rows < 1 || r.rows > 10000)
+      return MakeError(Code::kInvalidArgument, "terminal size out of range");
     if (r.keepalive_ms < 10) r.keepalive_ms = 10;
   } catch (const std::exception& e) {
     return MakeError(Code::kInvalidArgument, std::string("bad exec request: ") + e.what());

@@ -6,6 +6,7 @@
 // Requests: kExec (JSON ExecRequest) then any number of kStdin / kStdinEof / kSignal;
 // or kPing (answered by kPong with JSON {"version", "agent"}); or kWarm (the agent walks
 // its root filesystem so lookups are cached, answered by kWarmDone with JSON {"entries"}).
+// kExec may be followed by kStdin / kStdinEof / kSignal / kResize frames.
 // Answers to kExec: with report_pid, first a kResult {"pid"} once the command started;
 // kStdout / kStderr (raw bytes) in order, then one kExit (JSON ExitInfo),
 // or one kError (JSON {"message", "code"}) if the request itself was refused.
@@ -51,8 +52,9 @@ enum class FrameType : uint8_t {
   kDataEnd = 16,
   kResult = 17,
   kPortOpen = 18,
+  kResize = 19,
 };
-constexpr FrameType kLastFrameType = FrameType::kPortOpen;
+constexpr FrameType kLastFrameType = FrameType::kResize;
 
 // The error codes a kError frame's "code" may carry (the API's codes); anything else is
 // read as "internal".
@@ -91,6 +93,11 @@ struct ExecRequest {
   bool stdin_open = false;  // false: stdin is /dev/null
   int64_t keepalive_ms = 15000;  // a kKeepalive frame after this long without output
   bool report_pid = false;  // a kResult {"pid"} frame first, once the command started
+  // A pseudo-terminal: the command's stdin, stdout and stderr are its slave (and it is the
+  // controlling terminal of the command's session); its output comes as kStdout. kResize
+  // {"cols","rows"} frames change its size.
+  bool tty = false;
+  int cols = 80, rows = 24;
   std::string ToJson() const;
   static Result<ExecRequest> FromJson(std::string_view s);
 };

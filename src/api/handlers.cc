@@ -54,6 +54,8 @@ const std::vector<RouteInfo> kRoutes = {
     {"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", false},
     {"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", false},
     {"GET", "/v1/sandboxes/{id}/processes/{pid}/output", false},
+    {"POST", "/v1/sandboxes/{id}/processes/{pid}/resize", false},
+    {"GET", "/v1/sandboxes/{id}/processes/{pid}/tty", false},
     {"GET", "/v1/snapshots", false},
     {"GET", "/v1/snapshots/{name}", false},
     {"DELETE", "/v1/snapshots/{name}", false},

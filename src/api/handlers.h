@@ -66,6 +66,7 @@ class Api {
   // The sandbox's agent for one proxied connection (a paused sandbox is resumed first).
   boost::asio::awaitable<Result<std::shared_ptr<core::AgentLease>>> ProxyLease(const std::string& id);
   void set_proxy_domain(std::string domain) { proxy_domain_ = std::move(domain); }
+  core::ProcessTable* processes() { return processes_.get(); }
 
  private:
   boost::asio::awaitable<Response> Dispatch(const RouteInfo& route, Request& req);

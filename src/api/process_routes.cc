@@ -2,6 +2,8 @@
 // (replayed and followed as NDJSON).
 #include <signal.h>
 
+#include <algorithm>
+
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -31,6 +33,7 @@ json ProcessJson(const core::ProcessInfo& p) {
           {"started_at", FormatRfc3339(p.started_ms)},
           {"ended_at", p.ended_ms ? json(FormatRfc3339(p.ended_ms)) : json(nullptr)},
           {"stdin_open", p.stdin_open},
+          {"tty", p.tty},
           {"next_seq", p.next_seq}};
 }
 
@@ -64,11 +67,20 @@ std::string Line(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 asio::awaitable<Response> Api::DispatchProcesses(const std::string& pat, Request& req) {
   const std::string id = req.params["id"];
   if (pat == "/v1/sandboxes/{id}/processes" && req.method == "POST") {
-    auto j = ParseObject(req.body, {"cmd", "cwd", "env", "tty"});
+    auto j = ParseObject(req.body, {"cmd", "cwd", "env", "tty", "cols", "rows"});
     if (!j.ok()) co_return ErrorResponse(j.error());
-    if (j->contains("tty") && (*j)["tty"] == true)
-      co_return Bad("tty (a pseudo-terminal) is not available on this sbxd yet");
     core::ExecRequest e;
+    auto tty = GetBool(*j, "tty", false);
+    auto cols = GetInt(*j, "cols");
+    auto rows = GetInt(*j, "rows");
+    if (!tty.ok()) co_return ErrorResponse(tty.error());
+    if (!cols.ok()) co_return ErrorResponse(cols.error());
+    if (!rows.ok()) co_return ErrorResponse(rows.error());
+    e.tty = *tty;
+    if (*cols) e.cols = static_cast<int>(std::clamp<int64_t>(**cols, 0, 100000));
+    if (*rows) e.rows = static_cast<int>(std::clamp<int64_t>(**rows, 0, 100000));
+    if (e.cols < 1 || e.cols > 10000 || e.rows < 1 || e.rows > 10000)
+      co_return Bad("cols and rows must be between 1 and 10000");
     std::string shell_cmd;
     if (auto st = ParseCmd(*j, &shell_cmd, &e.argv); !st.ok()) co_return ErrorResponse(st.error());
     if (!shell_cmd.empty()) e.argv = {"/bin/sh", "-c", shell_cmd};
@@ -121,6 +133,21 @@ asio::awaitable<Response> Api::DispatchProcesses(const std::string& pat, Request
     if (!st.ok()) co_return ErrorResponse(st.error());
     co_return Json(200, {{"type", "process.stdin"}, {"pid", *pid}, {"bytes", data->size()}, {"eof", *eof}});
   }
+  if (pat == "/v1/sandboxes/{id}/processes/{pid}/resize") {
+    auto j = ParseObject(req.body, {"cols", "rows"});
+    if (!j.ok()) co_return ErrorResponse(j.error());
+    auto cols = GetInt(*j, "cols");
+    auto rows = GetInt(*j, "rows");
+    if (!cols.ok()) co_return ErrorResponse(cols.error());
+    if (!rows.ok()) co_return ErrorResponse(rows.error());
+    if (!*cols || !*rows) co_return Bad("cols and rows are required");
+    auto st = processes_->Resize(id, *pid, static_cast<int>(std::clamp<int64_t>(**cols, 0, 100000)),
+                                 static_cast<int>(std::clamp<int64_t>(**rows, 0, 100000)));
+    if (!st.ok()) co_return ErrorResponse(st.error());
+    co_return Json(200, {{"type", "process.resized"}, {"pid", *pid}, {"cols", **cols}, {"rows", **rows}});
+  }
+  if (pat == "/v1/sandboxes/{id}/processes/{pid}/tty")
+    co_return Bad("the terminal is a WebSocket: send Upgrade: websocket");
   // Output: NDJSON lines {"type":"stdout"|"stderr","seq","data"}, "gap" when part of
   // what was asked for already left the ring, "keepalive" while quiet, "exit" at the end.
   uint64_t since = 0;

@@ -65,6 +65,7 @@ asio::awaitable<Result<ProcessInfo>> ProcessTable::Start(asio::any_io_executor e
   p->lease = prep->lease;
   p->info.cmd = req.argv;
   p->info.cwd = prep->req.cwd;
+  p->info.tty = req.tty;
   p->info.started_ms = WallMs();
   std::string socket = p->lease->socket();
   auto st = co_await p->conn.Open(socket);
@@ -234,6 +235,19 @@ Status ProcessTable::Stdin(const std::string& sandbox, int64_t pid, const std::s
     frames += agent::EncodeFrame(agent::FrameType::kStdin, std::string_view(data).substr(off, agent::kMaxPayload));
   if (eof) frames += agent::EncodeFrame(agent::FrameType::kStdinEof, "");
   if (!frames.empty()) Queue(p, std::move(frames));
+  return OkStatus();
+}
+
+Status ProcessTable::Resize(const std::string& sandbox, int64_t pid, int cols, int rows) {
+  if (cols < 1 || cols > 10000 || rows < 1 || rows > 10000)
+    return MakeError(Code::kInvalidArgument, "cols and rows must be between 1 and 10000");
+  SBX_ASSIGN_OR_RETURN(auto p, Find(sandbox, pid));
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (!p->info.tty) return MakeError(Code::kFailedPrecondition, "process " + std::to_string(pid) + " has no terminal");
+    if (!p->info.running) return MakeError(Code::kFailedPrecondition, "process " + std::to_string(pid) + " has ended");
+  }
+  Queue(p, agent::EncodeFrame(agent::FrameType::kResize, json{{"cols", cols}, {"rows", rows}}.dump()));
   return OkStatus();
 }
 

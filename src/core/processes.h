@@ -34,6 +34,7 @@ struct ProcessInfo {
   uint64_t next_seq = 0;   // the sequence number the next output chunk will get
   uint64_t first_seq = 0;  // the oldest chunk still in the ring
   bool stdin_open = true;
+  bool tty = false;
 };
 
 struct OutputChunk {
@@ -62,6 +63,8 @@ class ProcessTable {
   // Queues a signal to the process's group, or stdin bytes (and/or its end), in order.
   Status Signal(const std::string& sandbox, int64_t pid, int sig);
   Status Stdin(const std::string& sandbox, int64_t pid, const std::string& data, bool eof);
+  // A new size for a tty process's terminal.
+  Status Resize(const std::string& sandbox, int64_t pid, int cols, int rows);
   // What is in the ring from `since` on (at most max_bytes of it).
   Result<OutputRead> Read(const std::string& sandbox, int64_t pid, uint64_t since, size_t max_bytes);
   // Drops what is remembered of a deleted sandbox's processes.

@@ -41,6 +41,8 @@ struct ExecRequest {
   std::optional<std::string> stdin_data;
   int64_t timeout_seconds = 60;
   int64_t arrival_us = 0;  // steady clock, when the request arrived
+  bool tty = false;  // background processes: a pseudo-terminal of cols x rows
+  int cols = 80, rows = 24;
 };
 
 // PATCH of a sandbox's lifecycle policy: absent fields stay as they are.

@@ -1083,6 +1083,9 @@ Result<PreparedProcess> SandboxManager::PrepareProcess(const std::string& id, co
   p.req.stdout_cap = p.req.stderr_cap = UINT64_MAX;  // the daemon's ring keeps the latest
   p.req.stdin_open = true;
   p.req.report_pid = true;
+  p.req.tty = req.tty;
+  p.req.cols = req.cols;
+  p.req.rows = req.rows;
   p.req.keepalive_ms = opts_.keepalive_ms;
   ++execs_;
   return p;

@@ -184,3 +184,139 @@ def test_cli_spawn_ps_logs(daemon, client):
         table = daemon.cli("ps", sb.id).stdout
         assert pid in table and "exited" in table and "sh -c echo from-cli" in table
         assert daemon.cli("logs", sb.id, "99999", check=False).returncode != 0
+
+
+class WsClient:
+    """A minimal WebSocket client (RFC 6455) for the terminal route."""
+
+    def __init__(self, d, path):
+        import base64
+        import os
+        import socket
+        self.s = socket.create_connection(("127.0.0.1", d.port), timeout=20)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.s.sendall((f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {d.key}\r\n"
+                        f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                        f"Sec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = self.s.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        self.status = int(head.split()[1]) if head else 0
+        self.head, _, self.buf = head.partition(b"\r\n\r\n")
+
+    def send(self, data, text=False):
+        import os
+        mask = os.urandom(4)
+        n = len(data)
+        hdr = bytes([0x81 if text else 0x82])
+        hdr += bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big")
+        self.s.sendall(hdr + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+
+    def _need(self, n):
+        while len(self.buf) < n:
+            chunk = self.s.recv(65536)
+            if not chunk:
+                raise EOFError
+            self.buf += chunk
+
+    def recv(self):
+        """(opcode, payload)"""
+        self._need(2)
+        op, n = self.buf[0] & 15, self.buf[1] & 127
+        off = 2
+        if n == 126:
+            self._need(4)
+            n, off = int.from_bytes(self.buf[2:4], "big"), 4
+        elif n == 127:
+            self._need(10)
+            n, off = int.from_bytes(self.buf[2:10], "big"), 10
+        self._need(off + n)
+        payload, self.buf = self.buf[off:off + n], self.buf[off + n:]
+        return op, payload
+
+    def read_until(self, needle, limit=200):
+        seen = b""
+        for _ in range(limit):
+            op, payload = self.recv()
+            if op == 2:
+                seen += payload
+                if needle in seen:
+                    return seen
+            elif op in (1, 8):
+                return seen + b"<op%d:%s>" % (op, payload)
+        return seen
+
+
+def test_tty_process_over_websocket(daemon, client):
+    with client.create(image="busybox") as sb:
+        p = sb.processes.start("sh", tty=True, cols=100, rows=30)
+        assert p.data["tty"] is True
+        ws = WsClient(daemon, f"/v1/sandboxes/{sb.id}/processes/{p.pid}/tty")
+        assert ws.status == 101, ws.head
+        ws.send(b"tty; stty size; echo hi-$((1+2))\n")
+        seen = ws.read_until(b"hi-3")
+        assert b"/dev/pts/" in seen and b"30 100" in seen and b"hi-3" in seen, seen
+        ws.send(json.dumps({"type": "resize", "cols": 120, "rows": 40}).encode(), text=True)
+        time.sleep(0.2)
+        ws.send(b"stty size\n")
+        assert b"40 120" in ws.read_until(b"40 120")
+        # Ctrl-C reaches the foreground job through the terminal.
+        ws.send(b"sleep 30\n")
+        time.sleep(0.3)
+        ws.send(b"\x03")
+        ws.send(b"echo after-$?\n")
+        assert b"after-130" in ws.read_until(b"after-130")
+        ws.send(b"exit 5\n")
+        while True:
+            op, payload = ws.recv()
+            if op == 1:
+                assert json.loads(payload) == {"type": "exit", "exit_code": 5, "signal": None}
+                break
+        op, _ = ws.recv()
+        assert op == 8  # close
+        ws.s.close()
+        assert p.info()["exit_code"] == 5
+        # A process without a terminal, and a plain GET, are refused.
+        q = sb.processes.start("sleep 5")
+        ws2 = WsClient(daemon, f"/v1/sandboxes/{sb.id}/processes/{q.pid}/tty")
+        assert ws2.status == 409
+        assert daemon.raw("GET", f"/v1/sandboxes/{sb.id}/processes/{q.pid}/tty")[0] == 400
+        status, body = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/processes/{q.pid}/resize", body={"cols": 10, "rows": 10})
+        assert status == 409, body
+        q.kill()
+        status, body = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/processes", body={"cmd": "sh", "tty": True, "cols": 0})
+        assert status == 400
+
+
+def test_cli_exec_it(daemon, client):
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import termios
+    from conftest import SBX
+    with client.create(image="busybox") as sb:
+        # Input from a pipe: the lines run, then the end of input ends the shell.
+        p = daemon.cli("exec", "-it", sb.id, "--", "sh", "-c", "read x; echo got:$x; exit 3", check=False,
+                       input="hello\n")
+        assert p.returncode == 3 and "got:hello" in p.stdout, p
+        # On a terminal: its size goes along, keys are raw, the exit code comes back.
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 111, 0, 0))
+        env = dict(os.environ, SBX_URL=daemon.url, SBX_API_KEY=daemon.key)
+        proc = subprocess.Popen([SBX, "exec", "-it", sb.id, "--", "sh"], stdin=slave, stdout=slave, stderr=slave,
+                                env=env, close_fds=True)
+        os.close(slave)
+        os.write(master, b"stty size; echo mark-$((6*7))\r")
+        seen = b""
+        deadline = time.time() + 20
+        while b"mark-42" not in seen and time.time() < deadline:
+            seen += os.read(master, 4096)
+        assert b"33 111" in seen and b"mark-42" in seen, seen
+        os.write(master, b"exit 7\r")
+        assert proc.wait(timeout=20) == 7
+        os.close(master)

@@ -546,6 +546,10 @@ class Process:
     def close_stdin(self) -> Answer:
         return self.send_stdin("", eof=True)
 
+    def resize(self, cols: int, rows: int) -> Answer:
+        """A new size for a tty process's terminal."""
+        return Answer(self._sb._client.api.request("POST", self._path("/resize"), body={"cols": cols, "rows": rows}))
+
     def output(self, follow: bool = False, since: int = 0, timeout: float = 3600.0):
         """Yields the output events from sequence number ``since``: dicts of type ``stdout``
         or ``stderr`` (``seq``, ``data``), ``gap`` (output that already left the ring) and,
@@ -586,9 +590,13 @@ class Processes:
         self._sb = sandbox
 
     def start(self, cmd: Union[str, Sequence[str]], cwd: Optional[str] = None,
-              env: Optional[Dict[str, str]] = None) -> Process:
+              env: Optional[Dict[str, str]] = None, tty: bool = False, cols: Optional[int] = None,
+              rows: Optional[int] = None) -> Process:
+        """Start a background process. With ``tty`` it runs on a pseudo-terminal of
+        ``cols`` x ``rows``, reachable as a WebSocket at ``.../processes/{pid}/tty``."""
         body = _drop_none({"cmd": cmd if isinstance(cmd, str) else [str(a) for a in cmd], "cwd": cwd,
-                           "env": dict(env) if env is not None else None})
+                           "env": dict(env) if env is not None else None, "tty": tty or None,
+                           "cols": cols, "rows": rows})
         return Process(self._sb, self._sb._client.api.request("POST", self._sb._path("/processes"), body=body))
 
     def list(self) -> List[Process]:
