@@ -1,4 +1,6 @@
 import type { Client } from "./client.js";
+import { Files } from "./files.js";
+import { Processes } from "./processes.js";
 import { ExecError } from "./errors.js";
 import { LONG_EXEC_SECONDS, budget, cmdField, defined } from "./exec.js";
 import { readExecStream, seg } from "./http.js";
@@ -49,15 +51,30 @@ export class Sandbox {
   /** The raw JSON from the daemon, as of the last call that returned it. */
   data: SandboxData;
 
+  /** The sandbox's files (read, write, list...). */
+  readonly files: Files;
+  /** Its background processes. */
+  readonly processes: Processes;
+
   constructor(
     private readonly client: Client,
     data: SandboxData,
   ) {
     this.data = data;
+    this.files = new Files(client.http, `/v1/sandboxes/${seg(data.id)}`);
+    this.processes = new Processes(client.http, `/v1/sandboxes/${seg(data.id)}`);
   }
 
   get id(): string {
     return this.data.id;
+  }
+
+  /**
+   * The URL that reaches `port` inside the sandbox through the daemon's port proxy (send
+   * the API key or this sandbox's token as a Bearer header).
+   */
+  getUrl(port: number, path = "/"): string {
+    return `${this.client.http.baseUrl}${this.path(`/ports/${port}`)}${path.startsWith("/") ? path : "/" + path}`;
   }
 
   get name(): string | null {

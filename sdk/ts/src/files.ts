@@ -1,0 +1,92 @@
+import type { Transport } from "./http.js";
+import { NotFoundError } from "./errors.js";
+import type { JsonObject } from "./types.js";
+
+/** One entry of a sandbox's file system, as `files.list` and `files.stat` describe it. */
+export interface FileEntry {
+  name: string;
+  path: string;
+  type: "file" | "dir" | "symlink" | "other";
+  size: number;
+  /** Permission bits, e.g. 0o644. */
+  mode: number;
+  /** RFC 3339. */
+  mtime: string;
+  /** A symlink's target. */
+  target?: string;
+}
+
+/**
+ * The files of a running sandbox: `sb.files`. Paths are absolute inside the sandbox and
+ * resolve inside its root (symlinks too). A paused sandbox is resumed first.
+ */
+export class Files {
+  constructor(
+    private readonly http: Transport,
+    private readonly base: string,
+  ) {}
+
+  /** A file's bytes. */
+  readBytes(path: string): Promise<Uint8Array> {
+    return this.http.bytes("GET", `${this.base}/files`, { query: { path }, timeoutSeconds: 600 });
+  }
+
+  /** A file's text (UTF-8). */
+  async read(path: string): Promise<string> {
+    return new TextDecoder().decode(await this.readBytes(path));
+  }
+
+  /**
+   * Writes a whole file; it appears under `path` only once complete. `mode` is its
+   * permission bits (setuid, setgid and sticky are dropped); missing folders are made.
+   */
+  async write(path: string, data: string | Uint8Array, options: { mode?: number } = {}): Promise<JsonObject> {
+    const bytes = typeof data === "string" ? new TextEncoder().encode(data) : data;
+    const query: Record<string, string> = { path };
+    if (options.mode !== undefined) query.mode = options.mode.toString(8);
+    return this.http.json<JsonObject>("PUT", `${this.base}/files`, { query, bytes, timeoutSeconds: 600 });
+  }
+
+  /** The entries of a folder, `depth` levels down (links are not followed). */
+  async list(path = "/", options: { depth?: number } = {}): Promise<FileEntry[]> {
+    const d = await this.http.json<{ entries?: FileEntry[] }>("GET", `${this.base}/files/list`, {
+      query: { path, depth: options.depth ?? 1 },
+    });
+    return d?.entries ?? [];
+  }
+
+  /** One path (a symlink is described, not followed). */
+  stat(path: string): Promise<FileEntry> {
+    return this.http.json<FileEntry>("GET", `${this.base}/files/stat`, { query: { path } });
+  }
+
+  async exists(path: string): Promise<boolean> {
+    try {
+      await this.stat(path);
+      return true;
+    } catch (e) {
+      if (e instanceof NotFoundError) return false;
+      throw e;
+    }
+  }
+
+  /** Deletes a file, link or empty folder (`recursive`: a whole folder). */
+  remove(path: string, options: { recursive?: boolean } = {}): Promise<JsonObject> {
+    return this.http.json<JsonObject>("DELETE", `${this.base}/files`, {
+      query: { path, recursive: options.recursive ? "true" : undefined },
+    });
+  }
+
+  mkdir(path: string, options: { parents?: boolean } = {}): Promise<JsonObject> {
+    return this.http.json<JsonObject>("POST", `${this.base}/files/mkdir`, {
+      json: { path, parents: options.parents ?? true },
+    });
+  }
+
+  /** Renames; refuses to replace an existing target unless `overwrite`. */
+  move(from: string, to: string, options: { overwrite?: boolean } = {}): Promise<JsonObject> {
+    return this.http.json<JsonObject>("POST", `${this.base}/files/move`, {
+      json: { from, to, overwrite: options.overwrite ?? false },
+    });
+  }
+}

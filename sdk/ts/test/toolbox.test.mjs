@@ -1,0 +1,52 @@
+// Files, background processes and port URLs from the SDK, against a real sbxd.
+// Needs SBX_URL and SBX_API_KEY; the daemon must have the "busybox" image.
+import assert from "node:assert/strict";
+import { after, test } from "node:test";
+
+import { Client, ConflictError, NotFoundError } from "../dist/index.js";
+
+const { SBX_URL, SBX_API_KEY } = process.env;
+if (!SBX_URL || !SBX_API_KEY) throw new Error("these tests need SBX_URL and SBX_API_KEY");
+const client = new Client({ url: SBX_URL, apiKey: SBX_API_KEY });
+const made = [];
+after(async () => {
+  for (const sb of made) await sb.delete().catch(() => undefined);
+});
+
+async function sandbox() {
+  const sb = await client.create({ image: "busybox", ttlSeconds: 600 });
+  made.push(sb);
+  return sb;
+}
+
+test("files: write, read, list, stat, move, remove", async () => {
+  const sb = await sandbox();
+  const bytes = new Uint8Array(300000).map((_, i) => (i * 7) & 255);
+  await sb.files.write("/w/blob.bin", bytes);
+  assert.deepEqual(await sb.files.readBytes("/w/blob.bin"), bytes);
+  await sb.files.write("/w/run.sh", "#!/bin/sh\necho ran\n", { mode: 0o755 });
+  assert.equal((await sb.exec("/w/run.sh")).stdout, "ran\n");
+  assert.equal((await sb.files.stat("/w/run.sh")).mode, 0o755);
+  assert.deepEqual((await sb.files.list("/w")).map((e) => e.name), ["blob.bin", "run.sh"]);
+  await assert.rejects(sb.files.move("/w/run.sh", "/w/blob.bin"), ConflictError);
+  await sb.files.move("/w/run.sh", "/w/moved.sh");
+  assert.equal(await sb.files.read("/w/moved.sh"), "#!/bin/sh\necho ran\n");
+  await sb.files.remove("/w", { recursive: true });
+  assert.equal(await sb.files.exists("/w"), false);
+  await assert.rejects(sb.files.read("/w/moved.sh"), NotFoundError);
+});
+
+test("processes: start, follow, stdin, wait; getUrl", async () => {
+  const sb = await sandbox();
+  const p = await sb.processes.start("read x; echo got:$x; echo err >&2; exit 4");
+  await p.sendStdin("hello\n", { eof: true });
+  const info = await p.wait();
+  assert.equal(info.exit_code, 4);
+  const events = [];
+  for await (const ev of p.output()) events.push(ev);
+  const out = events.filter((e) => e.type === "stdout").map((e) => e.data).join("");
+  assert.equal(out, "got:hello\n");
+  assert.equal(events.at(-1).type, "exit");
+  assert.deepEqual((await sb.processes.list()).map((q) => q.pid), [p.pid]);
+  assert.equal(sb.getUrl(8080, "/x"), `${SBX_URL.replace(/\/$/, "")}/v1/sandboxes/${sb.id}/ports/8080/x`);
+});
