@@ -86,7 +86,7 @@ Status ParseCmd(const json& body, std::string* shell, std::vector<std::string>* 
 Result<core::CreateRequest> DecodeCreate(const std::string& body) {
   auto parsed = ParseObject(body, {"type", "isolation", "name", "image", "from", "ttl_seconds", "ttl_action",
                                    "idle_timeout_seconds", "auto_resume", "no_env", "env", "metadata", "network",
-                                   "disks", "resources"});
+                                   "disks", "resources", "public"});
   if (!parsed.ok()) return parsed.error();
   const json& j = *parsed;
   core::CreateRequest c;
@@ -101,6 +101,8 @@ Result<core::CreateRequest> DecodeCreate(const std::string& body) {
   auto no_env = GetBool(j, "no_env", false);
   auto auto_resume = GetBool(j, "auto_resume", true);
   if (!auto_resume.ok()) return auto_resume.error();
+  auto public_ports = GetBool(j, "public", false);
+  if (!public_ports.ok()) return public_ports.error();
   auto env = GetStringMap(j, "env");
   auto md = GetStringMap(j, "metadata");
   for (const Error* e : {type.ok() ? nullptr : &type.error(), iso.ok() ? nullptr : &iso.error(),
@@ -120,6 +122,7 @@ Result<core::CreateRequest> DecodeCreate(const std::string& body) {
   c.idle_timeout_seconds = idle->value_or(0);
   c.no_env = *no_env;
   c.auto_resume = *auto_resume;
+  c.public_ports = *public_ports;
   c.env = *env;
   c.metadata = *md;
   if (j.contains("network") && !j["network"].is_null()) {

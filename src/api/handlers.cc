@@ -100,6 +100,7 @@ json SandboxJson(const core::SandboxView& v) {
             // What keeps a sandbox from being idle (docs/API.md, "Idle policy").
             {"idle_activity", {"api_calls", "running_execs", "file_transfers", "port_traffic", "captures", "cpu_use"}},
             {"auto_resume", r.auto_resume},
+            {"public", r.public_ports},
             {"pause_mode", r.state == "paused" ? json(r.pause_mode) : json(nullptr)},
             {"paused_at", r.state == "paused" && r.paused_ms ? json(FormatRfc3339(r.paused_ms)) : json(nullptr)},
             {"billing", r.billing == "call" ? "per_call" : "per_second"},
@@ -334,7 +335,7 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
       co_return Json(200, SandboxJson(*v));
     }
     if (m == "PATCH") {
-      auto j = ParseObject(req.body, {"ttl_seconds", "ttl_action", "idle_timeout_seconds", "auto_resume"});
+      auto j = ParseObject(req.body, {"ttl_seconds", "ttl_action", "idle_timeout_seconds", "auto_resume", "public"});
       if (!j.ok()) co_return ErrorResponse(j.error());
       core::UpdateRequest u;
       auto ttl = GetInt(*j, "ttl_seconds");
@@ -352,6 +353,11 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
         auto a = GetBool(*j, "auto_resume", true);
         if (!a.ok()) co_return ErrorResponse(a.error());
         u.auto_resume = *a;
+      }
+      if (j->contains("public") && !(*j)["public"].is_null()) {
+        auto a = GetBool(*j, "public", false);
+        if (!a.ok()) co_return ErrorResponse(a.error());
+        u.public_ports = *a;
       }
       auto v = manager_->Update(id, u);
       if (!v.ok()) co_return ErrorResponse(v.error());

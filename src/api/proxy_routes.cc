@@ -75,6 +75,8 @@ std::optional<Result<ProxyTarget>> Api::ProxyRoute(const Request& req, std::stri
 
 std::optional<Response> Api::ProxyRefusal(const ProxyTarget& t, const Request& req) const {
   Caller caller = Authorize(req);
+  // A `public` sandbox's ports are open to anyone who reaches sbxd.
+  if (caller.kind == Caller::kNone && manager_->PortsArePublic(t.id)) return std::nullopt;
   if (caller.kind == Caller::kNone)
     return ErrorResponse(401, "unauthorized", "a valid API key or this sandbox's token is required (Authorization: Bearer ...)");
   if (caller.kind == Caller::kSandbox && caller.sandbox != t.id)

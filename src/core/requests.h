@@ -21,6 +21,7 @@ struct CreateRequest {
   std::string ttl_action = "stop";
   int64_t idle_timeout_seconds = 0;
   bool auto_resume = true;
+  bool public_ports = false;  // `public`: the port proxy needs no credentials for it
   bool per_call = false;  // a serverless call's sandbox: billed per call, not per second
   bool no_env = false;
   std::map<std::string, std::string> env;
@@ -51,6 +52,7 @@ struct UpdateRequest {
   std::optional<std::string> ttl_action;
   std::optional<int64_t> idle_timeout_seconds;
   std::optional<bool> auto_resume;
+  std::optional<bool> public_ports;
 };
 
 }  // namespace sbx::core

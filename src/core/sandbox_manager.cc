@@ -281,6 +281,7 @@ storage::SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, cons
   r.ttl_action = req.ttl_action;
   r.idle_timeout_seconds = req.idle_timeout_seconds;
   r.auto_resume = req.auto_resume;
+  r.public_ports = req.public_ports;
   r.billing = req.per_call ? "call" : "time";
   r.no_env = req.no_env;
   r.env_json = json(req.env).dump();
@@ -924,6 +925,7 @@ Result<std::vector<SandboxView>> SandboxManager::Fork(const std::string& id, int
     req.ttl_seconds = r.ttl_seconds;
     req.ttl_action = r.ttl_action;
     req.no_env = r.no_env;
+    req.public_ports = r.public_ports;
     req.cpus = static_cast<int>(r.cpus);
     req.memory_mb = r.memory_mb;
     req.disk_mb = r.disk_mb;
@@ -1306,6 +1308,12 @@ Status SandboxManager::ResumeLocked(std::unique_lock<std::mutex>& lock, const st
   return store_->UpdateSandbox(e->rec);
 }
 
+bool SandboxManager::PortsArePublic(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto e = Find(id);
+  return e.ok() && (*e)->rec.public_ports;
+}
+
 bool SandboxManager::WantsResume(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto e = Find(id);
@@ -1332,6 +1340,7 @@ Result<SandboxView> SandboxManager::Update(const std::string& id, const UpdateRe
   if (req.ttl_action) r.ttl_action = *req.ttl_action;
   if (req.idle_timeout_seconds) r.idle_timeout_seconds = *req.idle_timeout_seconds;
   if (req.auto_resume) r.auto_resume = *req.auto_resume;
+  if (req.public_ports) r.public_ports = *req.public_ports;
   SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
   e->rec = r;
   e->last_active_ms = now;

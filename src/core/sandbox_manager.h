@@ -174,6 +174,8 @@ class SandboxManager {
   // refused: no runtime here can checkpoint a sandbox yet.
   Result<SandboxView> Pause(const std::string& id, const std::string& mode);
   Result<SandboxView> Resume(const std::string& id);
+  // True if the sandbox was made `public`: its ports need no credentials.
+  bool PortsArePublic(const std::string& id);
   // True if an exec must resume the sandbox first (paused, auto_resume on).
   bool WantsResume(const std::string& id);
   Result<SandboxView> Update(const std::string& id, const UpdateRequest& req);

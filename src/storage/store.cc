@@ -76,13 +76,16 @@ CREATE INDEX usage_calls_time ON usage_calls(at_ms);
     R"sql(
 CREATE TABLE secrets (name TEXT PRIMARY KEY, sealed TEXT NOT NULL, updated_ms INTEGER NOT NULL);
 )sql",
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN public_ports INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 const char* kSandboxCols =
     "id, name, state, type, isolation, image, layers_json, cpus, memory_mb, disk_mb, pids, ttl_seconds, "
     "ttl_action, idle_timeout_seconds, no_env, env_json, metadata_json, network_json, "
     "created_ms, started_ms, expires_ms, billed_ms, pid, pid_start, error, from_snapshot, disks_json, "
-    "pause_mode, paused_ms, auto_resume, billing";
+    "pause_mode, paused_ms, auto_resume, billing, public_ports";
 
 std::vector<Value> SandboxValues(const SandboxRecord& r) {
   return {r.id,         r.name,        r.state,          r.type,
@@ -91,7 +94,7 @@ std::vector<Value> SandboxValues(const SandboxRecord& r) {
           r.idle_timeout_seconds, int64_t{r.no_env}, r.env_json, r.metadata_json,
           r.network_json, r.created_ms, r.started_ms,    r.expires_ms,
           r.billed_ms,  r.pid,         r.pid_start,      r.error, r.from_snapshot, r.disks_json,
-          r.pause_mode, r.paused_ms, int64_t{r.auto_resume}, r.billing};
+          r.pause_mode, r.paused_ms, int64_t{r.auto_resume}, r.billing, int64_t{r.public_ports}};
 }
 
 SandboxRecord SandboxFromRow(const Row& w) {
@@ -128,6 +131,7 @@ SandboxRecord SandboxFromRow(const Row& w) {
   r.paused_ms = w.Int(i++);
   r.auto_resume = w.Int(i++) != 0;
   r.billing = w.Text(i++);
+  r.public_ports = w.Int(i++) != 0;
   return r;
 }
 
@@ -161,7 +165,7 @@ Status Store::Migrate() {
 
 Status Store::InsertSandbox(const SandboxRecord& r) {
   return db_->Query(std::string("INSERT INTO sandboxes (") + kSandboxCols +
-                        ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     SandboxValues(r));
 }
 
@@ -173,7 +177,7 @@ Status Store::UpdateSandbox(const SandboxRecord& r) {
       "memory_mb=?, disk_mb=?, pids=?, ttl_seconds=?, ttl_action=?, idle_timeout_seconds=?, "
       "no_env=?, env_json=?, metadata_json=?, network_json=?, created_ms=?, started_ms=?, "
       "expires_ms=?, billed_ms=?, pid=?, pid_start=?, error=?, from_snapshot=?, disks_json=?, pause_mode=?, paused_ms=?, "
-      "auto_resume=?, billing=? WHERE id=?",
+      "auto_resume=?, billing=?, public_ports=? WHERE id=?",
       v);
 }
 

@@ -41,6 +41,7 @@ struct SandboxRecord {
   std::string pause_mode;  // paused: "freeze" or "hibernate"
   int64_t paused_ms = 0;   // when it was paused (0 if not paused)
   bool auto_resume = true;  // an exec on it while paused resumes it first
+  bool public_ports = false;  // the port proxy reaches it without credentials
   std::string billing = "time";  // "time": per second; "call": a serverless call's sandbox
 };
 

@@ -197,3 +197,22 @@ def test_sdk_get_url_and_cli_port(daemon, served):
     assert out == [f"{daemon.url}/v1/sandboxes/{served.id}/ports/8000/",
                    f"http://8000-{served.id}.sbx.localhost:{daemon.port}/"]
     assert daemon.cli("port", "nosuch", "8000", check=False).returncode != 0
+
+
+def test_public_sandboxes_need_no_credentials(daemon, client):
+    sb = client.create(image="default", public=True)
+    try:
+        assert sb.data["public"] is True
+        start_server(sb, 8001)
+        status, body = request(daemon, "GET", f"/v1/sandboxes/{sb.id}/ports/8001/open", auth=False)
+        assert status == 200 and body["path"] == "/open"
+        status, body = request(daemon, "GET", "/x", auth=False, headers={"Host": f"8001-{sb.id}.sbx.localhost"})
+        assert status == 200
+        # Only the ports: the rest of the API still wants a key.
+        assert request(daemon, "GET", f"/v1/sandboxes/{sb.id}", auth=False)[0] == 401
+        status, body = daemon.raw("PATCH", f"/v1/sandboxes/{sb.id}", body={"public": False})
+        assert status == 200 and body["public"] is False
+        assert request(daemon, "GET", f"/v1/sandboxes/{sb.id}/ports/8001/", auth=False)[0] == 401
+        assert daemon.raw("PATCH", f"/v1/sandboxes/{sb.id}", body={"public": "yes"})[0] == 400
+    finally:
+        sb.delete()

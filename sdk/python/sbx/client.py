@@ -669,6 +669,7 @@ class Sandbox:
         ttl_action: Optional[str] = None,
         idle_timeout_seconds: Optional[int] = None,
         auto_resume: Optional[bool] = None,
+        public: Optional[bool] = None,
     ) -> "Sandbox":
         """Change the lifecycle policy; ``ttl_seconds`` restarts the TTL from now."""
         body = _drop_none(
@@ -677,6 +678,7 @@ class Sandbox:
                 "ttl_action": ttl_action,
                 "idle_timeout_seconds": idle_timeout_seconds,
                 "auto_resume": auto_resume,
+                "public": public,
             }
         )
         return self._update(self._client.api.request("PATCH", self._path(), body=body))
@@ -980,6 +982,7 @@ class Client:
         network: Union[str, Dict[str, Any], None] = None,
         auto_resume: Optional[bool] = None,
         resources: Optional[Dict[str, Any]] = None,
+        public: Optional[bool] = None,
         **extra: Any,
     ) -> Sandbox:
         """Create a sandbox. Only the arguments given are sent.
@@ -1000,6 +1003,7 @@ class Client:
                 "ttl_action": ttl_action,
                 "idle_timeout_seconds": idle_timeout_seconds,
                 "auto_resume": auto_resume,
+                "public": public,
                 "no_env": no_env,
                 "env": dict(env) if env is not None else None,
                 "metadata": dict(metadata) if metadata is not None else None,
