@@ -294,6 +294,54 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
     call("DELETE", "/v1/sandboxes/" + sid, nullptr, nullptr);
     for (int i = 0; i < runs; ++i) call("DELETE", "/v1/snapshots/" + base + "-" + std::to_string(i), nullptr, nullptr);
   }
+  // The agent's toolbox: files, background processes, the port proxy.
+  Row fput{"sbx files write 1 MiB (PUT, renamed into place)", {}, "true", ""};
+  Row fget{"sbx files read 1 MiB (GET, streamed)", {}, "true", ""};
+  Row fstat{"sbx files stat", {}, "true", ""};
+  Row pstart{"sbx process start (background, pid answered)", {}, "true", ""};
+  Row proxy{"sbx port proxy GET 1 KiB (new connection each)", {}, "true", ""};
+  {
+    auto box = call("POST", "/v1/sandboxes", create_body, nullptr);
+    if (!box) return 1;
+    std::string sid = (*box)["id"];
+    std::string mib(1 << 20, 'x');
+    for (int i = 0; i < runs; ++i) {
+      auto t0 = Clock::now();
+      auto r = c.Call("PUT", "/v1/sandboxes/" + sid + "/files?path=/root/bench.bin", mib);
+      if (!r.ok() || r->status != 200) return 1;
+      fput.ms.push_back(Ms(t0, Clock::now()));
+      t0 = Clock::now();
+      r = c.Call("GET", "/v1/sandboxes/" + sid + "/files?path=/root/bench.bin", "", "*/*");
+      if (!r.ok() || r->status != 200 || r->body.size() != mib.size()) return 1;
+      fget.ms.push_back(Ms(t0, Clock::now()));
+      double ms;
+      if (!call("GET", "/v1/sandboxes/" + sid + "/files/stat?path=/root/bench.bin", nullptr, &ms)) return 1;
+      fstat.ms.push_back(ms);
+    }
+    for (int i = 0; i < runs; ++i) {
+      double ms;
+      auto j = call("POST", "/v1/sandboxes/" + sid + "/processes", json{{"cmd", {"true"}}}, &ms);
+      if (!j) return 1;
+      pstart.ms.push_back(ms);
+    }
+    // busybox httpd serves a 1 KiB file on the sandbox's loopback.
+    if (!call("POST", "/v1/sandboxes/" + sid + "/exec",
+              json{{"cmd", "mkdir -p /www && head -c 1024 /dev/zero > /www/k && (httpd -f -p 127.0.0.1:8080 -h /www >/dev/null 2>&1 &) && sleep 0.2"}},
+              nullptr))
+      return 1;
+    for (int i = 0; i < runs + 1; ++i) {
+      HttpClient fresh(g.url, g.api_key);  // the proxy closes each connection after its exchange
+      auto t0 = Clock::now();
+      auto r = fresh.Call("GET", "/v1/sandboxes/" + sid + "/ports/8080/k", "", "*/*");
+      if (!r.ok() || r->status != 200 || r->body.size() != 1024) {
+        std::fprintf(stderr, "sbx bench: the port proxy did not answer (is httpd in the image?); skipping that row\n");
+        proxy.ms.clear();
+        break;
+      }
+      if (i > 0) proxy.ms.push_back(Ms(t0, Clock::now()));
+    }
+    call("DELETE", "/v1/sandboxes/" + sid, nullptr, nullptr);
+  }
   rows.push_back(create);
   rows.push_back(from);
   rows.push_back(snap);
@@ -305,6 +353,11 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
   rows.push_back(exec_sh);
   rows.push_back(del);
   rows.push_back(cycle);
+  rows.push_back(fput);
+  rows.push_back(fget);
+  rows.push_back(fstat);
+  rows.push_back(pstart);
+  if (!proxy.ms.empty()) rows.push_back(proxy);
 
   double floor = Pct(rows.front().ms, 0.5);
   json out = json::array();

@@ -61,6 +61,10 @@ class Api {
   // or its Host is {port}-{id}.{proxy domain}: then this answers the target, or the error
   // answer for a malformed one. nullopt for every other request.
   std::optional<Result<ProxyTarget>> ProxyRoute(const Request& req, std::string_view raw_target) const;
+  // 401 unless some valid credentials (the admin key, a live sandbox's token, or the
+  // in-sandbox socket) come with the request: checked before a malformed proxy target is
+  // reported, as auth comes before validation everywhere.
+  std::optional<Response> Unauthenticated(const Request& req) const;
   // 401/403 unless the admin key or that sandbox's own token is presented.
   std::optional<Response> ProxyRefusal(const ProxyTarget& t, const Request& req) const;
   // The sandbox's agent for one proxied connection (a paused sandbox is resumed first).

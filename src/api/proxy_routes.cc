@@ -73,6 +73,11 @@ std::optional<Result<ProxyTarget>> Api::ProxyRoute(const Request& req, std::stri
   return Result<ProxyTarget>(ProxyTarget{id, *port, target});
 }
 
+std::optional<Response> Api::Unauthenticated(const Request& req) const {
+  if (Authorize(req).kind != Caller::kNone) return std::nullopt;
+  return ErrorResponse(401, "unauthorized", "a valid API key or a sandbox's token is required (Authorization: Bearer ...)");
+}
+
 std::optional<Response> Api::ProxyRefusal(const ProxyTarget& t, const Request& req) const {
   Caller caller = Authorize(req);
   // A `public` sandbox's ports are open to anyone who reaches sbxd.

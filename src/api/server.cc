@@ -368,7 +368,8 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
     std::string_view raw_target(h.target().data(), h.target().size());
     if (auto proxied = api->ProxyRoute(req, raw_target)) {
       if (!proxied->ok()) {
-        Response bad = ErrorResponse(proxied->error());
+        auto denied = api->Unauthenticated(req);
+        Response bad = denied ? *denied : ErrorResponse(proxied->error());
         co_await WriteResponse(stream, bad, false);
       } else {
         ProxyTarget t = **proxied;

@@ -99,7 +99,7 @@ def test_stdin_and_signals(daemon, client):
 def test_bad_requests(daemon, client):
     with client.create(image="busybox") as sb:
         base = f"/v1/sandboxes/{sb.id}/processes"
-        for body in ({}, {"cmd": ""}, {"cmd": []}, {"cmd": 3}, {"cmd": "x", "bogus": 1}, {"cmd": "x", "tty": True},
+        for body in ({}, {"cmd": ""}, {"cmd": []}, {"cmd": 3}, {"cmd": "x", "bogus": 1}, {"cmd": "x", "tty": "yes"},
                      {"cmd": "x", "env": {"A=B": "v"}}):
             status, answer = daemon.raw("POST", base, body=body)
             assert status == 400, (body, answer)
