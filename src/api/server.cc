@@ -336,6 +336,9 @@ template <typename Stream>
 asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts_ptr, std::string via_sandbox = "") {
   const ServerOptions& opts = *opts_ptr;
   beast::flat_buffer buf;
+  // Room for 64 KiB reads: beast reads no more than the free capacity (at least 512 bytes),
+  // and a body streamed to a file would otherwise come in 512-byte pieces.
+  buf.reserve(64 * 1024);
   error_code ec;
   while (true) {
     http::request_parser<http::empty_body> hp;
@@ -394,6 +397,12 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
         co_await WriteResponse(stream, *refused, false);
         break;
       }
+    }
+    // A client that asks first (curl does for large bodies) is told to go on.
+    if (route && beast::iequals(req.Header("expect"), "100-continue")) {
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      co_await asio::async_write(stream, asio::buffer(kContinue), asio::redirect_error(use_awaitable, ec));
+      if (ec) break;
     }
     if (route && route->large_body) {
       tmp_file = api->tmp_dir() + "/upload-" + RandomHex(8);
