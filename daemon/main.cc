@@ -1,4 +1,5 @@
 // sbxd: the sandbox daemon. Wiring only: flags and config, state, runtime, API.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/reaper.h"
+#include "base/unique_fd.h"
 #include "core/sandbox_manager.h"
 #include "layers/images.h"
 #include "runtime/runtime.h"
@@ -53,6 +55,7 @@ struct Flags {
   int64_t min_free_mb = 64;
   std::string log_level = "info";
   std::string proxy_domain = "sbx.localhost";  // port proxy by host: PORT-ID.<domain>
+  int64_t store_mb = 0;  // > 0: sandboxes and layers on an XFS store of this size (quotas, reflink)
   int64_t keepalive_ms = 15000;  // streamed output: a keep-alive line after this quiet time
 };
 
@@ -64,7 +67,70 @@ void Usage() {
                "            [--max-sandboxes N] [--max-memory-mb MB] [--max-disk-mb MB]\n"
                "            [--price-small USD_PER_HOUR] [--price-default ...] [--price-large ...]\n"
                "            [--serverless-call-usd USD] [--min-free-mb MB] [--proxy-domain DOMAIN]\n"
-               "            [--keepalive-ms MS]\n");
+               "            [--keepalive-ms MS] [--store-mb MB]\n");
+}
+
+bool IsMountPoint(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    // ID PARENT MAJ:MIN ROOT MOUNTPOINT ...
+    size_t pos = 0;
+    for (int i = 0; i < 4 && pos != std::string::npos; ++i) pos = line.find(' ', pos + 1);
+    if (pos == std::string::npos) continue;
+    size_t end = line.find(' ', pos + 1);
+    if (line.substr(pos + 1, end - pos - 1) == path) return true;
+  }
+  return false;
+}
+
+// --store-mb: the sandboxes' folders and the snapshot layers live on a btrfs file system
+// of that size, in a preallocated image under the data dir (so a full store never becomes a
+// full host disk), loop-mounted with quotas on: each sandbox's folder is a subvolume held to
+// its disk_mb, and copies into layers share blocks (reflink). The image and mounts are
+// reused across restarts.
+Status SetUpStore(const std::string& data_dir, int64_t store_mb) {
+  const std::string img = data_dir + "/store.img", mnt = data_dir + "/store";
+  auto run = [](std::vector<std::string> argv) -> Status {
+    auto r = Reaper::Get().Run(argv);
+    if (!r.ok()) return r.error();
+    if (r->exit_code != 0) return MakeError(Code::kInternal, argv[0] + ": " + r->output);
+    return OkStatus();
+  };
+  if (!IsMountPoint(mnt)) {
+    if (::access(img.c_str(), F_OK) != 0) {
+      for (const char* d : {"sandboxes", "layers"}) {
+        auto entries = fs::ListDir(data_dir + "/" + d);
+        if (entries.ok() && !entries->empty())
+          return MakeError(Code::kFailedPrecondition, std::string("--store-mb needs a data dir without sandboxes or layers yet (") +
+                                                          data_dir + "/" + d + " is not empty)");
+      }
+      UniqueFd fd(::open(img.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600));
+      if (!fd.valid()) return ErrnoError("create " + img);
+      if (::fallocate(fd.get(), 0, 0, store_mb << 20) != 0) {
+        Error e = ErrnoError("allocate " + std::to_string(store_mb) + " MB for " + img);
+        ::unlink(img.c_str());
+        return e;
+      }
+      fd.Reset();
+      if (auto st = run({"mkfs.btrfs", "-q", img}); !st.ok()) {
+        ::unlink(img.c_str());
+        return st.error();
+      }
+    }
+    SBX_RETURN_IF_ERROR(fs::MkdirAll(mnt, 0711));
+    SBX_RETURN_IF_ERROR(run({"mount", "-o", "loop,noatime,nosuid,nodev", img, mnt}));
+    SBX_RETURN_IF_ERROR(run({"btrfs", "quota", "enable", mnt}));
+  }
+  ::chmod(mnt.c_str(), 0711);
+  for (const char* d : {"sandboxes", "layers"}) {
+    std::string inside = mnt + "/" + d, outside = data_dir + "/" + d;
+    SBX_RETURN_IF_ERROR(fs::MkdirAll(inside, 0711));
+    ::chmod(inside.c_str(), 0711);
+    SBX_RETURN_IF_ERROR(fs::MkdirAll(outside, 0711));
+    if (!IsMountPoint(outside)) SBX_RETURN_IF_ERROR(run({"mount", "--bind", inside, outside}));
+  }
+  return OkStatus();
 }
 
 // A small subset of TOML: top-level `key = "string"` and `key = integer` lines.
@@ -137,6 +203,7 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       else if (k == "agent") f->agent = v;
       else if (k == "default_image") f->default_image = v;
       else if (k == "proxy_domain") f->proxy_domain = v;
+      else if (k == "store_mb") f->store_mb = std::stoll(v);
       else if (k == "keepalive_ms") f->keepalive_ms = std::stoll(v);
       else if (k == "uid_base") f->uid_base = std::stoll(v);
       else if (k == "output_cap") f->output_cap = std::stoll(v);
@@ -258,6 +325,10 @@ int Run(int argc, char** argv) {
   if (auto st = CheckTraversable(f.data_dir); !st.ok()) return fail(st.error());
   char real[PATH_MAX];
   std::string data_dir = ::realpath(f.data_dir.c_str(), real) ? real : f.data_dir;
+  if (f.store_mb < 0 || (f.store_mb > 0 && f.store_mb < 512))
+    return fail(MakeError(Code::kInvalidArgument, "--store-mb must be 0 (no store) or at least 512"));
+  if (f.store_mb > 0)
+    if (auto st = SetUpStore(data_dir, f.store_mb); !st.ok()) return fail(st.error().Wrap("setting up the store"));
   if (f.agent.empty()) {
     char self[PATH_MAX];
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
@@ -279,6 +350,7 @@ int Run(int argc, char** argv) {
   co.agent_path = f.agent;
   co.instance = Sha256Hex(data_dir).substr(0, 8);
   co.uid_base = static_cast<uid_t>(f.uid_base);
+  co.disk_quotas = f.store_mb > 0;
   // The in-sandbox API socket (/run/sbx/api.sock inside every sandbox).
   co.api_dir = data_dir + "/sandbox-api";
   if (auto st = fs::MkdirAll(co.api_dir, 0755); !st.ok()) return fail(st.error());

@@ -10,7 +10,7 @@ PACKAGES=(
   libboost-dev libboost-system-dev nlohmann-json3-dev libsqlite3-dev libseccomp-dev libssl-dev
   libcli11-dev libgtest-dev googletest zlib1g-dev
   python3 python3-pytest
-  debootstrap busybox-static tar iproute2 procps
+  debootstrap busybox-static tar iproute2 procps btrfs-progs
   bubblewrap crun
   clang-14 libclang-rt-14-dev
 )

@@ -118,6 +118,7 @@ runtime::StartSpec SandboxManager::SpecOf(const SandboxRecord& r) const {
         s.binds.push_back({disks_->MountPath(d["id"].get<std::string>()), d["mount_path"].get<std::string>()});
   s.limits.cpus = static_cast<int>(r.cpus);
   s.limits.memory_bytes = static_cast<uint64_t>(r.memory_mb) << 20;
+  s.limits.disk_bytes = static_cast<uint64_t>(r.disk_mb) << 20;
   s.limits.pids = static_cast<int>(r.pids);
   return s;
 }
@@ -428,6 +429,13 @@ Result<SandboxView> SandboxManager::Claim(std::shared_ptr<Entry> e, const Create
   };
   if (claimed.cpus != e->rec.cpus || claimed.memory_mb != e->rec.memory_mb || claimed.pids != e->rec.pids) {
     Status st = runtime_->UpdateLimits(e->rec.id, limits);
+    if (!st.ok()) {
+      give_back();
+      return st.error();
+    }
+  }
+  if (claimed.disk_mb != e->rec.disk_mb) {
+    Status st = runtime_->SetDiskLimit(DirOf(e->rec.id), static_cast<uint64_t>(claimed.disk_mb) << 20);
     if (!st.ok()) {
       give_back();
       return st.error();

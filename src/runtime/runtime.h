@@ -19,6 +19,7 @@ struct Limits {
   int cpus = 0;
   uint64_t memory_bytes = 0;
   int pids = 0;
+  uint64_t disk_bytes = 0;  // the sandbox's own files (where the runtime can enforce it)
 };
 
 struct Bind {
@@ -55,6 +56,9 @@ class Runtime {
   virtual Status Stop(const std::string& id, const Instance& inst) = 0;
   // Applies new resource limits to a running sandbox (a claimed pooled sandbox).
   virtual Status UpdateLimits(const std::string& id, const Limits& limits) = 0;
+  // Changes the limit on the files of the sandbox whose folder is `dir` (a no-op where
+  // the runtime enforces none).
+  virtual Status SetDiskLimit(const std::string& dir, uint64_t bytes) { return OkStatus(); }
   // Stops every process of a running sandbox in place (memory kept), and lets them go on.
   virtual Status Freeze(const std::string& id) = 0;
   virtual Status Thaw(const std::string& id) = 0;
@@ -78,6 +82,9 @@ struct ContainerOptions {
   uid_t uid_count = 65536;
   std::string cgroup_root = "/sys/fs/cgroup";
   std::string api_dir;  // the folder of sbxd's in-sandbox API socket, bound into each
+  // The sandboxes' folders are on a btrfs store with quotas (runtime/quota.h): each is a
+  // subvolume whose files are limited to limits.disk_bytes.
+  bool disk_quotas = false;
 };
 
 std::unique_ptr<Runtime> NewContainerRuntime(const ContainerOptions& opts);

@@ -171,3 +171,53 @@ def test_dev_shm_and_tmp_fills_stop_at_their_size(daemon):
         assert daemon.raw("GET", "/v1/health", auth=False)[0] == 200
         sb.exec("rm -f /dev/shm/fill /tmp/fill")
         assert sb.exec("echo usable").stdout == "usable\n"
+
+
+def test_disk_fill_and_inode_flood_stop_at_the_sandbox_disk():
+    """With a store (--store-mb), each sandbox's files live in a btrfs subvolume limited to
+    its disk_mb: a disk fill and a flood of empty files both stop there, other sandboxes
+    keep writing, the host's disk does not move, and the sandbox works again once it
+    deletes what it made."""
+    from conftest import Daemon
+    d = Daemon("store", extra_args=["--store-mb", "1024"])
+    try:
+        d.cli("image", "build", "default", timeout=1800)  # from the cache
+        host_free = os.statvfs(d.data).f_bavail * os.statvfs(d.data).f_frsize
+        c = d.client()
+        with c.create(image="default", resources={"disk_mb": 64}) as sb, c.create(image="busybox") as other:
+            r = sb.exec("dd if=/dev/zero of=/root/fill bs=1M count=200 2>&1; echo rc=$?", timeout_seconds=120)
+            assert "quota exceeded" in r.stdout.lower() and "rc=0" not in r.stdout, r.stdout
+            assert int(sb.exec("stat -c %s /root/fill").stdout) <= 64 << 20
+            assert other.exec("echo ok > /root/x && cat /root/x").stdout == "ok\n"
+            sb.exec("rm /root/fill")
+            assert sb.exec("echo again > /root/z && cat /root/z").stdout == "again\n"
+        with c.create(image="default", resources={"disk_mb": 16}) as sb, c.create(image="busybox") as other:
+            flood = ("import os\nos.makedirs('/root/many')\ni = 0\ntry:\n"
+                     "    while True:\n        open('/root/many/%d' % i, 'w').close()\n        i += 1\n"
+                     "except OSError as e:\n    print(i, e.errno)\n")
+            sb.files.write("/flood.py", flood)
+            r = sb.exec("python3 /flood.py", timeout_seconds=300)
+            made, errno = map(int, r.stdout.split())
+            assert errno == 122 and made > 1000, r.stdout  # EDQUOT, after many files
+            assert other.exec("echo still > /root/y && cat /root/y").stdout == "still\n"
+            sb.exec("rm -rf /root/many", timeout_seconds=120)
+            assert sb.exec("echo again > /root/z && cat /root/z").stdout == "again\n"
+            # The files API meets the same limit (one upload fits, the second does not).
+            status, body = d.raw("PUT", f"/v1/sandboxes/{sb.id}/files?path=/root/big", body=os.urandom(10 << 20))
+            assert status == 200, body
+            status, body = d.raw("PUT", f"/v1/sandboxes/{sb.id}/files?path=/root/big2", body=os.urandom(10 << 20))
+            assert status == 413 and "no space left" in body["error"]["message"], body
+            assert sb.exec("ls -a /root").stdout.count(".sbx-upload") == 0  # the partial file went
+        # Snapshots, templates and forks work on the store (layers are reflinked copies).
+        with c.create(image="busybox", resources={"disk_mb": 128}) as sb:
+            sum1 = sb.exec("head -c 50000000 /dev/urandom > /root/data && md5sum /root/data").stdout.split()[0]
+            sb.snapshot("store-snap")
+            with c.create(from_="store-snap") as t, sb.fork() as f:
+                assert t.exec("md5sum /root/data").stdout.split()[0] == sum1
+                assert f.exec("md5sum /root/data").stdout.split()[0] == sum1
+            c.api.delete_named_snapshot("store-snap")
+        # The store was allocated up front: nothing the sandboxes did moved the host's disk.
+        after = os.statvfs(d.data).f_bavail * os.statvfs(d.data).f_frsize
+        assert host_free - after < 64 << 20, (host_free, after)
+    finally:
+        d.destroy()

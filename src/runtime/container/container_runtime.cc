@@ -9,6 +9,7 @@
 #include <grp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "runtime/cgroup.h"
+#include "runtime/quota.h"
 #include "runtime/runtime.h"
 
 #ifndef CLONE_PIDFD
@@ -55,6 +57,11 @@ class ContainerRuntime : public Runtime {
   std::string Socket(const std::string& dir) const { return dir + "/ctl/a.sock"; }
 
   Status Prepare(const StartSpec& spec) override {
+    if (o_.disk_quotas && ::access(spec.dir.c_str(), F_OK) != 0) {
+      // A subvolume of its own, limited to the sandbox's disk: its files can fill only it.
+      SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir.substr(0, spec.dir.rfind('/')), 0711));
+      SBX_RETURN_IF_ERROR(MakeLimitedDir(spec.dir, spec.limits.disk_bytes));
+    }
     SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir, 0711));
     for (const char* d : {"upper", "work", "ctl"}) {
       std::string p = spec.dir + "/" + d;
@@ -203,6 +210,11 @@ class ContainerRuntime : public Runtime {
     return cg.Remove();
   }
 
+  Status SetDiskLimit(const std::string& dir, uint64_t bytes) override {
+    if (!o_.disk_quotas || bytes == 0) return OkStatus();
+    return SetDirLimit(dir, bytes);
+  }
+
   Status UpdateLimits(const std::string& id, const Limits& l) override {
     return CgroupDir(mode_, Group(id), o_.cgroup_root).SetLimits({l.cpus, l.memory_bytes, l.pids});
   }
@@ -216,6 +228,7 @@ class ContainerRuntime : public Runtime {
     CgroupDir cg(mode_, Group(id), o_.cgroup_root);
     SBX_RETURN_IF_ERROR(cg.Kill());
     SBX_RETURN_IF_ERROR(cg.Remove());
+    if (o_.disk_quotas) return RemoveLimitedDir(dir);
     return fs::RemoveTree(dir);
   }
 

@@ -1,0 +1,88 @@
+#include "runtime/quota.h"
+
+#include <fcntl.h>
+#include <linux/btrfs.h>
+#include <linux/btrfs_tree.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/fs.h"
+#include "base/unique_fd.h"
+
+namespace sbx::runtime {
+
+namespace {
+
+// The id of the subvolume whose root is `fd`.
+Result<uint64_t> SubvolumeId(int fd, const std::string& dir) {
+  struct btrfs_ioctl_ino_lookup_args args = {};
+  args.treeid = 0;
+  args.objectid = BTRFS_FIRST_FREE_OBJECTID;
+  if (::ioctl(fd, BTRFS_IOC_INO_LOOKUP, &args) != 0) return ErrnoError("looking up the subvolume of " + dir);
+  return static_cast<uint64_t>(args.treeid);
+}
+
+Status Limit(int fd, const std::string& dir, uint64_t bytes) {
+  SBX_ASSIGN_OR_RETURN(uint64_t id, SubvolumeId(fd, dir));
+  struct btrfs_ioctl_qgroup_limit_args args = {};
+  args.qgroupid = id;  // level 0: the subvolume's own qgroup
+  args.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
+  args.lim.max_rfer = bytes;
+  if (::ioctl(fd, BTRFS_IOC_QGROUP_LIMIT, &args) != 0) return ErrnoError("limiting the disk of " + dir);
+  return OkStatus();
+}
+
+std::pair<std::string, std::string> Split(const std::string& dir) {
+  size_t slash = dir.rfind('/');
+  return {slash == 0 ? "/" : dir.substr(0, slash), dir.substr(slash + 1)};
+}
+
+}  // namespace
+
+Status MakeLimitedDir(const std::string& dir, uint64_t bytes) {
+  auto [parent, name] = Split(dir);
+  if (name.empty() || name.size() >= BTRFS_PATH_NAME_MAX) return MakeError(Code::kInvalidArgument, "bad folder name " + dir);
+  UniqueFd pfd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!pfd.valid()) return ErrnoError("open " + parent);
+  struct btrfs_ioctl_vol_args args = {};
+  std::strncpy(args.name, name.c_str(), BTRFS_PATH_NAME_MAX);
+  if (::ioctl(pfd.get(), BTRFS_IOC_SUBVOL_CREATE, &args) != 0) return ErrnoError("creating the subvolume " + dir);
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return ErrnoError("open " + dir);
+  ::fchmod(fd.get(), 0711);
+  if (bytes == 0) return OkStatus();
+  return Limit(fd.get(), dir, bytes);
+}
+
+Status SetDirLimit(const std::string& dir, uint64_t bytes) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return ErrnoError("open " + dir);
+  return Limit(fd.get(), dir, bytes);
+}
+
+Status RemoveLimitedDir(const std::string& dir) {
+  uint64_t id = 0;
+  {
+    UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd.valid()) return errno == ENOENT ? OkStatus() : ErrnoError("open " + dir);
+    auto sid = SubvolumeId(fd.get(), dir);
+    if (sid.ok()) id = *sid;
+  }
+  // An empty subvolume's root goes with rmdir, like any folder.
+  SBX_RETURN_IF_ERROR(fs::RemoveTree(dir));
+  if (id > BTRFS_FS_TREE_OBJECTID) {
+    // Its qgroup would linger (empty) otherwise; the cleaner may still hold it: best effort.
+    auto [parent, name] = Split(dir);
+    UniqueFd pfd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    struct btrfs_ioctl_qgroup_create_args args = {};
+    args.create = 0;
+    args.qgroupid = id;
+    if (pfd.valid()) (void)::ioctl(pfd.get(), BTRFS_IOC_QGROUP_CREATE, &args);
+  }
+  return OkStatus();
+}
+
+}  // namespace sbx::runtime
