@@ -242,8 +242,10 @@ def probe_image_tar() -> bytes:
 
 @pytest.fixture(scope="session")
 def daemon():
-    """A shared daemon with the busybox, probe and default images."""
-    d = Daemon("it")
+    """A shared daemon with the busybox, probe and default images, on a store (btrfs with
+    per-sandbox quotas and file-system snapshots); the daemons of single tests run
+    without one, so both ways are covered."""
+    d = Daemon("it", extra_args=["--store-mb", "4096"])
     try:
         status, body = d.raw("POST", "/v1/images/probe", body=probe_image_tar(),
                              headers={"Content-Type": "application/x-tar"})

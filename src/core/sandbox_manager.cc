@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -741,6 +742,20 @@ Result<SandboxView> SandboxManager::Start(const std::string& id) {
   return ViewLocked(*e);
 }
 
+namespace {
+// The bytes of the regular files below `dir` (links not followed).
+uint64_t TreeBytes(const std::string& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code fec;
+    if (it->is_regular_file(fec) && !it->is_symlink(fec)) total += it->file_size(fec);
+  }
+  return total;
+}
+}  // namespace
+
 Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, uint64_t* bytes) {
   std::shared_ptr<Entry> e;
   bool running;
@@ -770,6 +785,7 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
   // under a real name (and the collector removes temporaries).
   std::string tmp = base + "/tmp-" + RandomHex(8);
   Result<layers::CopyStats> copied = layers::CopyStats{};
+  const bool snapshot = runtime_->CanSnapshotFiles();
   {
     if (running) SBX_RETURN_IF_ERROR(runtime_->Freeze(id));
     ScopeExit thaw([&] {
@@ -779,19 +795,28 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
       }
     });
     FaultPoint("snapshot.frozen");
-    copied = layers::CopyTree(DirOf(id) + "/upper", tmp);
+    if (snapshot) {
+      // A file-system snapshot of the sandbox's folder: constant time, whatever its files.
+      Status st = runtime_->SnapshotFiles(DirOf(id), tmp);
+      if (!st.ok()) copied = st.error();
+    } else {
+      copied = layers::CopyTree(DirOf(id) + "/upper", tmp);
+    }
     FaultPoint("snapshot.copied");
   }
   if (!copied.ok()) {
-    (void)fs::RemoveTree(tmp);
+    (void)runtime_->RemoveLayer(tmp);
     return OnDataDir(copied.error().Wrap("capturing " + id));
   }
-  std::string layer = base + "/l-" + RandomHex(8);
-  if (::rename(tmp.c_str(), layer.c_str()) != 0) {
+  std::string dir = base + "/l-" + RandomHex(8);
+  if (::rename(tmp.c_str(), dir.c_str()) != 0) {
     Error err = ErrnoError("rename " + tmp);
-    (void)fs::RemoveTree(tmp);
+    (void)runtime_->RemoveLayer(tmp);
     return err;
   }
+  // A snapshot holds the whole folder: the layer is its upper.
+  std::string layer = snapshot ? dir + "/upper" : dir;
+  if (snapshot) copied->bytes = TreeBytes(layer);
   ::chmod(layer.c_str(), 0755);
   {
     // Until its caller has recorded it, the layer is in no row: keep the collector off it.
@@ -1027,11 +1052,12 @@ void SandboxManager::CollectLayers() {
   if (!dirs.ok()) return;
   for (const auto& d : *dirs) {
     std::string path = base + "/" + d;
-    if (used.count(path)) continue;
+    // A layer is the folder, or (a file-system snapshot) its upper.
+    if (used.count(path) || used.count(path + "/upper")) continue;
     // A capture in flight writes a temporary, then a fresh layer that no row names yet.
     if (!capturing.empty()) continue;
     SBX_LOG(kDebug) << "removing unused layer " << d;
-    (void)fs::RemoveTree(path);
+    (void)runtime_->RemoveLayer(path);
   }
 }
 

@@ -63,6 +63,21 @@ Status SetDirLimit(const std::string& dir, uint64_t bytes) {
   return Limit(fd.get(), dir, bytes);
 }
 
+Status SnapshotDir(const std::string& dir, const std::string& dst) {
+  auto [parent, name] = Split(dst);
+  if (name.empty() || name.size() >= BTRFS_SUBVOL_NAME_MAX) return MakeError(Code::kInvalidArgument, "bad snapshot name " + dst);
+  UniqueFd src(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (!src.valid()) return ErrnoError("open " + dir);
+  UniqueFd pfd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!pfd.valid()) return ErrnoError("open " + parent);
+  struct btrfs_ioctl_vol_args_v2 args = {};
+  args.fd = src.get();
+  args.flags = BTRFS_SUBVOL_RDONLY;
+  std::strncpy(args.name, name.c_str(), BTRFS_SUBVOL_NAME_MAX);
+  if (::ioctl(pfd.get(), BTRFS_IOC_SNAP_CREATE_V2, &args) != 0) return ErrnoError("snapshot of " + dir);
+  return OkStatus();
+}
+
 Status RemoveLimitedDir(const std::string& dir) {
   uint64_t id = 0;
   {
@@ -70,6 +85,12 @@ Status RemoveLimitedDir(const std::string& dir) {
     if (!fd.valid()) return errno == ENOENT ? OkStatus() : ErrnoError("open " + dir);
     auto sid = SubvolumeId(fd.get(), dir);
     if (sid.ok()) id = *sid;
+    // A read-only snapshot is made writable first, or nothing in it could be removed.
+    uint64_t flags = 0;
+    if (::ioctl(fd.get(), BTRFS_IOC_SUBVOL_GETFLAGS, &flags) == 0 && (flags & BTRFS_SUBVOL_RDONLY)) {
+      flags &= ~static_cast<uint64_t>(BTRFS_SUBVOL_RDONLY);
+      if (::ioctl(fd.get(), BTRFS_IOC_SUBVOL_SETFLAGS, &flags) != 0) return ErrnoError("making " + dir + " writable");
+    }
   }
   // An empty subvolume's root goes with rmdir, like any folder.
   SBX_RETURN_IF_ERROR(fs::RemoveTree(dir));

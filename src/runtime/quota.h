@@ -14,7 +14,10 @@ namespace sbx::runtime {
 Status MakeLimitedDir(const std::string& dir, uint64_t bytes);
 // Changes the limit of a folder made by MakeLimitedDir.
 Status SetDirLimit(const std::string& dir, uint64_t bytes);
-// Removes such a folder with everything in it, and its qgroup.
+// Removes such a folder (or a read-only snapshot) with everything in it, and its qgroup.
 Status RemoveLimitedDir(const std::string& dir);
+// A read-only snapshot of the subvolume `dir` at `dst` (which must not exist): constant
+// time, whatever the files; the source's data is flushed first.
+Status SnapshotDir(const std::string& dir, const std::string& dst);
 
 }  // namespace sbx::runtime

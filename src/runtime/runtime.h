@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/fs.h"
 #include "base/result.h"
 #include "base/unique_fd.h"
 
@@ -59,6 +60,14 @@ class Runtime {
   // Changes the limit on the files of the sandbox whose folder is `dir` (a no-op where
   // the runtime enforces none).
   virtual Status SetDiskLimit(const std::string& dir, uint64_t bytes) { return OkStatus(); }
+  // Whether CaptureFiles can take a sandbox's files at once (a file-system snapshot).
+  virtual bool CanSnapshotFiles() const { return false; }
+  // A read-only capture of the sandbox folder `dir` at `dst`; its files are at dst/upper.
+  virtual Status SnapshotFiles(const std::string& dir, const std::string& dst) {
+    return MakeError(Code::kFailedPrecondition, "this runtime has no file-system snapshots");
+  }
+  // Removes a layer folder (a copy, or a snapshot from SnapshotFiles).
+  virtual Status RemoveLayer(const std::string& path) { return fs::RemoveTree(path); }
   // Stops every process of a running sandbox in place (memory kept), and lets them go on.
   virtual Status Freeze(const std::string& id) = 0;
   virtual Status Thaw(const std::string& id) = 0;

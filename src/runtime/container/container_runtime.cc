@@ -210,6 +210,15 @@ class ContainerRuntime : public Runtime {
     return cg.Remove();
   }
 
+  bool CanSnapshotFiles() const override { return o_.disk_quotas; }
+  Status SnapshotFiles(const std::string& dir, const std::string& dst) override {
+    if (!o_.disk_quotas) return Runtime::SnapshotFiles(dir, dst);
+    return SnapshotDir(dir, dst);
+  }
+  Status RemoveLayer(const std::string& path) override {
+    return o_.disk_quotas ? RemoveLimitedDir(path) : fs::RemoveTree(path);
+  }
+
   Status SetDiskLimit(const std::string& dir, uint64_t bytes) override {
     if (!o_.disk_quotas || bytes == 0) return OkStatus();
     return SetDirLimit(dir, bytes);
