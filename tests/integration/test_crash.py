@@ -9,6 +9,7 @@ import time
 import pytest
 
 import sbx
+from conftest import Daemon
 
 
 def crash_at(d, point):
@@ -57,9 +58,19 @@ def consistent(d):
                          f"pid namespaces={len(pid_namespaces(d))}")
 
 
+@pytest.fixture(params=[False, True], ids=["copy", "store"])
+def copy_or_store_daemon(request):
+    """A daemon whose captures copy files, or one on a store (btrfs snapshots)."""
+    d = Daemon("crash", extra_args=["--store-mb", "1024"] if request.param else [])
+    try:
+        yield d
+    finally:
+        d.destroy()
+
+
 @pytest.mark.parametrize("point", ["snapshot.frozen", "snapshot.copied", "snapshot.renamed", "snapshot.recorded"])
-def test_crash_during_snapshot_leaves_whole_snapshot_or_none(fresh_daemon, point):
-    d = fresh_daemon
+def test_crash_during_snapshot_leaves_whole_snapshot_or_none(copy_or_store_daemon, point):
+    d = copy_or_store_daemon
     c = d.client()
     sb = c.create(image="busybox")
     sb.exec("head -c 5000000 /dev/urandom > /root/blob; md5sum /root/blob > /root/sum", check=True)
