@@ -11,20 +11,39 @@ PORT="${SBX_PORT:-7070}"
 export SBX_URL="http://127.0.0.1:$PORT"
 SBX="$BUILD/sbx --data-dir $DATA_DIR"
 mkdir -p /run/sbx
+# The store (sbxd --store-mb): sandboxes' files on a preallocated btrfs image with a quota
+# per sandbox. Made on a new data dir (a quarter of the free space, 1-64 GiB; SBX_STORE_MB
+# sets it, 0 turns it off), reused when it exists; a data dir that already holds sandboxes
+# without one goes on without it.
+mkdir -p "$DATA_DIR"
+if [ -f "$DATA_DIR/store.img" ]; then
+  STORE_MB=$(( $(stat -c %s "$DATA_DIR/store.img") / 1048576 ))
+elif [ -n "${SBX_STORE_MB:-}" ]; then
+  STORE_MB=$SBX_STORE_MB
+elif [ -z "$(ls -A "$DATA_DIR/sandboxes" 2>/dev/null)" ] && [ -z "$(ls -A "$DATA_DIR/layers" 2>/dev/null)" ]; then
+  FREE_MB=$(( $(stat -f -c '%a * %S' "$DATA_DIR") / 1048576 ))
+  STORE_MB=$(( FREE_MB / 4 ))
+  [ "$STORE_MB" -gt 65536 ] && STORE_MB=65536
+  [ "$STORE_MB" -lt 1024 ] && STORE_MB=0 && log "less than 4 GiB free under $DATA_DIR: no store, so disk_mb is not enforced"
+else
+  STORE_MB=0
+  log "$DATA_DIR holds sandboxes made without a store: going on without one (disk_mb is not enforced)"
+fi
+SBXD_CMD="$BUILD/sbxd --listen 127.0.0.1:$PORT --data-dir $DATA_DIR --store-mb $STORE_MB"
 # A daemon this script started earlier is restarted on the new build (its sandboxes keep
 # running and are re-adopted); a daemon started some other way is left alone.
 # The pid file is trusted only while that pid still runs the command line this script
 # gave it (a stale file's pid may belong to another process by now).
 OLD_PID=$(cat /run/sbx/sbxd.pid 2>/dev/null || true)
-if [ -n "$OLD_PID" ] && [ "$(tr '\0' ' ' </proc/"$OLD_PID"/cmdline 2>/dev/null)" = \
-     "$BUILD/sbxd --listen 127.0.0.1:$PORT --data-dir $DATA_DIR " ]; then
+if [ -n "$OLD_PID" ] && [ "$(tr '\0' ' ' </proc/"$OLD_PID"/cmdline 2>/dev/null)" = "$SBXD_CMD " ]; then
   log "restarting the sbxd this script started (pid $OLD_PID)"
   kill "$OLD_PID"
   for _ in $(seq 100); do kill -0 "$OLD_PID" 2>/dev/null || break; sleep 0.1; done
 fi
 if ! $SBX health >/dev/null 2>&1; then
-  log "starting sbxd on 127.0.0.1:$PORT (state in $DATA_DIR/sbxd.db, log in /var/log/sbxd.log)"
-  nohup "$BUILD/sbxd" --listen "127.0.0.1:$PORT" --data-dir "$DATA_DIR" >>/var/log/sbxd.log 2>&1 &
+  log "starting sbxd on 127.0.0.1:$PORT (state in $DATA_DIR/sbxd.db, store $STORE_MB MB, log in /var/log/sbxd.log)"
+  # shellcheck disable=SC2086 # the command is words
+  nohup $SBXD_CMD >>/var/log/sbxd.log 2>&1 &
   echo $! > /run/sbx/sbxd.pid
   for _ in $(seq 100); do $SBX health >/dev/null 2>&1 && break; sleep 0.1; done
   $SBX health
@@ -34,12 +53,18 @@ if ! $SBX image ls | grep -q '^default '; then
   $SBX image build default
 fi
 
-log "demo: create, exec, pause/resume, snapshot, create from it, fork, rm, serverless calls on a disk, usage"
+log "demo: create, exec, files, a background process, pause/resume, snapshot, create from it, fork, rm, serverless calls on a disk, usage"
 set -x
 ID=$($SBX create --type small --ttl 600 --name demo-$$)
 $SBX exec "$ID" -- python3 -c 'print(1+1)'
 $SBX exec "$ID" -- sh -c 'echo "hello from $(hostname), uid $(id -u), caps $(grep CapEff /proc/self/status | cut -f2)"'
 $SBX exec "$ID" -- sh -c 'echo "state kept in the template" > /root/note'
+echo "print('run from a copied file')" > "/tmp/sbx-demo-$$.py"
+$SBX cp "/tmp/sbx-demo-$$.py" "$ID:/root/demo.py"
+rm -f "/tmp/sbx-demo-$$.py"
+$SBX exec "$ID" -- python3 /root/demo.py
+PID=$($SBX spawn "$ID" -- sh -c 'for i in 1 2 3; do echo "tick $i"; sleep 0.2; done')
+$SBX logs -f "$ID" "$PID"
 $SBX pause "$ID"                      # frozen: not billed, memory kept
 $SBX resume "$ID"
 $SBX snapshot "$ID" demo-template-$$
