@@ -816,7 +816,8 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
   }
   // A snapshot holds the whole folder: the layer is its upper.
   std::string layer = snapshot ? dir + "/upper" : dir;
-  if (snapshot) copied->bytes = TreeBytes(layer);
+  // Its size is walked only when asked for (a named snapshot shows it; a fork does not).
+  if (snapshot && bytes) copied->bytes = TreeBytes(layer);
   ::chmod(layer.c_str(), 0755);
   {
     // Until its caller has recorded it, the layer is in no row: keep the collector off it.

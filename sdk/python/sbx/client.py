@@ -1098,20 +1098,7 @@ class Disk:
     def read_file(self, path: str) -> bytes:
         """A file of the disk, read without starting a sandbox (``path`` resolves inside
         the disk, symlinks included)."""
-        api = self._client.api
-        conn = api._new_conn(api.timeout)
-        try:
-            conn.request("GET", api._target("/v1/disks/" + _seg(self.id) + "/files", [("path", path)]),
-                         headers=api._headers(True))
-            resp = conn.getresponse()
-            data = resp.read()
-        except (OSError, http.client.HTTPException) as e:
-            raise SbxConnectionError("reading %s: %s" % (path, e)) from e
-        finally:
-            conn.close()
-        if resp.status >= 300:
-            _decode(resp.status, resp.reason, data)  # raises the API error
-        return data
+        return _get_bytes(self._client.api, "/v1/disks/" + _seg(self.id) + "/files", [("path", path)])
 
     def write_file(self, path: str, data: Union[str, bytes]) -> Dict[str, Any]:
         """Write a file of the disk (whole and atomically; missing parents are created)."""
