@@ -113,8 +113,8 @@ def test_crash_during_create_fails_cleanly(fresh_daemon, point):
     d.wait_clean()
 
 
-def test_crash_after_delete_is_marked_finishes_the_delete(fresh_daemon):
-    d = fresh_daemon
+def test_crash_after_delete_is_marked_finishes_the_delete(copy_or_store_daemon):
+    d = copy_or_store_daemon
     sb = d.client().create(image="busybox")
     crash_at(d, "delete.marked")
     with pytest.raises(sbx.SbxError):
@@ -123,8 +123,8 @@ def test_crash_after_delete_is_marked_finishes_the_delete(fresh_daemon):
     d.wait_clean()
 
 
-def test_crash_during_fork_leaves_source_usable(fresh_daemon):
-    d = fresh_daemon
+def test_crash_during_fork_leaves_source_usable(copy_or_store_daemon):
+    d = copy_or_store_daemon
     sb = d.client().create(image="busybox")
     sb.exec("echo x > /root/x", check=True)
     crash_at(d, "fork.captured")
