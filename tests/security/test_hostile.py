@@ -71,16 +71,19 @@ def write_through_links_image(sentinel):
     return buf.getvalue()
 
 
-def trapped_mount_points_image(sentinel, proc_is_a_file):
+def trapped_mount_points_image(sentinel, proc_is_a_file, run_only=False):
     """Links from the places the agent mounts on to host paths, and a file where a
     directory belongs."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as t:
         busybox_base(t)
-        add_link(t, "dev", "/")                   # the agent mounts a tmpfs on /dev
-        add_link(t, "tmp", sentinel)              # ... and on /tmp
-        if proc_is_a_file:
-            add_file(t, "proc", b"not a directory")  # ... and procfs on /proc
+        if run_only:
+            add_link(t, "run", sentinel)          # a tmpfs and the API socket's folder go on /run
+        else:
+            add_link(t, "dev", "/")               # the agent mounts a tmpfs on /dev
+            add_link(t, "tmp", sentinel)          # ... and on /tmp
+            if proc_is_a_file:
+                add_file(t, "proc", b"not a directory")  # ... and procfs on /proc
         add_link(t, "hosts-link", "/etc/shadow")
     return buf.getvalue()
 
@@ -95,11 +98,12 @@ def test_an_image_that_writes_through_links_is_refused(daemon, sentinel_dir):
     assert "hostile-links" not in [i["name"] for i in body["images"]]
 
 
-@pytest.mark.parametrize("proc_is_a_file", [False, True])
-def test_an_image_with_trapped_mount_points_touches_no_host_file(daemon, sentinel_dir, proc_is_a_file):
+@pytest.mark.parametrize("proc_is_a_file,run_only", [(False, False), (True, False), (False, True)],
+                         ids=["dev-tmp", "dev-tmp-proc", "run"])
+def test_an_image_with_trapped_mount_points_touches_no_host_file(daemon, sentinel_dir, proc_is_a_file, run_only):
     shadow = sha("/etc/shadow")
     status, body = daemon.raw("POST", "/v1/images/hostile-mounts",
-                              body=trapped_mount_points_image(sentinel_dir, proc_is_a_file),
+                              body=trapped_mount_points_image(sentinel_dir, proc_is_a_file, run_only),
                               headers={"Content-Type": "application/x-tar"})
     assert status == 201, body
     status, body = daemon.raw("POST", "/v1/sandboxes", body={"image": "hostile-mounts", "ttl_seconds": 60})
