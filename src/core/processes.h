@@ -69,6 +69,9 @@ class ProcessTable {
   Result<OutputRead> Read(const std::string& sandbox, int64_t pid, uint64_t since, size_t max_bytes);
   // Drops what is remembered of a deleted sandbox's processes.
   void Forget(const std::string& sandbox);
+  // Forgets the processes of every sandbox that no longer exists (deleted by its TTL, say,
+  // rather than through the API). Called on each start, so rings never pile up.
+  void PruneGone();
   size_t ring_bytes() const { return ring_bytes_; }
 
  private:
