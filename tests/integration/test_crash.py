@@ -1,7 +1,8 @@
 """kill -9 of sbxd at named points inside create, snapshot, fork, delete, pause, exec and
 serverless calls (the SBX_FAULT_POINT switch): after a restart every sandbox is running
 and usable or cleanly failed, no snapshot is half-written, no disk is lost, and the
-kernel's objects match what the DB says."""
+kernel's objects match what the DB says. Every point is walked twice: with captures that
+copy files, and on a store (btrfs subvolumes and snapshots)."""
 import os
 import signal
 import time
@@ -99,8 +100,8 @@ def test_crash_during_snapshot_leaves_whole_snapshot_or_none(copy_or_store_daemo
 
 
 @pytest.mark.parametrize("point", ["create.row_inserted", "create.started"])
-def test_crash_during_create_fails_cleanly(fresh_daemon, point):
-    d = fresh_daemon
+def test_crash_during_create_fails_cleanly(copy_or_store_daemon, point):
+    d = copy_or_store_daemon
     crash_at(d, point)
     with pytest.raises(sbx.SbxError):
         d.client().create(image="busybox")
@@ -138,10 +139,10 @@ def test_crash_during_fork_leaves_source_usable(copy_or_store_daemon):
     assert os.listdir(os.path.join(d.data, "layers")) == []
 
 
-def test_crash_during_pause_leaves_the_sandbox_running(fresh_daemon):
+def test_crash_during_pause_leaves_the_sandbox_running(copy_or_store_daemon):
     """Frozen, but killed before the pause was recorded: the restart thaws it (the DB
     says running) and it works."""
-    d = fresh_daemon
+    d = copy_or_store_daemon
     sb = d.client().create(image="busybox")
     sb.exec("echo p > /root/p", check=True)
     crash_at(d, "pause.done")
@@ -154,8 +155,8 @@ def test_crash_during_pause_leaves_the_sandbox_running(fresh_daemon):
     consistent(d)
 
 
-def test_crash_during_exec_leaves_the_sandbox_usable(fresh_daemon):
-    d = fresh_daemon
+def test_crash_during_exec_leaves_the_sandbox_usable(copy_or_store_daemon):
+    d = copy_or_store_daemon
     sb = d.client().create(image="busybox")
     crash_at(d, "exec.started")
     with pytest.raises(sbx.SbxError):
@@ -168,9 +169,9 @@ def test_crash_during_exec_leaves_the_sandbox_usable(fresh_daemon):
     assert list(rows) == [sb.id]
 
 
-def test_crash_during_a_serverless_call_loses_no_disk(fresh_daemon):
+def test_crash_during_a_serverless_call_loses_no_disk(copy_or_store_daemon):
     """The call's sandbox goes at the restart; the disk and its files stay."""
-    d = fresh_daemon
+    d = copy_or_store_daemon
     c = d.client()
     disk = c.disks.create(size_mb=64)
     assert disk.exec("echo kept > kept.txt").exit_code == 0
