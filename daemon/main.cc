@@ -70,20 +70,6 @@ void Usage() {
                "            [--keepalive-ms MS] [--store-mb MB]\n");
 }
 
-bool IsMountPoint(const std::string& path) {
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    // ID PARENT MAJ:MIN ROOT MOUNTPOINT ...
-    size_t pos = 0;
-    for (int i = 0; i < 4 && pos != std::string::npos; ++i) pos = line.find(' ', pos + 1);
-    if (pos == std::string::npos) continue;
-    size_t end = line.find(' ', pos + 1);
-    if (line.substr(pos + 1, end - pos - 1) == path) return true;
-  }
-  return false;
-}
-
 // --store-mb: the sandboxes' folders and the snapshot layers live on a btrfs file system
 // of that size, in a preallocated image under the data dir (so a full store never becomes a
 // full host disk), loop-mounted with quotas on: each sandbox's folder is a subvolume held to
@@ -97,7 +83,7 @@ Status SetUpStore(const std::string& data_dir, int64_t store_mb) {
     if (r->exit_code != 0) return MakeError(Code::kInternal, argv[0] + ": " + r->output);
     return OkStatus();
   };
-  if (!IsMountPoint(mnt)) {
+  if (!fs::IsMountPoint(mnt)) {
     if (::access(img.c_str(), F_OK) != 0) {
       for (const char* d : {"sandboxes", "layers"}) {
         auto entries = fs::ListDir(data_dir + "/" + d);
@@ -128,7 +114,7 @@ Status SetUpStore(const std::string& data_dir, int64_t store_mb) {
     SBX_RETURN_IF_ERROR(fs::MkdirAll(inside, 0711));
     ::chmod(inside.c_str(), 0711);
     SBX_RETURN_IF_ERROR(fs::MkdirAll(outside, 0711));
-    if (!IsMountPoint(outside)) SBX_RETURN_IF_ERROR(run({"mount", "--bind", inside, outside}));
+    if (!fs::IsMountPoint(outside)) SBX_RETURN_IF_ERROR(run({"mount", "--bind", inside, outside}));
   }
   return OkStatus();
 }

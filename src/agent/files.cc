@@ -71,7 +71,9 @@ Error Errno(int err, const std::string& what) {
   std::string msg = what + ": " + std::strerror(err);
   if (err == ENOSPC || err == EDQUOT) msg = what + ": no space left on the sandbox's disk";
   if (err == EXDEV) msg = what + ": a move cannot cross file systems (mounts) inside the sandbox";
-  return MakeError(c, msg);
+  Error e = MakeError(c, msg);
+  e.sys_errno = err;
+  return e;
 }
 
 bool SendAll(int fd, std::string_view s) {
@@ -231,24 +233,29 @@ Result<json> Stat(int root, const json& req) {
   return j;
 }
 
+// The names in the folder `dfd` (without "." and ".."), sorted.
+Result<std::vector<std::string>> Names(int dfd) {
+  int dup = ::fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+  DIR* d = dup >= 0 ? ::fdopendir(dup) : nullptr;
+  if (!d) {
+    int err = errno;
+    if (dup >= 0) ::close(dup);
+    return Errno(err, "read the folder");
+  }
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(d))
+    if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) names.emplace_back(e->d_name);
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 // Lists `dfd` (shown as `shown`) into `out`, descending `depth - 1` more levels through real
 // directories only (never through a symlink).
 bool ListInto(int dfd, const std::string& shown, int depth, json& out) {
-  int dup = ::fcntl(dfd, F_DUPFD_CLOEXEC, 0);
-  if (dup < 0) return true;
-  DIR* d = ::fdopendir(dup);
-  if (!d) {
-    ::close(dup);
-    return true;
-  }
-  std::vector<std::string> names;
-  while (struct dirent* e = ::readdir(d)) {
-    if (!std::strcmp(e->d_name, ".") || !std::strcmp(e->d_name, "..")) continue;
-    names.emplace_back(e->d_name);
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  for (const auto& n : names) {
+  auto names = Names(dfd);
+  if (!names.ok()) return true;
+  for (const auto& n : *names) {
     if (out.size() >= kMaxListEntries) return false;
     struct stat st;
     if (::fstatat(dfd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
@@ -319,17 +326,9 @@ Status RemoveTree(int dfd, const std::string& name, const std::string& shown, in
   {
     UniqueFd sub(::openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!sub.valid()) return Errno(errno, "remove " + shown);
-    int dup = ::fcntl(sub.get(), F_DUPFD_CLOEXEC, 0);
-    DIR* d = dup >= 0 ? ::fdopendir(dup) : nullptr;
-    if (!d) {
-      if (dup >= 0) ::close(dup);
-      return Errno(errno, "remove " + shown);
-    }
-    std::vector<std::string> names;
-    while (struct dirent* e = ::readdir(d))
-      if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) names.emplace_back(e->d_name);
-    ::closedir(d);
-    for (const auto& n : names) {
+    auto names = Names(sub.get());
+    if (!names.ok()) return Errno(names.error().sys_errno, "remove " + shown);
+    for (const auto& n : *names) {
       if (::unlinkat(sub.get(), n.c_str(), 0) == 0 || errno == ENOENT) continue;
       if (errno != EISDIR) return Errno(errno, "remove " + Join(shown, n));
       SBX_RETURN_IF_ERROR(RemoveTree(sub.get(), n, Join(shown, n), depth + 1));
@@ -462,18 +461,9 @@ class TarOut {
   // Walks `dfd`; names in the archive start with `prefix` ("" or "a/b/").
   bool Walk(int dfd, const std::string& prefix, int depth) {
     if (depth > 256) return true;
-    int dup = ::fcntl(dfd, F_DUPFD_CLOEXEC, 0);
-    DIR* d = dup >= 0 ? ::fdopendir(dup) : nullptr;
-    if (!d) {
-      if (dup >= 0) ::close(dup);
-      return true;
-    }
-    std::vector<std::string> names;
-    while (struct dirent* e = ::readdir(d))
-      if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) names.emplace_back(e->d_name);
-    ::closedir(d);
-    std::sort(names.begin(), names.end());
-    for (const auto& n : names) {
+    auto names = Names(dfd);
+    if (!names.ok()) return true;
+    for (const auto& n : *names) {
       struct stat st;
       if (::fstatat(dfd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
       tar::Entry e;

@@ -66,6 +66,15 @@ Result<std::map<std::string, std::string>> GetStringMap(const json& j, const cha
 
 // The "cmd" of an exec: a non-empty string (for a shell; returned in *shell) or a
 // non-empty array of strings (the argv; appended to *argv).
+Status DecodeCommand(const json& body, core::ExecRequest* e) {
+  std::string shell_cmd;
+  SBX_RETURN_IF_ERROR(ParseCmd(body, &shell_cmd, &e->argv));
+  if (!shell_cmd.empty()) e->argv = {"/bin/sh", "-c", shell_cmd};
+  SBX_ASSIGN_OR_RETURN(e->cwd, GetString(body, "cwd"));
+  SBX_ASSIGN_OR_RETURN(e->env, GetStringMap(body, "env"));
+  return OkStatus();
+}
+
 Status ParseCmd(const json& body, std::string* shell, std::vector<std::string>* argv) {
   if (!body.contains("cmd")) return MakeError(Code::kInvalidArgument, "cmd is required");
   const json& cmd = body["cmd"];

@@ -24,6 +24,9 @@ Result<std::map<std::string, std::string>> GetStringMap(const nlohmann::json& j,
 // The "cmd" of an exec: a non-empty string (for a shell; returned in *shell) or a
 // non-empty array of strings (the argv; appended to *argv).
 Status ParseCmd(const nlohmann::json& body, std::string* shell, std::vector<std::string>* argv);
+// The command of an exec or a background process: "cmd" (a string runs with /bin/sh -c),
+// "cwd" and "env", into *e.
+Status DecodeCommand(const nlohmann::json& body, core::ExecRequest* e);
 
 // The body of POST /v1/sandboxes.
 Result<core::CreateRequest> DecodeCreate(const std::string& body);

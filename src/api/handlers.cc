@@ -470,17 +470,9 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     if (!j.ok()) co_return ErrorResponse(j.error());
     core::ExecRequest e;
     e.arrival_us = req.arrival_us;
-    std::string shell_cmd;
-    if (auto st = ParseCmd(*j, &shell_cmd, &e.argv); !st.ok()) co_return ErrorResponse(st.error());
-    if (!shell_cmd.empty()) e.argv = {"/bin/sh", "-c", shell_cmd};
-    auto cwd = GetString(*j, "cwd");
-    auto env = GetStringMap(*j, "env");
+    if (auto st = DecodeCommand(*j, &e); !st.ok()) co_return ErrorResponse(st.error());
     auto timeout = GetInt(*j, "timeout_seconds");
-    if (!cwd.ok()) co_return ErrorResponse(cwd.error());
-    if (!env.ok()) co_return ErrorResponse(env.error());
     if (!timeout.ok()) co_return ErrorResponse(timeout.error());
-    e.cwd = *cwd;
-    e.env = *env;
     e.timeout_seconds = timeout->value_or(60);
     if (j->contains("stdin") && !(*j)["stdin"].is_null()) {
       if (!(*j)["stdin"].is_string()) co_return Bad("stdin must be a string");

@@ -81,15 +81,7 @@ asio::awaitable<Response> Api::DispatchProcesses(const std::string& pat, Request
     if (*rows) e.rows = static_cast<int>(std::clamp<int64_t>(**rows, 0, 100000));
     if (e.cols < 1 || e.cols > 10000 || e.rows < 1 || e.rows > 10000)
       co_return Bad("cols and rows must be between 1 and 10000");
-    std::string shell_cmd;
-    if (auto st = ParseCmd(*j, &shell_cmd, &e.argv); !st.ok()) co_return ErrorResponse(st.error());
-    if (!shell_cmd.empty()) e.argv = {"/bin/sh", "-c", shell_cmd};
-    auto cwd = GetString(*j, "cwd");
-    auto env = GetStringMap(*j, "env");
-    if (!cwd.ok()) co_return ErrorResponse(cwd.error());
-    if (!env.ok()) co_return ErrorResponse(env.error());
-    e.cwd = *cwd;
-    e.env = *env;
+    if (auto st = DecodeCommand(*j, &e); !st.ok()) co_return ErrorResponse(st.error());
     if (auto st = co_await ResumeIfWanted(id); !st.ok()) co_return ErrorResponse(st.error());
     auto ex = co_await asio::this_coro::executor;
     auto started = co_await processes_->Start(ex, id, std::move(e));

@@ -500,21 +500,6 @@ struct Server::Impl {
   std::unique_ptr<asio::local::stream_protocol::acceptor> unix_acc;
   std::unique_ptr<asio::local::stream_protocol::acceptor> sandbox_acc;
 
-  asio::awaitable<void> AcceptSandboxes() {
-    while (true) {
-      error_code ec;
-      auto s = co_await sandbox_acc->async_accept(asio::redirect_error(use_awaitable, ec));
-      if (ec) {
-        if (ec == asio::error::operation_aborted) co_return;
-        continue;
-      }
-      ::fcntl(s.native_handle(), F_SETFD, FD_CLOEXEC);
-      auto id = PeerSandbox(s.native_handle(), opts.instance);
-      if (!id) continue;  // not from a sandbox of this daemon: closed unanswered
-      asio::co_spawn(*io, Session(std::move(s), api, &opts, *id), asio::detached);
-    }
-  }
-
   asio::awaitable<void> AcceptTcp() {
     while (true) {
       error_code ec;
@@ -528,17 +513,40 @@ struct Server::Impl {
       asio::co_spawn(*io, Session(std::move(s), api, &opts), asio::detached);
     }
   }
-  asio::awaitable<void> AcceptUnix() {
+  // A unix socket's connections. On the in-sandbox socket (`sandboxes`) each is the
+  // sandbox its peer process is in, or is closed unanswered.
+  asio::awaitable<void> AcceptUnix(asio::local::stream_protocol::acceptor* acc, bool sandboxes) {
     while (true) {
       error_code ec;
-      auto s = co_await unix_acc->async_accept(asio::redirect_error(use_awaitable, ec));
+      auto s = co_await acc->async_accept(asio::redirect_error(use_awaitable, ec));
       if (ec) {
         if (ec == asio::error::operation_aborted) co_return;
         continue;
       }
       ::fcntl(s.native_handle(), F_SETFD, FD_CLOEXEC);
-      asio::co_spawn(*io, Session(std::move(s), api, &opts), asio::detached);
+      std::string via;
+      if (sandboxes) {
+        auto id = PeerSandbox(s.native_handle(), opts.instance);
+        if (!id) continue;  // not from a sandbox of this daemon
+        via = *id;
+      }
+      asio::co_spawn(*io, Session(std::move(s), api, &opts, via), asio::detached);
     }
+  }
+
+  // Listens on a unix socket at `path` (replacing a stale one) with file mode `mode`.
+  Result<std::unique_ptr<asio::local::stream_protocol::acceptor>> ListenUnix(const std::string& path, mode_t mode) {
+    error_code ec;
+    ::unlink(path.c_str());
+    auto acc = std::make_unique<asio::local::stream_protocol::acceptor>(*io);
+    asio::local::stream_protocol::endpoint ep(path);
+    acc->open(ep.protocol(), ec);
+    if (!ec) acc->bind(ep, ec);
+    if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return MakeError(Code::kUnavailable, "listen on " + path + ": " + ec.message());
+    ::fcntl(acc->native_handle(), F_SETFD, FD_CLOEXEC);
+    ::chmod(path.c_str(), mode);
+    return acc;
   }
 };
 
@@ -566,30 +574,13 @@ Status Server::Start() {
   ::fcntl(impl_->tcp->native_handle(), F_SETFD, FD_CLOEXEC);
   asio::co_spawn(*impl_->io, impl_->AcceptTcp(), asio::detached);
   if (!impl_->opts.socket_path.empty()) {
-    ::unlink(impl_->opts.socket_path.c_str());
-    impl_->unix_acc = std::make_unique<asio::local::stream_protocol::acceptor>(*impl_->io);
-    asio::local::stream_protocol::endpoint uep(impl_->opts.socket_path);
-    impl_->unix_acc->open(uep.protocol(), ec);
-    if (!ec) impl_->unix_acc->bind(uep, ec);
-    if (!ec) impl_->unix_acc->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return MakeError(Code::kUnavailable, "listen on " + impl_->opts.socket_path + ": " + ec.message());
-    ::fcntl(impl_->unix_acc->native_handle(), F_SETFD, FD_CLOEXEC);
-    ::chmod(impl_->opts.socket_path.c_str(), 0600);
-    asio::co_spawn(*impl_->io, impl_->AcceptUnix(), asio::detached);
+    SBX_ASSIGN_OR_RETURN(impl_->unix_acc, impl_->ListenUnix(impl_->opts.socket_path, 0600));
+    asio::co_spawn(*impl_->io, impl_->AcceptUnix(impl_->unix_acc.get(), false), asio::detached);
   }
   if (!impl_->opts.sandbox_socket_path.empty()) {
-    const std::string& path = impl_->opts.sandbox_socket_path;
-    ::unlink(path.c_str());
-    impl_->sandbox_acc = std::make_unique<asio::local::stream_protocol::acceptor>(*impl_->io);
-    asio::local::stream_protocol::endpoint sep(path);
-    impl_->sandbox_acc->open(sep.protocol(), ec);
-    if (!ec) impl_->sandbox_acc->bind(sep, ec);
-    if (!ec) impl_->sandbox_acc->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return MakeError(Code::kUnavailable, "listen on " + path + ": " + ec.message());
-    ::fcntl(impl_->sandbox_acc->native_handle(), F_SETFD, FD_CLOEXEC);
     // Sandboxes connect as their own (mapped) users; who is calling is the peer's cgroup.
-    ::chmod(path.c_str(), 0666);
-    asio::co_spawn(*impl_->io, impl_->AcceptSandboxes(), asio::detached);
+    SBX_ASSIGN_OR_RETURN(impl_->sandbox_acc, impl_->ListenUnix(impl_->opts.sandbox_socket_path, 0666));
+    asio::co_spawn(*impl_->io, impl_->AcceptUnix(impl_->sandbox_acc.get(), true), asio::detached);
   }
   return OkStatus();
 }

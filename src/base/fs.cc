@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <fstream>
 
 #include "base/unique_fd.h"
 
@@ -135,6 +136,20 @@ Status ShiftOwnership(const std::string& path, uid_t delta) {
   busy.clear();
   if (rc != 0) return ErrnoError("chown under " + path, err);
   return OkStatus();
+}
+
+bool IsMountPoint(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    // ID PARENT MAJ:MIN ROOT MOUNTPOINT ...
+    size_t pos = 0;
+    for (int i = 0; i < 4 && pos != std::string::npos; ++i) pos = line.find(' ', pos + 1);
+    if (pos == std::string::npos) continue;
+    size_t end = line.find(' ', pos + 1);
+    if (line.compare(pos + 1, end - pos - 1, path) == 0) return true;
+  }
+  return false;
 }
 
 Result<std::vector<std::string>> ListDir(const std::string& path) {

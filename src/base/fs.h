@@ -26,6 +26,9 @@ Status RemoveTree(const std::string& path);
 // >= delta are left as they are. Used to shift an image into a sandbox's id range.
 Status ShiftOwnership(const std::string& path, uid_t delta);
 Result<std::vector<std::string>> ListDir(const std::string& path);
+// Whether something is mounted at `path` (an absolute path without escapes), from
+// /proc/self/mountinfo.
+bool IsMountPoint(const std::string& path);
 // Total bytes of regular files in a tree (no symlink following).
 uint64_t TreeSize(const std::string& path);
 

@@ -21,13 +21,7 @@ namespace sbx::disks {
 DiskStore::DiskStore(std::string data_dir, storage::Store* store, uid_t uid_base)
     : data_dir_(std::move(data_dir)), store_(store), uid_base_(uid_base) {}
 
-bool DiskStore::Mounted(const std::string& id) const {
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line, want = " " + MountPath(id) + " ";
-  while (std::getline(in, line))
-    if (line.find(want) != std::string::npos) return true;
-  return false;
-}
+bool DiskStore::Mounted(const std::string& id) const { return fs::IsMountPoint(MountPath(id)); }
 
 Status DiskStore::Mount(const std::string& id) {
   if (Mounted(id)) return OkStatus();

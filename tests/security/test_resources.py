@@ -82,6 +82,22 @@ def sbxd_rss_kb(d):
         return int(next(l.split()[1] for l in f if l.startswith("VmRSS:")))
 
 
+def read_slowly(d, request, seconds, rss0):
+    """Sends a raw request on a small-buffered socket and reads its answer 1 KiB every
+    20 ms for `seconds`; returns the socket, the bytes read and sbxd's peak RSS (kB)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", d.port))
+    s.sendall(request)
+    peak, got = rss0, 0
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        got += len(s.recv(1024))
+        peak = max(peak, sbxd_rss_kb(d))
+        time.sleep(0.02)
+    return s, got, peak
+
+
 def test_a_slow_reader_of_a_flood_keeps_the_daemon_small(fresh_daemon):
     """`yes` streamed to a client that reads 1 KiB every 20 ms: backpressure reaches the
     command, so sbxd's memory stays flat; others are served meanwhile."""
@@ -92,20 +108,11 @@ def test_a_slow_reader_of_a_flood_keeps_the_daemon_small(fresh_daemon):
     sb = c.create(image="busybox")
     other = c.create(image="busybox")
     rss0 = sbxd_rss_kb(d)
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.connect(("127.0.0.1", d.port))
     body = json.dumps({"cmd": "yes flood", "timeout_seconds": 20}).encode()
-    s.sendall(f"POST /v1/sandboxes/{sb.id}/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {d.key}\r\n"
-              f"Accept: application/x-ndjson\r\nContent-Type: application/json\r\n"
-              f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    peak = rss0
-    got = 0
-    deadline = time.time() + 6
-    while time.time() < deadline:
-        got += len(s.recv(1024))
-        peak = max(peak, sbxd_rss_kb(d))
-        time.sleep(0.02)
+    s, got, peak = read_slowly(d, f"POST /v1/sandboxes/{sb.id}/exec HTTP/1.1\r\nHost: x\r\n"
+                                  f"Authorization: Bearer {d.key}\r\nAccept: application/x-ndjson\r\n"
+                                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body,
+                               6, rss0)
     assert got > 0
     assert other.exec("echo served", timeout_seconds=10).stdout == "served\n"
     assert peak - rss0 < 32 * 1024, (rss0, peak)  # kB
@@ -125,18 +132,8 @@ def test_a_background_flood_with_a_slow_follower_keeps_the_daemon_small(fresh_da
     p = sb.processes.start("yes flood")
     time.sleep(0.3)
     rss0 = sbxd_rss_kb(d)
-    peak = rss0
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.connect(("127.0.0.1", d.port))
-    s.sendall(f"GET /v1/sandboxes/{sb.id}/processes/{p.pid}/output?follow=true HTTP/1.1\r\nHost: x\r\n"
-              f"Authorization: Bearer {d.key}\r\n\r\n".encode())
-    got = 0
-    deadline = time.time() + 5
-    while time.time() < deadline:
-        got += len(s.recv(1024))
-        peak = max(peak, sbxd_rss_kb(d))
-        time.sleep(0.02)
+    s, got, peak = read_slowly(d, f"GET /v1/sandboxes/{sb.id}/processes/{p.pid}/output?follow=true HTTP/1.1\r\n"
+                                  f"Host: x\r\nAuthorization: Bearer {d.key}\r\n\r\n".encode(), 5, rss0)
     assert got > 0
     assert other.exec("echo served", timeout_seconds=10).stdout == "served\n"
     assert peak - rss0 < 32 * 1024, (rss0, peak)  # kB
