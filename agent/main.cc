@@ -1,13 +1,18 @@
 // sbx-agent: PID 1 of every sandbox. Wiring only; see src/agent/.
 //   sbx-agent --sandbox-init   set up a container sandbox (config on fd 3, readiness on fd 4)
+//   sbx-agent --sandbox-serve FD   (re-executed by the above from inside the sandbox) serve
+//                                  on the listening socket FD, report readiness on fd 4
 //   sbx-agent --serve PATH     serve on a unix socket at PATH, without isolation (tests)
 //   sbx-agent --version
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -32,6 +37,14 @@ void Report(int fd, const std::string& line) {
   (void)unused;
 }
 
+int ServeInit(int listen_fd) {
+  Report(4, "OK");
+  close(4);
+  auto st = sbx::agent::Serve(listen_fd, /*is_init=*/true);
+  std::fprintf(stderr, "sbx-agent: %s\n", st.error().message.c_str());
+  return 1;
+}
+
 int SandboxInit() {
   std::string raw = ReadAll(3);
   close(3);
@@ -45,11 +58,43 @@ int SandboxInit() {
     Report(4, "ERR " + lfd.error().message);
     return 1;
   }
-  Report(4, "OK");
-  close(4);
-  auto st = sbx::agent::Serve(lfd->get(), /*is_init=*/true);
-  std::fprintf(stderr, "sbx-agent: %s\n", st.error().message.c_str());
-  return 1;
+  // stdio was the host's /dev/null: now the sandbox's own (nothing held from the host).
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) {
+    Report(4, std::string("ERR reopen /dev/null: ") + std::strerror(errno));
+    return 1;
+  }
+  close(null);
+  if (!cfg->agent_exe.empty()) {
+    // Re-executed from the sandbox's own view of the binary: then no process of the
+    // sandbox maps a file of the host (a checkpoint of it holds no host path). The
+    // listening socket and the readiness pipe go across.
+    int l = lfd->get();
+    if (fcntl(l, F_SETFD, 0) != 0 || fcntl(4, F_SETFD, 0) != 0) {
+      Report(4, std::string("ERR fcntl: ") + std::strerror(errno));
+      return 1;
+    }
+    std::string fd = std::to_string(l);
+    char arg0[] = "sbx-agent";
+    char arg1[] = "--sandbox-serve";
+    char* argv[] = {arg0, arg1, fd.data(), nullptr};
+    char* envp[] = {nullptr};
+    execve(cfg->agent_exe.c_str(), argv, envp);
+    Report(4, "ERR cannot execute " + cfg->agent_exe + " in the sandbox: " + std::strerror(errno));
+    return 1;
+  }
+  return ServeInit(lfd->get());
+}
+
+int SandboxServe(const char* fd_arg) {
+  int l = std::atoi(fd_arg);
+  // exec made the agent dumpable again: its memory and /proc entries stay closed to the
+  // sandbox's code.
+  if (l < 3 || fcntl(l, F_SETFD, FD_CLOEXEC) != 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    Report(4, std::string("ERR sbx-agent --sandbox-serve: ") + std::strerror(errno));
+    return 1;
+  }
+  return ServeInit(l);
 }
 
 int ServeAt(const char* path) {
@@ -77,6 +122,7 @@ int ServeAt(const char* path) {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "--sandbox-init") == 0) return SandboxInit();
   if (argc >= 3 && std::strcmp(argv[1], "--serve") == 0) return ServeAt(argv[2]);
+  if (argc >= 3 && std::strcmp(argv[1], "--sandbox-serve") == 0 && getpid() == 1) return SandboxServe(argv[2]);
   if (argc >= 2 && std::strcmp(argv[1], "--version") == 0) {
     std::printf("sbx-agent %s (protocol %u)\n", SBX_VERSION, sbx::agent::kProtocolVersion);
     return 0;

@@ -57,6 +57,7 @@ struct Flags {
   std::string proxy_domain = "sbx.localhost";  // port proxy by host: PORT-ID.<domain>
   int64_t store_mb = 0;  // > 0: sandboxes and layers on an XFS store of this size (quotas, reflink)
   int64_t keepalive_ms = 15000;  // streamed output: a keep-alive line after this quiet time
+  std::string criu;  // CRIU binary for pause mode "hibernate" (empty: hibernate refused)
 };
 
 void Usage() {
@@ -67,7 +68,7 @@ void Usage() {
                "            [--max-sandboxes N] [--max-memory-mb MB] [--max-disk-mb MB]\n"
                "            [--price-small USD_PER_HOUR] [--price-default ...] [--price-large ...]\n"
                "            [--serverless-call-usd USD] [--min-free-mb MB] [--proxy-domain DOMAIN]\n"
-               "            [--keepalive-ms MS] [--store-mb MB]\n");
+               "            [--keepalive-ms MS] [--store-mb MB] [--criu PATH]\n");
 }
 
 // --store-mb: the sandboxes' folders and the snapshot layers live on a btrfs file system
@@ -191,6 +192,7 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       else if (k == "proxy_domain") f->proxy_domain = v;
       else if (k == "store_mb") f->store_mb = std::stoll(v);
       else if (k == "keepalive_ms") f->keepalive_ms = std::stoll(v);
+      else if (k == "criu") f->criu = v;
       else if (k == "uid_base") f->uid_base = std::stoll(v);
       else if (k == "output_cap") f->output_cap = std::stoll(v);
       else if (k == "log_level") f->log_level = v;
@@ -337,10 +339,24 @@ int Run(int argc, char** argv) {
   co.instance = Sha256Hex(data_dir).substr(0, 8);
   co.uid_base = static_cast<uid_t>(f.uid_base);
   co.disk_quotas = f.store_mb > 0;
+  if (!f.criu.empty() && ::access(f.criu.c_str(), X_OK) != 0)
+    return fail(ErrnoError("--criu " + f.criu + " is not an executable"));
+  co.criu = f.criu;
   // The in-sandbox API socket (/run/sbx/api.sock inside every sandbox).
   co.api_dir = data_dir + "/sandbox-api";
   if (auto st = fs::MkdirAll(co.api_dir, 0755); !st.ok()) return fail(st.error());
   ::chmod(co.api_dir.c_str(), 0755);
+  // The agent's binary, copied where every sandbox sees it (/run/sbx): each sandbox's init
+  // re-executes from there. The name holds the content's hash, so a sandbox that was
+  // hibernated keeps finding the exact binary it ran, whatever sbxd runs today.
+  {
+    auto bin = fs::ReadFile(f.agent, 256 << 20);
+    if (!bin.ok()) return fail(bin.error().Wrap("read the agent " + f.agent));
+    co.agent_copy = "sbx-agent-" + Sha256Hex(*bin).substr(0, 16);
+    std::string dst = co.api_dir + "/" + co.agent_copy;
+    if (!fs::Exists(dst))
+      if (auto st = fs::WriteFileAtomic(dst, *bin, 0555); !st.ok()) return fail(st.error());
+  }
   auto rt = runtime::NewContainerRuntime(co);
   layers::ImageStore images(data_dir, store->get(), co.uid_base);
   {

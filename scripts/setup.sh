@@ -5,6 +5,8 @@ source "$(dirname "$0")/lib.sh"
 need_root
 install_packages
 build
+# CRIU, for pause mode "hibernate" (built once from Debian's source, then cached).
+CRIU=$(bash "$ROOT/scripts/build-criu.sh")
 
 DATA_DIR="${SBX_DATA_DIR:-/var/lib/sbx}"
 PORT="${SBX_PORT:-7070}"
@@ -29,7 +31,7 @@ else
   STORE_MB=0
   log "$DATA_DIR holds sandboxes made without a store: going on without one (disk_mb is not enforced)"
 fi
-SBXD_CMD="$BUILD/sbxd --listen 127.0.0.1:$PORT --data-dir $DATA_DIR --store-mb $STORE_MB"
+SBXD_CMD="$BUILD/sbxd --listen 127.0.0.1:$PORT --data-dir $DATA_DIR --store-mb $STORE_MB --criu $CRIU"
 # A daemon this script started earlier is restarted on the new build (its sandboxes keep
 # running and are re-adopted); a daemon started some other way is left alone.
 # The pid file is trusted only while that pid still runs the command line this script
@@ -67,6 +69,10 @@ PID=$($SBX spawn "$ID" -- sh -c 'for i in 1 2 3; do echo "tick $i"; sleep 0.2; d
 $SBX logs -f "$ID" "$PID"
 $SBX pause "$ID"                      # frozen: not billed, memory kept
 $SBX resume "$ID"
+$SBX exec "$ID" -- sh -c '(n=0; while true; do n=$((n+1)); echo "counter at $n" > /tmp/n.t; mv /tmp/n.t /tmp/n; sleep 0.2; done) >/dev/null 2>&1 &'
+$SBX pause "$ID" --mode hibernate     # checkpointed to disk (CRIU): processes gone, memory freed
+$SBX resume "$ID"                     # restored: the same processes go on counting
+$SBX exec "$ID" -- cat /tmp/n
 $SBX snapshot "$ID" demo-template-$$
 FROM=$($SBX create --from demo-template-$$ --ttl 600)
 $SBX exec "$FROM" -- cat /root/note

@@ -6,6 +6,9 @@ need_root
 install_packages
 build
 build_ts_sdk
+# CRIU for the hibernate tests (built once from Debian's source, then cached).
+SBX_CRIU=$(bash "$ROOT/scripts/build-criu.sh")
+export SBX_CRIU
 
 log "unit tests"
 (cd "$BUILD" && ctest --output-on-failure -j2)

@@ -23,6 +23,9 @@ BUILD = os.environ.get("SBX_BUILD_DIR", os.path.join(ROOT, "build"))
 SBXD = os.path.join(BUILD, "sbxd")
 SBX = os.path.join(BUILD, "sbx")
 PROBE = os.path.join(BUILD, "sbx-probe")
+# CRIU for pause mode "hibernate": scripts/test.sh builds it (scripts/build-criu.sh) and
+# exports its path; daemons that need it fail to start without it (never a skip).
+CRIU = os.environ.get("SBX_CRIU") or os.path.join(os.environ.get("SBX_CACHE_DIR", "/var/cache/sbx"), "criu", "criu")
 
 _next_uid_base = [300000]
 
@@ -243,9 +246,9 @@ def probe_image_tar() -> bytes:
 @pytest.fixture(scope="session")
 def daemon():
     """A shared daemon with the busybox, probe and default images, on a store (btrfs with
-    per-sandbox quotas and file-system snapshots); the daemons of single tests run
-    without one, so both ways are covered."""
-    d = Daemon("it", extra_args=["--store-mb", "4096"])
+    per-sandbox quotas and file-system snapshots) and with CRIU (hibernate); the daemons of
+    single tests run without either, so both ways are covered."""
+    d = Daemon("it", extra_args=["--store-mb", "4096", "--criu", CRIU])
     try:
         status, body = d.raw("POST", "/v1/images/probe", body=probe_image_tar(),
                              headers={"Content-Type": "application/x-tar"})

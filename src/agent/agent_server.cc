@@ -568,9 +568,19 @@ namespace {
   // The parent may have died before the prctl took effect: then nobody would signal us.
   if (getppid() != parent) _exit(0);
   int c;
-  do {
+  while (true) {
     c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-  } while (c < 0 && (errno == EINTR || errno == ECONNABORTED));
+    if (c < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      break;
+    }
+    // In a sandbox, only a peer outside its pid namespace (sbxd, whose pid reads as 0
+    // here) is served: the sandbox's own processes can reach the abstract name.
+    struct ucred cred = {};
+    socklen_t len = sizeof cred;
+    if (!g_is_init || (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == 0)) break;
+    close(c);
+  }
   pid_t me = getpid();
   ssize_t w = write(notify_w, &me, sizeof me);
   (void)w;

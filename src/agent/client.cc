@@ -19,14 +19,33 @@ namespace asio = boost::asio;
 using asio::use_awaitable;
 using boost::system::error_code;
 
-asio::awaitable<Result<ExitInfo>> Exec(asio::any_io_executor ex, std::string socket_path,
+namespace {
+
+// Connects `sock` to the agent at `a` (made in the sandbox's network namespace if `a`
+// names one).
+asio::awaitable<Status> Connect(asio::local::stream_protocol::socket& sock, AgentAddr a) {
+  auto s = NewAgentSocket(a, true);
+  if (!s.ok()) co_return s.error().Wrap("cannot reach the sandbox's agent");
+  error_code ec;
+  sock.assign(asio::local::stream_protocol(), s->fd.Release(), ec);
+  if (ec) co_return MakeError(Code::kInternal, "cannot reach the sandbox's agent: " + ec.message());
+  std::string name = a.path;
+  if (name[0] == '@') name[0] = '\0';
+  asio::local::stream_protocol::endpoint ep(name);
+  co_await sock.async_connect(ep, asio::redirect_error(use_awaitable, ec));
+  if (ec) co_return MakeError(Code::kUnavailable, "cannot reach the sandbox's agent: " + ec.message());
+  co_return OkStatus();
+}
+
+}  // namespace
+
+asio::awaitable<Result<ExitInfo>> Exec(asio::any_io_executor ex, AgentAddr addr,
                                        ExecRequest req, std::string stdin_data,
                                        OutputFn on_output, int64_t grace_ms) {
   auto sock = std::make_shared<asio::local::stream_protocol::socket>(ex);
   error_code ec;
-  asio::local::stream_protocol::endpoint ep(socket_path);
-  co_await sock->async_connect(ep, asio::redirect_error(use_awaitable, ec));
-  if (ec) co_return MakeError(Code::kUnavailable, "cannot reach the sandbox's agent: " + ec.message());
+  Status connected = co_await Connect(*sock, std::move(addr));
+  if (!connected.ok()) co_return connected.error();
 
   // The watchdog closes the connection if the agent does not answer in time.
   auto timer = std::make_shared<asio::steady_timer>(ex);
@@ -96,13 +115,7 @@ asio::awaitable<Result<ExitInfo>> Exec(asio::any_io_executor ex, std::string soc
   }
 }
 
-asio::awaitable<Status> Conn::Open(std::string socket_path) {
-  error_code ec;
-  asio::local::stream_protocol::endpoint ep(socket_path);
-  co_await sock_.async_connect(ep, asio::redirect_error(use_awaitable, ec));
-  if (ec) co_return MakeError(Code::kUnavailable, "cannot reach the sandbox's agent: " + ec.message());
-  co_return OkStatus();
-}
+asio::awaitable<Status> Conn::Open(AgentAddr addr) { co_return co_await Connect(sock_, std::move(addr)); }
 
 asio::awaitable<Status> Conn::Send(FrameType type, std::string payload) {
   std::string header = EncodeHeader(type, static_cast<uint32_t>(payload.size()));

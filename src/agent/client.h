@@ -21,11 +21,11 @@ namespace sbx::agent {
 // way to the command's pipe.
 using OutputFn = std::function<boost::asio::awaitable<void>(FrameType, std::string_view)>;
 
-// Runs `req` in the sandbox whose agent listens at `socket_path`. `stdin_data` is sent and
+// Runs `req` in the sandbox whose agent listens at `addr`. `stdin_data` is sent and
 // closed if req.stdin_open. The connection is dropped (and the command's tree killed by the
 // agent) if no answer arrives `grace_ms` after req.timeout_ms.
 boost::asio::awaitable<Result<ExitInfo>> Exec(boost::asio::any_io_executor ex,
-                                              std::string socket_path, ExecRequest req,
+                                              AgentAddr addr, ExecRequest req,
                                               std::string stdin_data, OutputFn on_output,
                                               int64_t grace_ms = 10000);
 
@@ -34,7 +34,7 @@ boost::asio::awaitable<Result<ExitInfo>> Exec(boost::asio::any_io_executor ex,
 class Conn {
  public:
   explicit Conn(boost::asio::any_io_executor ex) : sock_(ex) {}
-  boost::asio::awaitable<Status> Open(std::string socket_path);
+  boost::asio::awaitable<Status> Open(AgentAddr addr);
   boost::asio::awaitable<Status> Send(FrameType type, std::string payload);
   // The next frame. A kError frame is returned as its error, with the agent's code.
   boost::asio::awaitable<Result<Frame>> Recv();

@@ -1,10 +1,14 @@
 #include "agent/protocol.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -142,16 +146,42 @@ Result<ExitInfo> ExitInfo::FromJson(std::string_view s) {
 }
 
 // One request frame, one answer frame of type `want`, on a fresh blocking connection.
-static Result<std::string> RoundTrip(const std::string& socket_path, FrameType req, FrameType want,
-                                     int timeout_ms) {
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return ErrnoError("socket");
-  struct sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  if (socket_path.size() >= sizeof addr.sun_path)
-    return MakeError(Code::kInvalidArgument, "agent socket path too long");
-  std::strcpy(addr.sun_path, socket_path.c_str());
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+Result<AgentSocket> NewAgentSocket(const AgentAddr& a, bool nonblocking) {
+  AgentSocket s;
+  std::memset(&s.addr, 0, sizeof s.addr);
+  s.addr.sun_family = AF_UNIX;
+  if (a.path.empty() || a.path.size() >= sizeof s.addr.sun_path)
+    return MakeError(Code::kInvalidArgument, "bad agent socket address");
+  std::memcpy(s.addr.sun_path, a.path.data(), a.path.size());
+  if (a.path[0] == '@') {
+    s.addr.sun_path[0] = '\0';  // abstract: the length, not a NUL, ends the name
+    s.addr_len = static_cast<socklen_t>(offsetof(struct sockaddr_un, sun_path) + a.path.size());
+  } else {
+    s.addr_len = sizeof s.addr;
+  }
+  int type = SOCK_STREAM | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0);
+  if (!a.netns) {
+    s.fd.Reset(::socket(AF_UNIX, type, 0));
+    if (!s.fd.valid()) return ErrnoError("socket");
+    return s;
+  }
+  // A socket belongs to the network namespace of the thread that made it: this thread
+  // enters the sandbox's for the socket() call only, and always comes back.
+  static thread_local int own = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (own < 0) return ErrnoError("open this thread's network namespace");
+  if (!a.netns->valid() || ::setns(a.netns->get(), CLONE_NEWNET) != 0)
+    return ErrnoError("enter the sandbox's network namespace");
+  s.fd.Reset(::socket(AF_UNIX, type, 0));
+  int err = errno;
+  if (::setns(own, CLONE_NEWNET) != 0) std::abort();  // a thread left in a sandbox's namespace
+  if (!s.fd.valid()) return ErrnoError("socket", err);
+  return s;
+}
+
+static Result<std::string> RoundTrip(const AgentAddr& a, FrameType req, FrameType want, int timeout_ms) {
+  SBX_ASSIGN_OR_RETURN(AgentSocket s, NewAgentSocket(a, false));
+  UniqueFd& fd = s.fd;
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&s.addr), s.addr_len) != 0)
     return ErrnoError("connect to agent");
   std::string frame = EncodeFrame(req, "");
   if (::send(fd.get(), frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size()))
@@ -173,14 +203,14 @@ static Result<std::string> RoundTrip(const std::string& socket_path, FrameType r
   }
 }
 
-Status WarmBlocking(const std::string& socket_path, int timeout_ms) {
-  auto r = RoundTrip(socket_path, FrameType::kWarm, FrameType::kWarmDone, timeout_ms);
+Status WarmBlocking(const AgentAddr& a, int timeout_ms) {
+  auto r = RoundTrip(a, FrameType::kWarm, FrameType::kWarmDone, timeout_ms);
   if (!r.ok()) return r.error();
   return OkStatus();
 }
 
-Status PingBlocking(const std::string& socket_path, int timeout_ms) {
-  auto r = RoundTrip(socket_path, FrameType::kPing, FrameType::kPong, timeout_ms);
+Status PingBlocking(const AgentAddr& a, int timeout_ms) {
+  auto r = RoundTrip(a, FrameType::kPing, FrameType::kPong, timeout_ms);
   if (!r.ok()) return r.error();
   return OkStatus();
 }

@@ -19,13 +19,18 @@
 // Any thread may use these functions; they hold no state.
 #pragma once
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/result.h"
+#include "base/unique_fd.h"
 
 namespace sbx::agent {
 
@@ -113,9 +118,26 @@ struct ExitInfo {
   static Result<ExitInfo> FromJson(std::string_view s);
 };
 
-// A blocking round trip to check that the agent at `socket_path` answers (any thread).
-Status PingBlocking(const std::string& socket_path, int timeout_ms);
+// Where an agent listens: a socket path, or "@name", an abstract name in the network
+// namespace `netns` (a sandbox's agent: nothing on the host's file system, so that a
+// checkpoint of the sandbox holds no host path).
+struct AgentAddr {
+  std::string path;
+  std::shared_ptr<UniqueFd> netns;  // null: sbxd's own
+};
+
+// A unix stream socket of `netns` (or of the caller's, if null), not yet connected, and
+// the address to connect it to. Any thread.
+struct AgentSocket {
+  UniqueFd fd;
+  struct sockaddr_un addr;
+  socklen_t addr_len;
+};
+Result<AgentSocket> NewAgentSocket(const AgentAddr& a, bool nonblocking);
+
+// A blocking round trip to check that the agent at `a` answers (any thread).
+Status PingBlocking(const AgentAddr& a, int timeout_ms);
 // Asks the agent to walk its root filesystem (warming the lookup caches); blocking.
-Status WarmBlocking(const std::string& socket_path, int timeout_ms);
+Status WarmBlocking(const AgentAddr& a, int timeout_ms);
 
 }  // namespace sbx::agent

@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -150,6 +151,7 @@ Result<SandboxConfig> SandboxConfig::FromJson(const std::string& s) {
     c.hostname = j.value("hostname", std::string("sandbox"));
     c.tmp_bytes = j.value("tmp_bytes", uint64_t{0});
     c.api_dir = j.value("api_dir", std::string());
+    c.agent_exe = j.value("agent_exe", std::string());
     if (j.contains("binds"))
       for (const auto& b : j["binds"])
         c.binds.emplace_back(b.at("source").get<std::string>(), b.at("target").get<std::string>());
@@ -162,7 +164,8 @@ Result<SandboxConfig> SandboxConfig::FromJson(const std::string& s) {
 std::string SandboxConfig::ToJson() const {
   nlohmann::json j = {{"base", base}, {"lower", lower},   {"upper", upper},       {"work", work},
                       {"rootfs", rootfs}, {"socket", socket_path}, {"hostname", hostname},
-                      {"tmp_bytes", tmp_bytes}, {"api_dir", api_dir}};
+                      {"tmp_bytes", tmp_bytes}, {"api_dir", api_dir},
+                      {"agent_exe", agent_exe}};
   return j.dump();
 }
 
@@ -250,16 +253,18 @@ Result<UniqueFd> InitSandbox(const SandboxConfig& cfg) {
   if (::unshare(CLONE_NEWCGROUP) != 0) return ErrnoError("unshare cgroup namespace");
   SBX_RETURN_IF_ERROR(Mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE));
 
-  // The listening socket lives in a host directory the sandbox never sees.
+  // The listening socket has an abstract name in the sandbox's own network namespace,
+  // taken before any of the sandbox's code runs. The sandbox's processes could dial it,
+  // but the agent serves only peers outside the sandbox's pid namespace (sbxd).
   UniqueFd lfd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!lfd.valid()) return ErrnoError("socket");
   struct sockaddr_un addr = {};
   addr.sun_family = AF_UNIX;
-  if (cfg.socket_path.size() >= sizeof addr.sun_path)
-    return MakeError(Code::kInvalidArgument, "agent socket path is too long: " + cfg.socket_path);
-  std::strcpy(addr.sun_path, cfg.socket_path.c_str());
-  ::unlink(cfg.socket_path.c_str());
-  if (::bind(lfd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+  if (cfg.socket_path.size() < 2 || cfg.socket_path[0] != '@' || cfg.socket_path.size() >= sizeof addr.sun_path)
+    return MakeError(Code::kInvalidArgument, "bad agent socket name: " + cfg.socket_path);
+  std::memcpy(addr.sun_path + 1, cfg.socket_path.data() + 1, cfg.socket_path.size() - 1);
+  socklen_t len = static_cast<socklen_t>(offsetof(struct sockaddr_un, sun_path) + cfg.socket_path.size());
+  if (::bind(lfd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0)
     return ErrnoError("bind " + cfg.socket_path);
   if (::listen(lfd.get(), 128) != 0) return ErrnoError("listen");
 
@@ -293,7 +298,8 @@ Result<UniqueFd> InitSandbox(const SandboxConfig& cfg) {
     std::string target = root + "/run/sbx";
     SBX_RETURN_IF_ERROR(EnsureDir(target));
     SBX_RETURN_IF_ERROR(Mount(cfg.api_dir.c_str(), target, nullptr, MS_BIND));
-    SBX_RETURN_IF_ERROR(Mount(nullptr, target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC));
+    // Executable: the agent's binary is there (read-only, nosuid: it grants nothing).
+    SBX_RETURN_IF_ERROR(Mount(nullptr, target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV));
   }
 
   // Disks: bind mounts of host filesystems that sbxd mounted nosuid,nodev (flags a bind

@@ -16,7 +16,12 @@ struct SandboxConfig {
   std::vector<std::string> lower;  // read-only layers, topmost first
   std::string upper, work;         // overlay upper and work dirs
   std::string rootfs;              // empty dir to mount the root on
-  std::string socket_path;         // host path of the agent's listening socket
+  // The agent's listening socket: an abstract name ("@name") in the sandbox's network
+  // namespace, so that nothing of it is on a host path (a checkpoint holds none).
+  std::string socket_path;
+  // The agent's binary as the sandbox sees it (in api_dir): once the sandbox is set up,
+  // its init re-executes from there, so no process of the sandbox maps a host file.
+  std::string agent_exe;
   std::string hostname;
   uint64_t tmp_bytes = 0;  // size of /tmp and /dev/shm (0: half of memory)
   std::vector<std::pair<std::string, std::string>> binds;  // host source, target inside

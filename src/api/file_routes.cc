@@ -40,9 +40,9 @@ json ShowEntry(json e) {
 }
 
 // Sends the request frame and waits for the agent's first answer.
-asio::awaitable<Result<json>> Begin(agent::Conn* conn, const std::string& socket, const json* op) {
-  std::string path = socket;
-  auto st = co_await conn->Open(path);
+asio::awaitable<Result<json>> Begin(agent::Conn* conn, const agent::AgentAddr& addr, const json* op) {
+  agent::AgentAddr to = addr;  // a named local: see g++ 12 and co_await temporaries
+  auto st = co_await conn->Open(to);
   if (!st.ok()) co_return st.error();
   std::string payload = op->dump(-1, ' ', false, json::error_handler_t::replace);
   st = co_await conn->Send(agent::FrameType::kFileOp, payload);
@@ -177,7 +177,7 @@ asio::awaitable<Response> Api::DispatchFiles(const std::string& pat, Request& re
   if (kind == "write" || kind == "archive_put") op["max_bytes"] = held->disk_bytes();
   auto ex = co_await asio::this_coro::executor;
   auto conn = std::make_shared<agent::Conn>(ex);
-  auto first = co_await Begin(conn.get(), held->socket(), &op);
+  auto first = co_await Begin(conn.get(), held->addr(), &op);
   if (!first.ok()) co_return ErrorResponse(first.error());
   if (kind == "read") co_return StreamData(conn, held, "application/octet-stream");
   if (kind == "archive_get") co_return StreamData(conn, held, "application/x-tar");

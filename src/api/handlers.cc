@@ -285,8 +285,10 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     lat.exec.Write(o, "sbx_exec_seconds", "Time of an exec, from arrival to its answer.");
     lat.snapshot.Write(o, "sbx_snapshot_seconds", "Time to take a named snapshot.");
     lat.fork.Write(o, "sbx_fork_seconds", "Time to fork a sandbox (all its copies).");
-    lat.pause.Write(o, "sbx_pause_seconds", "Time to pause a sandbox.");
-    lat.resume.Write(o, "sbx_resume_seconds", "Time to resume a sandbox.");
+    lat.pause.Write(o, "sbx_pause_seconds", "Time to pause (freeze) a sandbox.");
+    lat.resume.Write(o, "sbx_resume_seconds", "Time to resume (thaw) a frozen sandbox.");
+    lat.hibernate.Write(o, "sbx_hibernate_seconds", "Time to hibernate a sandbox (checkpoint to disk).");
+    lat.restore.Write(o, "sbx_restore_seconds", "Time to resume a hibernated sandbox (restore from disk).");
     lat.disk_exec.Write(o, "sbx_disk_exec_seconds", "Time of a serverless call on a disk, end to end.");
     o << "# HELP sbx_pool_ready Booted, warmed sandboxes waiting in the warm pool.\n"
       << "# TYPE sbx_pool_ready gauge\nsbx_pool_ready " << c.pooled << "\n";

@@ -131,8 +131,8 @@ asio::awaitable<void> Proxy(Stream& stream, beast::flat_buffer& buf, http::reque
   std::shared_ptr<core::AgentLease> held = *lease;
   auto ex = co_await asio::this_coro::executor;
   agent::Conn conn(ex);
-  std::string sock_path = held->socket();
-  auto st = co_await conn.Open(sock_path);
+  agent::AgentAddr addr = held->addr();
+  auto st = co_await conn.Open(addr);
   if (st.ok()) {
     std::string open = nlohmann::json{{"port", t->port}}.dump();
     st = co_await conn.Send(agent::FrameType::kPortOpen, open);

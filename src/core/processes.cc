@@ -68,8 +68,8 @@ asio::awaitable<Result<ProcessInfo>> ProcessTable::Start(asio::any_io_executor e
   p->info.cwd = prep->req.cwd;
   p->info.tty = req.tty;
   p->info.started_ms = WallMs();
-  std::string socket = p->lease->socket();
-  auto st = co_await p->conn.Open(socket);
+  agent::AgentAddr addr = p->lease->addr();
+  auto st = co_await p->conn.Open(addr);
   if (!st.ok()) co_return st.error();
   std::string exec = prep->req.ToJson();
   st = co_await p->conn.Send(agent::FrameType::kExec, exec);

@@ -175,7 +175,8 @@ Status SandboxManager::CheckQuotaLocked(int add, int64_t memory_mb, int64_t disk
   for (const auto& [_, e] : sandboxes_) {
     const auto& r = e->rec;
     disk += r.disk_mb;
-    if (r.state == "creating" || r.state == "running" || r.state == "paused") {  // paused: memory held
+    // Frozen: memory held. Hibernated: its memory is on disk, it holds none.
+    if (r.state == "creating" || r.state == "running" || (r.state == "paused" && r.pause_mode != "hibernate")) {
       ++live;
       mem += r.memory_mb;
     }
@@ -498,7 +499,7 @@ bool SandboxManager::FillOne(const std::string& key, const PoolKey& k) {
   Result<runtime::Instance> inst = st.ok() ? runtime_->Start(spec) : Result<runtime::Instance>(st.error());
   if (inst.ok()) {
     // Walk the root once, so the first command of its user finds its files cached.
-    Status warm = agent::WarmBlocking(inst->agent_socket, 60000);
+    Status warm = agent::WarmBlocking(inst->agent, 60000);
     if (!warm.ok()) SBX_LOG(kWarn) << "warming pooled sandbox " << e->rec.id << ": " << warm.error().message;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -656,6 +657,8 @@ void SandboxManager::TeardownLoop() {
     }
     Status st = runtime_->Stop(id, inst);
     if (st.ok()) st = runtime_->Destroy(id, DirOf(id));
+    if (st.ok()) st = fs::RemoveTree(ImagesOf(id));
+    ::unlink((ImagesOf(id) + ".failed.log").c_str());
     if (st.ok()) st = store_->DeleteSandbox(id);
     if (!st.ok()) SBX_LOG(kError) << "teardown of " << id << ": " << st.error().message;
     {
@@ -687,6 +690,8 @@ Status SandboxManager::StopLocked(std::unique_lock<std::mutex>& lock, const std:
   e->busy = false;
   if (!st.ok()) return st.error().Wrap("stopping " + id);
   if (e->rec.state == "deleting") return OkStatus();
+  // A hibernated sandbox's checkpoint goes: a start boots it afresh.
+  if (e->rec.pause_mode == "hibernate") (void)fs::RemoveTree(ImagesOf(id));
   CloseBilling(e->rec);
   e->rec.state = "stopped";
   e->rec.pause_mode.clear();
@@ -1136,7 +1141,7 @@ Result<std::shared_ptr<AgentLease>> SandboxManager::LeaseAgent(const std::string
   SBX_RETURN_IF_ERROR(RunnableLocked(id, *e));
   ++e->active_execs;
   e->last_active_ms = Now();
-  return std::make_shared<AgentLease>(e->inst.agent_socket, static_cast<uint64_t>(e->rec.disk_mb) << 20, [this, e] {
+  return std::make_shared<AgentLease>(e->inst.agent, static_cast<uint64_t>(e->rec.disk_mb) << 20, [this, e] {
     std::lock_guard<std::mutex> lock(mu_);
     --e->active_execs;
     e->last_active_ms = Now();
@@ -1152,7 +1157,7 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
                         "timeout_seconds must be between 1 and " + std::to_string(opts_.max_exec_timeout_seconds));
 
   agent::ExecRequest areq;
-  std::string socket;
+  agent::AgentAddr addr;
   std::shared_ptr<Entry> e;
   double usd_per_hour = 0;
   {
@@ -1168,7 +1173,7 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
     areq.stdout_cap = areq.stderr_cap = opts_.output_cap;
     areq.keepalive_ms = opts_.keepalive_ms;
     areq.stdin_open = req.stdin_data.has_value();
-    socket = e->inst.agent_socket;
+    addr = e->inst.agent;
     ++e->active_execs;
     ++execs_;
     e->last_active_ms = Now();
@@ -1179,7 +1184,7 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
   // Arguments are named locals: g++ 12 may destroy a temporary made inside a co_await
   // expression twice.
   std::string stdin_data = req.stdin_data.value_or("");
-  auto res = co_await agent::Exec(ex, socket, std::move(areq), std::move(stdin_data), on_output);
+  auto res = co_await agent::Exec(ex, addr, std::move(areq), std::move(stdin_data), on_output);
   {
     std::lock_guard<std::mutex> lock(mu_);
     --e->active_execs;
@@ -1250,7 +1255,7 @@ void SandboxManager::Tick() {
     if (!e.ok() || (*e)->rec.state != "running" || (*e)->busy || (*e)->captures) continue;
     if ((*e)->rec.ttl_action == "pause") {
       SBX_LOG(kInfo) << "sandbox " << id << " reached its TTL; pausing it";
-      Status st = PauseLocked(lock, *e);
+      Status st = PauseLocked(lock, *e, "freeze");
       if (!st.ok()) SBX_LOG(kError) << st.error().message;
       continue;
     }
@@ -1263,7 +1268,7 @@ void SandboxManager::Tick() {
     auto e = Find(id);
     if (!e.ok() || (*e)->rec.state != "running" || (*e)->busy || (*e)->captures || (*e)->active_execs) continue;
     SBX_LOG(kInfo) << "sandbox " << id << " was idle for " << (*e)->rec.idle_timeout_seconds << " s; pausing it";
-    Status st = PauseLocked(lock, *e);
+    Status st = PauseLocked(lock, *e, "freeze");
     if (!st.ok()) SBX_LOG(kError) << st.error().message;
   }
 }
@@ -1271,28 +1276,56 @@ void SandboxManager::Tick() {
 Result<SandboxView> SandboxManager::Pause(const std::string& id, const std::string& mode) {
   if (mode != "freeze" && mode != "hibernate")
     return MakeError(Code::kInvalidArgument, "mode must be \"freeze\" or \"hibernate\"");
-  if (mode == "hibernate")
+  if (mode == "hibernate" && !runtime_->CanHibernate())
     return MakeError(Code::kInvalidArgument,
-                     "hibernate is not available on this sbxd yet: the container runtime cannot checkpoint a "
-                     "sandbox; use mode \"freeze\"");
+                     "hibernate is not available on this sbxd: it needs CRIU (start sbxd with --criu PATH; "
+                     "scripts/build-criu.sh builds it); use mode \"freeze\"");
   int64_t t0 = SteadyUs();
   std::unique_lock<std::mutex> lock(mu_);
   SBX_ASSIGN_OR_RETURN(auto e, Find(id));
-  if (e->rec.state == "paused" && !e->busy) return ViewLocked(*e);
+  if (e->rec.state == "paused" && !e->busy) {
+    if (e->rec.pause_mode == mode) return ViewLocked(*e);
+    return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is already paused with mode " +
+                                                    e->rec.pause_mode + "; resume it first");
+  }
   if (e->busy || e->captures)
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state or being captured; try again");
   if (e->rec.state != "running")
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state + ", not running");
-  SBX_RETURN_IF_ERROR(PauseLocked(lock, e));
-  lat_.pause.ObserveMs((SteadyUs() - t0) / 1000.0);
+  SBX_RETURN_IF_ERROR(PauseLocked(lock, e, mode));
+  (mode == "hibernate" ? lat_.hibernate : lat_.pause).ObserveMs((SteadyUs() - t0) / 1000.0);
   return ViewLocked(*e);
 }
 
-Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e) {
+std::string SandboxManager::ImagesOf(const std::string& id) const { return opts_.data_dir + "/hibernated/" + id; }
+
+Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e,
+                                   const std::string& mode) {
   const std::string id = e->rec.id;
+  const bool hibernate = mode == "hibernate";
+  if (hibernate && e->active_execs > 0)
+    // A connection from sbxd into the sandbox (an exec, a background process, a file or
+    // port request) cannot be part of a checkpoint.
+    return MakeError(Code::kFailedPrecondition,
+                     "sandbox " + id + " has " + std::to_string(e->active_execs) +
+                         " exec, file, port or background-process connections open; hibernate needs none "
+                         "(wait for them, or pause with mode \"freeze\")");
   e->busy = true;
+  runtime::StartSpec spec = SpecOf(e->rec);
+  runtime::Instance inst = e->inst;
   lock.unlock();
-  Status st = runtime_->Freeze(id);
+  Status st = OkStatus();
+  if (hibernate) {
+    (void)fs::RemoveTree(ImagesOf(id));  // a leftover of a failed attempt
+    st = runtime_->Hibernate(spec, inst, ImagesOf(id));
+    if (!st.ok()) {
+      // CRIU's log of the failed attempt stays beside (until the sandbox goes).
+      ::rename((ImagesOf(id) + "/dump.log").c_str(), (ImagesOf(id) + ".failed.log").c_str());
+      (void)fs::RemoveTree(ImagesOf(id));
+    }
+  } else {
+    st = runtime_->Freeze(id);
+  }
   FaultPoint("pause.done");
   lock.lock();
   e->busy = false;
@@ -1300,8 +1333,13 @@ Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std
   if (e->rec.state == "deleting") return MakeError(Code::kNotFound, "sandbox " + id + " was deleted");
   CloseBilling(e->rec);
   e->rec.state = "paused";
-  e->rec.pause_mode = "freeze";
+  e->rec.pause_mode = mode;
   e->rec.paused_ms = Now();
+  if (hibernate) {
+    // Its processes are gone (saved in ImagesOf(id)); a resume restores them.
+    e->inst = runtime::Instance();
+    e->rec.pid = e->rec.pid_start = 0;
+  }
   ++pauses_;
   return store_->UpdateSandbox(e->rec);
 }
@@ -1315,20 +1353,41 @@ Result<SandboxView> SandboxManager::Resume(const std::string& id) {
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state or being captured; try again");
   if (e->rec.state != "paused")
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state + ", not paused");
+  const bool restore = e->rec.pause_mode == "hibernate";
   SBX_RETURN_IF_ERROR(ResumeLocked(lock, e));
-  lat_.resume.ObserveMs((SteadyUs() - t0) / 1000.0);
+  (restore ? lat_.restore : lat_.resume).ObserveMs((SteadyUs() - t0) / 1000.0);
   return ViewLocked(*e);
 }
 
 Status SandboxManager::ResumeLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e) {
   const std::string id = e->rec.id;
+  const bool hibernated = e->rec.pause_mode == "hibernate";
+  // A hibernated sandbox takes its memory back.
+  if (hibernated) SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, e->rec.memory_mb, 0));
   e->busy = true;
+  runtime::StartSpec spec = SpecOf(e->rec);
   lock.unlock();
-  Status st = runtime_->Thaw(id);
+  Status st = OkStatus();
+  runtime::Instance restored;
+  if (hibernated) {
+    auto inst = runtime_->Restore(spec, ImagesOf(id));
+    if (inst.ok()) restored = *inst;
+    else st = inst.error();
+  } else {
+    st = runtime_->Thaw(id);
+  }
   lock.lock();
   e->busy = false;
   if (!st.ok()) return st.error().Wrap("resuming " + id);
-  if (e->rec.state == "deleting") return MakeError(Code::kNotFound, "sandbox " + id + " was deleted");
+  if (e->rec.state == "deleting") {
+    if (hibernated) (void)runtime_->Stop(id, restored);
+    return MakeError(Code::kNotFound, "sandbox " + id + " was deleted");
+  }
+  if (hibernated) {
+    e->inst = restored;
+    e->rec.pid = restored.pid;
+    e->rec.pid_start = static_cast<int64_t>(restored.pid_start);
+  }
   int64_t now = Now();
   // The TTL clock stood still while paused; a sandbox paused by its TTL gets a new one.
   if (e->rec.expires_ms > e->rec.paused_ms) e->rec.expires_ms += now - e->rec.paused_ms;
@@ -1340,7 +1399,10 @@ Status SandboxManager::ResumeLocked(std::unique_lock<std::mutex>& lock, const st
   e->last_active_ms = now;
   e->cpu_sample_ms = 0;
   ++resumes_;
-  return store_->UpdateSandbox(e->rec);
+  SBX_RETURN_IF_ERROR(store_->UpdateSandbox(e->rec));
+  // The checkpoint is spent once the record points at the restored processes.
+  if (hibernated) (void)fs::RemoveTree(ImagesOf(id));
+  return OkStatus();
 }
 
 bool SandboxManager::PortsArePublic(const std::string& id) {
@@ -1557,7 +1619,20 @@ Status SandboxManager::Recover() {
     auto e = std::make_shared<Entry>();
     e->last_active_ms = Now();
     const bool frozen = r.state == "paused";
-    if (r.state == "running" || frozen) {
+    if (frozen && r.pause_mode == "hibernate") {
+      // Its processes are a checkpoint on disk: nothing to adopt (its cgroup stays).
+      if (fs::IsDir(ImagesOf(r.id))) {
+        live_ids.insert(r.id);
+        SBX_LOG(kInfo) << "hibernated sandbox " << r.id << " stays hibernated";
+      } else {
+        CloseBilling(r);
+        r.state = "error";
+        r.error = "its checkpoint is missing (" + ImagesOf(r.id) + ")";
+        r.pause_mode.clear();
+        r.paused_ms = 0;
+        SBX_LOG(kWarn) << "sandbox " << r.id << ": " << r.error;
+      }
+    } else if (r.state == "running" || frozen) {
       // A frozen sandbox stays frozen: it is adopted without a word from its agent.
       auto inst = runtime_->Adopt(SpecOf(r), static_cast<pid_t>(r.pid), static_cast<uint64_t>(r.pid_start), frozen);
       if (inst.ok()) {
@@ -1602,6 +1677,17 @@ Status SandboxManager::Recover() {
         SBX_LOG(kInfo) << "removing orphaned sandbox directory " << d;
         (void)runtime_->Destroy(d, DirOf(d));
       }
+  // Checkpoints of sandboxes that are not hibernated (any more).
+  auto saved = fs::ListDir(opts_.data_dir + "/hibernated");
+  if (saved.ok())
+    for (const auto& d : *saved) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = sandboxes_.find(d);
+      if (it == sandboxes_.end() || it->second->rec.pause_mode != "hibernate") {
+        SBX_LOG(kInfo) << "removing the spent checkpoint of " << d;
+        (void)fs::RemoveTree(ImagesOf(d));
+      }
+    }
   auto snaps = store_->ListSnapshots();
   if (snaps.ok())
     for (const auto& sn : *snaps) {

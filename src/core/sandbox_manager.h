@@ -74,18 +74,18 @@ struct Quotas {
 // held the sandbox counts as busy for its idle policy. Any thread may drop it.
 class AgentLease {
  public:
-  AgentLease(std::string socket, uint64_t disk_bytes, std::function<void()> release)
-      : socket_(std::move(socket)), disk_bytes_(disk_bytes), release_(std::move(release)) {}
+  AgentLease(agent::AgentAddr addr, uint64_t disk_bytes, std::function<void()> release)
+      : addr_(std::move(addr)), disk_bytes_(disk_bytes), release_(std::move(release)) {}
   ~AgentLease() {
     if (release_) release_();
   }
   AgentLease(const AgentLease&) = delete;
   AgentLease& operator=(const AgentLease&) = delete;
-  const std::string& socket() const { return socket_; }
+  const agent::AgentAddr& addr() const { return addr_; }
   uint64_t disk_bytes() const { return disk_bytes_; }  // the sandbox's disk limit
 
  private:
-  std::string socket_;
+  agent::AgentAddr addr_;
   uint64_t disk_bytes_;
   std::function<void()> release_;
 };
@@ -169,9 +169,9 @@ class SandboxManager {
   Status Delete(const std::string& id);
   Result<SandboxView> Stop(const std::string& id);
   Result<SandboxView> Start(const std::string& id);
-  // Pause with the cgroup freezer (mode "freeze": memory kept); idempotent. Billing stops
-  // while paused, and so does the TTL clock. Mode "hibernate" (a checkpoint to disk) is
-  // refused: no runtime here can checkpoint a sandbox yet.
+  // Pause with the cgroup freezer (mode "freeze": memory kept) or a checkpoint to disk
+  // (mode "hibernate": CRIU, memory freed; refused while sbxd holds a connection into the
+  // sandbox); idempotent. Billing stops while paused, and so does the TTL clock.
   Result<SandboxView> Pause(const std::string& id, const std::string& mode);
   Result<SandboxView> Resume(const std::string& id);
   // True if the sandbox was made `public`: its ports need no credentials.
@@ -236,7 +236,7 @@ class SandboxManager {
   Counts GetCounts();
   const TypeTable& types() const { return types_; }
   struct Latencies {
-    Histogram create, exec, snapshot, fork, pause, resume, disk_exec;
+    Histogram create, exec, snapshot, fork, pause, resume, disk_exec, hibernate, restore;
   };
   Latencies& latencies() { return lat_; }
   uint64_t output_cap() const { return opts_.output_cap; }
@@ -296,7 +296,10 @@ class SandboxManager {
   void OpenBilling(storage::SandboxRecord& r);                 // mu_ held
   // kResourceExhausted if `add` more live sandboxes of this size would pass a quota.
   Status CheckQuotaLocked(int add, int64_t memory_mb, int64_t disk_mb) const;  // mu_ held
-  Status PauseLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e);
+  // mode "freeze" or "hibernate".
+  Status PauseLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e, const std::string& mode);
+  // Where a hibernated sandbox's checkpoint is kept.
+  std::string ImagesOf(const std::string& id) const;
   Status ResumeLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e);
 
   Status StopLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e,

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/protocol.h"
 #include "base/fs.h"
 #include "base/result.h"
 #include "base/unique_fd.h"
@@ -41,7 +42,7 @@ struct StartSpec {
 struct Instance {
   pid_t pid = 0;          // its init, as the host sees it
   uint64_t pid_start = 0;  // that pid's start time, to detect reuse
-  std::string agent_socket;
+  agent::AgentAddr agent;  // where its agent listens
   std::shared_ptr<UniqueFd> pidfd;  // readable once the init has exited
 };
 
@@ -68,6 +69,19 @@ class Runtime {
   }
   // Removes a layer folder (a copy, or a snapshot from SnapshotFiles).
   virtual Status RemoveLayer(const std::string& path) { return fs::RemoveTree(path); }
+  // Whether Hibernate and Restore work here (a checkpoint tool is configured).
+  virtual bool CanHibernate() const { return false; }
+  // Checkpoints every process of the running sandbox into the new folder `images`, then
+  // ends them: their memory is freed, their files and kernel objects (cgroup) stay. On
+  // failure the sandbox runs on.
+  virtual Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& images) {
+    return MakeError(Code::kFailedPrecondition, "this runtime cannot hibernate a sandbox");
+  }
+  // Restores a sandbox from the checkpoint in `images` (same pids, memory, open files);
+  // returns once its agent answers.
+  virtual Result<Instance> Restore(const StartSpec& spec, const std::string& images) {
+    return MakeError(Code::kFailedPrecondition, "this runtime cannot restore a sandbox");
+  }
   // Stops every process of a running sandbox in place (memory kept), and lets them go on.
   virtual Status Freeze(const std::string& id) = 0;
   virtual Status Thaw(const std::string& id) = 0;
@@ -91,9 +105,13 @@ struct ContainerOptions {
   uid_t uid_count = 65536;
   std::string cgroup_root = "/sys/fs/cgroup";
   std::string api_dir;  // the folder of sbxd's in-sandbox API socket, bound into each
+  // A copy of sbx-agent in api_dir (its file name): the init of each sandbox re-executes
+  // from there (empty: the init stays the host's binary).
+  std::string agent_copy;
   // The sandboxes' folders are on a btrfs store with quotas (runtime/quota.h): each is a
   // subvolume whose files are limited to limits.disk_bytes.
   bool disk_quotas = false;
+  std::string criu;  // the CRIU binary, for hibernate (empty: no hibernate)
 };
 
 std::unique_ptr<Runtime> NewContainerRuntime(const ContainerOptions& opts);

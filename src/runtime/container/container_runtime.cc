@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <grp.h>
@@ -13,11 +14,15 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 
 #include "agent/protocol.h"
 #include "base/fs.h"
 #include "base/log.h"
 #include "base/proc.h"
+#include "base/reaper.h"
+#include "base/scope_exit.h"
 #include "runtime/cgroup.h"
 #include "runtime/quota.h"
 #include "runtime/runtime.h"
@@ -54,7 +59,10 @@ class ContainerRuntime : public Runtime {
   std::string Kind() const override { return "container"; }
 
   std::string Group(const std::string& id) const { return "sbx-" + o_.instance + "/" + id; }
-  std::string Socket(const std::string& dir) const { return dir + "/ctl/a.sock"; }
+  // Where the agents of sandboxes started before agents listened on an abstract name
+  // have their socket (still used when such a sandbox is adopted).
+  std::string LegacySocket(const std::string& dir) const { return dir + "/ctl/a.sock"; }
+  static constexpr const char* kAgentName = "@sbx-agent";
 
   Status Prepare(const StartSpec& spec) override {
     if (o_.disk_quotas && ::access(spec.dir.c_str(), F_OK) != 0) {
@@ -63,9 +71,9 @@ class ContainerRuntime : public Runtime {
       SBX_RETURN_IF_ERROR(MakeLimitedDir(spec.dir, spec.limits.disk_bytes));
     }
     SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir, 0711));
-    for (const char* d : {"upper", "work", "ctl"}) {
+    for (const char* d : {"upper", "work"}) {
       std::string p = spec.dir + "/" + d;
-      if (::mkdir(p.c_str(), d[0] == 'c' ? 0700 : 0755) != 0 && errno != EEXIST)
+      if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST)
         return ErrnoError("mkdir " + p);
       if (::chown(p.c_str(), o_.uid_base, o_.uid_base) != 0) return ErrnoError("chown " + p);
     }
@@ -77,8 +85,6 @@ class ContainerRuntime : public Runtime {
   Result<Instance> Start(const StartSpec& spec) override {
     if (mode_ == CgroupMode::kNone)
       return MakeError(Code::kFailedPrecondition, "this host has no usable cgroup hierarchy");
-    // A leftover socket or work dir from an earlier boot is replaced.
-    ::unlink(Socket(spec.dir).c_str());
     CgroupDir cg(mode_, Group(spec.id), o_.cgroup_root);
     SBX_RETURN_IF_ERROR(cg.Kill());
     SBX_RETURN_IF_ERROR(cg.Create({spec.limits.cpus, spec.limits.memory_bytes, spec.limits.pids}));
@@ -94,9 +100,10 @@ class ContainerRuntime : public Runtime {
                              for (const auto& x : spec.binds) b.push_back({{"source", x.source}, {"target", x.target}});
                              return b;
                            }()},
-                          {"socket", Socket(spec.dir)},     {"hostname", spec.hostname},
+                          {"socket", kAgentName},           {"hostname", spec.hostname},
                           {"tmp_bytes", spec.limits.memory_bytes / 2},
-                          {"api_dir", o_.api_dir}};
+                          {"api_dir", o_.api_dir},
+                          {"agent_exe", o_.api_dir.empty() || o_.agent_copy.empty() ? "" : "/run/sbx/" + o_.agent_copy}};
     std::string go = "G" + cfg.dump();
     // Everything the clone child touches is prepared before the clone.
     const char* agent = o_.agent_path.c_str();
@@ -129,6 +136,9 @@ class ContainerRuntime : public Runtime {
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      // The init leads its own session (a checkpoint needs every session leader inside
+      // the sandbox's pid namespace).
+      ::setsid();
       char c = 0;
       if (::read(3, &c, 1) != 1 || c != 'G') ::_exit(125);
       if (::setresgid(0, 0, 0) != 0 || ::setgroups(0, nullptr) != 0 || ::setresuid(0, 0, 0) != 0) {
@@ -158,6 +168,10 @@ class ContainerRuntime : public Runtime {
       (void)cg.Remove();
       return e.Wrap("starting sandbox " + spec.id);
     };
+    // The agent's socket is named in the sandbox's network namespace: keep a handle on it.
+    auto netns = std::make_shared<UniqueFd>(
+        ::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!netns->valid()) return fail(ErrnoError("open the sandbox's network namespace"));
     std::string map = "0 " + std::to_string(o_.uid_base) + " " + std::to_string(o_.uid_count) + "\n";
     std::string p = "/proc/" + std::to_string(pid);
     if (auto st = fs::WriteFile(p + "/uid_map", map, false); !st.ok()) return fail(st.error());
@@ -193,7 +207,7 @@ class ContainerRuntime : public Runtime {
     Instance inst;
     inst.pid = pid;
     inst.pid_start = proc::StartTime(pid);
-    inst.agent_socket = Socket(spec.dir);
+    inst.agent = {kAgentName, netns};
     inst.pidfd = pfd;
     return inst;
   }
@@ -208,6 +222,126 @@ class ContainerRuntime : public Runtime {
     }
     SBX_RETURN_IF_ERROR(cg.Kill());
     return cg.Remove();
+  }
+
+  bool CanHibernate() const override { return !o_.criu.empty(); }
+
+  // The mounts of a sandbox that are binds of host files or folders (device nodes, masks,
+  // the API folder, disks), each with the key CRIU knows it by: the checkpoint names
+  // them, and a restore binds the same host sources again. Everything else (the root,
+  // proc, sysfs, tmpfs, devpts) CRIU makes anew.
+  std::vector<std::pair<std::string, std::string>> HostBinds(const StartSpec& spec) const {
+    std::vector<std::pair<std::string, std::string>> b;
+    for (const char* n : {"null", "zero", "full", "random", "urandom", "tty"})
+      b.emplace_back(std::string("/dev/") + n, std::string("/dev/") + n);
+    for (const char* p : {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
+                          "/proc/latency_stats", "/proc/kallsyms", "/proc/kpagecount", "/proc/kpageflags",
+                          "/proc/config.gz"})
+      b.emplace_back(p, "/dev/null");  // masked by a bind of /dev/null (sandbox_init)
+    if (!o_.api_dir.empty()) b.emplace_back("/run/sbx", o_.api_dir);
+    for (const auto& x : spec.binds) b.emplace_back(x.target, x.source);
+    return b;
+  }
+
+  // Runs CRIU; on failure, the error lines of its log.
+  Status RunCriu(std::vector<std::string> args, const std::string& images, const std::string& log,
+                 const std::string& what) {
+    args.insert(args.begin(), o_.criu);
+    args.insert(args.end(), {"-D", images, "--log-file", log, "-v2"});
+    auto r = Reaper::Get().Run(args);
+    if (!r.ok()) return r.error().Wrap(what);
+    if (r->exit_code == 0) return OkStatus();
+    std::string msg;
+    auto text = fs::ReadFile(images + "/" + log, 1 << 20);
+    if (text.ok()) {
+      std::istringstream in(*text);
+      for (std::string line; std::getline(in, line);) {
+        // Harmless here: sbxd may not raise its own RLIMIT_NOFILE.
+        if (line.find("Error") == std::string::npos || line.find("RLIMIT_NOFILE") != std::string::npos) continue;
+        size_t at = line.find("): ");
+        msg += (msg.empty() ? "" : "; ") + (at == std::string::npos ? line : line.substr(at + 3));
+        if (msg.size() > 600) break;
+      }
+    }
+    if (msg.empty()) msg = r->output.substr(0, 600);
+    return MakeError(Code::kInternal, what + " failed (CRIU exit " + std::to_string(r->exit_code) + "): " + msg);
+  }
+
+  Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& images) override {
+    if (o_.criu.empty()) return Runtime::Hibernate(spec, inst, images);
+    if (!Alive(inst)) return MakeError(Code::kUnavailable, "the sandbox's init is not running");
+    // The folder belongs to the sandbox's root user (CRIU reads some images from inside
+    // the sandbox's user namespace) and to nobody else: it holds the sandbox's memory.
+    SBX_RETURN_IF_ERROR(fs::MkdirAll(images.substr(0, images.rfind('/')), 0711));
+    if (::mkdir(images.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + images);
+    if (::chown(images.c_str(), o_.uid_base, o_.uid_base) != 0) return ErrnoError("chown " + images);
+    auto mounts = fs::ReadFile("/proc/" + std::to_string(inst.pid) + "/mountinfo");
+    if (!mounts.ok()) return mounts.error().Wrap("read the sandbox's mounts");
+    std::set<std::string> present;
+    {
+      std::istringstream in(*mounts);
+      for (std::string line; std::getline(in, line);) {
+        std::istringstream f(line);
+        std::string id, parent, dev, root, point;
+        f >> id >> parent >> dev >> root >> point;
+        present.insert(point);
+      }
+    }
+    std::vector<std::string> args = {"dump", "-t", std::to_string(inst.pid), "--tcp-established", "--file-locks"};
+    auto binds = HostBinds(spec);
+    for (size_t i = 0; i < binds.size(); ++i)
+      if (present.count(binds[i].first))
+        args.push_back("--external=mnt[" + binds[i].first + "]:sbx" + std::to_string(i));
+    SBX_RETURN_IF_ERROR(RunCriu(args, images, "dump.log", "checkpointing the sandbox"));
+    // CRIU ended the processes once they were saved.
+    if (inst.pidfd && inst.pidfd->valid()) proc::PidfdWait(inst.pidfd->get(), 10000);
+    return OkStatus();
+  }
+
+  Result<Instance> Restore(const StartSpec& spec, const std::string& images) override {
+    if (o_.criu.empty()) return Runtime::Restore(spec, images);
+    CgroupDir cg(mode_, Group(spec.id), o_.cgroup_root);
+    SBX_RETURN_IF_ERROR(cg.Create({spec.limits.cpus, spec.limits.memory_bytes, spec.limits.pids}));
+    // The root the processes had: the same overlay (layer paths relative to the sandbox's
+    // folder, as the agent mounted it), mounted here for CRIU to make it the root of the
+    // restored mount namespace; this side goes once they run.
+    std::string lower;
+    for (const auto& l : spec.layers)
+      lower += (lower.empty() ? "" : ":") + std::filesystem::path(l).lexically_relative(spec.dir).string();
+    std::string root = spec.dir + "/root";
+    auto m = Reaper::Get().Run({"mount", "-t", "overlay", "overlay", "-o",
+                                "nosuid,nodev,lowerdir=" + lower + ",upperdir=upper,workdir=work,userxattr", "root"},
+                               spec.dir);
+    if (!m.ok()) return m.error().Wrap("mount the sandbox's root");
+    if (m->exit_code != 0) return MakeError(Code::kInternal, "mount the sandbox's root: " + m->output);
+    ScopeExit unmount([&] { ::umount2(root.c_str(), MNT_DETACH); });
+    std::string pidfile = images + "/restored.pid";
+    ::unlink(pidfile.c_str());
+    std::vector<std::string> args = {"restore", "-d", "--root", root, "--pidfile", pidfile, "--tcp-established",
+                                     "--file-locks"};
+    auto binds = HostBinds(spec);
+    for (size_t i = 0; i < binds.size(); ++i)
+      args.push_back("--external=mnt[sbx" + std::to_string(i) + "]:" + binds[i].second);
+    SBX_RETURN_IF_ERROR(RunCriu(args, images, "restore.log", "restoring the sandbox"));
+    auto fail = [&](Error e) -> Result<Instance> {
+      (void)cg.Kill();
+      return e.Wrap("restoring sandbox " + spec.id);
+    };
+    auto text = fs::ReadFile(pidfile);
+    if (!text.ok()) return fail(text.error());
+    pid_t pid = static_cast<pid_t>(std::atol(text->c_str()));
+    if (pid <= 0) return fail(MakeError(Code::kInternal, "CRIU wrote no pid"));
+    auto pidfd = proc::PidfdOpen(pid);
+    if (!pidfd.ok()) return fail(pidfd.error());
+    Instance inst;
+    inst.pid = pid;
+    inst.pid_start = proc::StartTime(pid);
+    inst.pidfd = std::make_shared<UniqueFd>(std::move(*pidfd));
+    inst.agent = {kAgentName, std::make_shared<UniqueFd>(::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(),
+                                                                 O_RDONLY | O_CLOEXEC))};
+    if (!inst.agent.netns->valid()) return fail(ErrnoError("open the sandbox's network namespace"));
+    if (auto st = agent::PingBlocking(inst.agent, 5000); !st.ok()) return fail(st.error());
+    return inst;
   }
 
   bool CanSnapshotFiles() const override { return o_.disk_quotas; }
@@ -246,6 +380,12 @@ class ContainerRuntime : public Runtime {
       return MakeError(Code::kNotFound, "the sandbox's init is gone");
     SBX_ASSIGN_OR_RETURN(UniqueFd fd, proc::PidfdOpen(pid));
     // The pid was checked before the pidfd was opened: check again after.
+    agent::AgentAddr addr{LegacySocket(spec.dir), nullptr};
+    if (::access(addr.path.c_str(), F_OK) != 0) {
+      addr = {kAgentName, std::make_shared<UniqueFd>(::open(
+                              ("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC))};
+      if (!addr.netns->valid()) return ErrnoError("open the sandbox's network namespace");
+    }
     if (proc::StartTime(pid) != pid_start) return MakeError(Code::kNotFound, "the sandbox's init is gone");
     if (frozen) {
       // Paused: it stays frozen (freezing again is a no-op if it already is).
@@ -253,12 +393,12 @@ class ContainerRuntime : public Runtime {
     } else {
       // A capture cut short by a crash may have left it frozen: its agent could not answer.
       SBX_RETURN_IF_ERROR(Thaw(spec.id));
-      SBX_RETURN_IF_ERROR(agent::PingBlocking(Socket(spec.dir), 2000));
+      SBX_RETURN_IF_ERROR(agent::PingBlocking(addr, 2000));
     }
     Instance inst;
     inst.pid = pid;
     inst.pid_start = pid_start;
-    inst.agent_socket = Socket(spec.dir);
+    inst.agent = addr;
     inst.pidfd = std::make_shared<UniqueFd>(std::move(fd));
     return inst;
   }

@@ -57,9 +57,9 @@ class FakeRuntime : public Runtime {
     inst.pid = pid;
     inst.pidfd = std::make_shared<UniqueFd>(pidfd);
     inst.pid_start = proc::StartTime(pid);
-    inst.agent_socket = sock;
+    inst.agent.path = sock;
     for (int i = 0; i < 2000; ++i) {
-      if (agent::PingBlocking(sock, 1000).ok()) return inst;
+      if (agent::PingBlocking(inst.agent, 1000).ok()) return inst;
       if (proc::PidfdExited(pidfd)) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -91,9 +91,9 @@ class FakeRuntime : public Runtime {
     Instance inst;
     inst.pid = pid;
     inst.pid_start = pid_start;
-    inst.agent_socket = spec.dir + "/ctl/a.sock";
+    inst.agent.path = spec.dir + "/ctl/a.sock";
     inst.pidfd = std::make_shared<UniqueFd>(std::move(fd));
-    if (!frozen) SBX_RETURN_IF_ERROR(agent::PingBlocking(inst.agent_socket, 2000));
+    if (!frozen) SBX_RETURN_IF_ERROR(agent::PingBlocking(inst.agent, 2000));
     return inst;
   }
 
