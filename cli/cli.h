@@ -31,6 +31,9 @@ int RunInteractiveExec(HttpClient& c, const Globals& g, const std::string& id, c
 int RunBench(const Globals& g, int runs, const std::string& image, bool peers);
 // `sbx bench disk-exec`: serverless calls on a disk, and a test suite against the host.
 int RunBenchDiskExec(const Globals& g, int runs, const std::string& data_dir, int gap_ms);
+// `sbx bench hibernate`: hibernate and restore of a sandbox holding ~100 MB of Python
+// objects, beside CRIU on the same program on the host (`criu`, if not empty).
+int RunBenchHibernate(const Globals& g, int runs, const std::string& data_dir, const std::string& criu);
 // `sbx bench patterns`: the seed's three tool-call patterns, timed.
 int RunBenchPatterns(const Globals& g, int runs, int gap_ms);
 // `sbx template build`: runs the steps in a fresh sandbox (streaming their output), then

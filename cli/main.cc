@@ -351,6 +351,11 @@ int main(int argc, char** argv) {
   bench_disk->add_option("--runs", disk_runs, "calls of `true` (default 50)");
   int disk_gap = 0;
   bench_disk->add_option("--gap-ms", disk_gap, "think time between calls (default 0: back to back)");
+  auto* bench_hib = bench->add_subcommand("hibernate", "hibernate and restore a sandbox holding ~100 MB, beside CRIU alone");
+  int hib_runs = 10;
+  bench_hib->add_option("--runs", hib_runs, "cycles (default 10)");
+  std::string hib_criu;
+  bench_hib->add_option("--criu", hib_criu, "CRIU binary for the floor (default $SBX_CRIU, else the build cache's)");
   bench->add_option("--runs", runs, "samples per row (default 50)");
   bench->add_option("--image", bench_image, "image for sandboxes (default busybox)");
   bench->add_flag("--no-peers", no_peers, "skip the peer tools");
@@ -676,6 +681,15 @@ int main(int argc, char** argv) {
   if (*img_build) return RunImageBuild(g, build_name, cache_dir);
   if (*bench_patterns) return RunBenchPatterns(g, pattern_runs, pattern_gap);
   if (*bench_disk) return RunBenchDiskExec(g, disk_runs, data_dir, disk_gap);
+  if (*bench_hib) {
+    if (hib_criu.empty()) {
+      const char* env = std::getenv("SBX_CRIU");
+      const char* cache = std::getenv("SBX_CACHE_DIR");
+      hib_criu = env && *env ? env : std::string(cache && *cache ? cache : "/var/cache/sbx") + "/criu/criu";
+      if (::access(hib_criu.c_str(), X_OK) != 0) hib_criu.clear();  // no floor row then
+    }
+    return RunBenchHibernate(g, hib_runs, data_dir, hib_criu);
+  }
   if (*bench) return RunBench(g, runs, bench_image, !no_peers);
   return 0;
 }

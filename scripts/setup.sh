@@ -72,7 +72,7 @@ $SBX resume "$ID"
 $SBX exec "$ID" -- sh -c '(n=0; while true; do n=$((n+1)); echo "counter at $n" > /tmp/n.t; mv /tmp/n.t /tmp/n; sleep 0.2; done) >/dev/null 2>&1 &'
 $SBX pause "$ID" --mode hibernate     # checkpointed to disk (CRIU): processes gone, memory freed
 $SBX resume "$ID"                     # restored: the same processes go on counting
-$SBX exec "$ID" -- cat /tmp/n
+$SBX exec "$ID" -- sh -c 'sleep 1; cat /tmp/n'   # it went on counting
 $SBX snapshot "$ID" demo-template-$$
 FROM=$($SBX create --from demo-template-$$ --ttl 600)
 $SBX exec "$FROM" -- cat /root/note

@@ -133,3 +133,51 @@ def test_setuid_binaries_gain_nothing(daemon):
         assert lines["NoNewPrivs"] == "1"
         r = sb.exec(["python3", "-c", "import os; os.setuid(65534)"])
         assert r.exit_code != 0 and "Operation not permitted" in r.stderr
+
+
+def test_the_agent_serves_nobody_inside_the_sandbox(daemon):
+    """The agent listens on an abstract socket name in the sandbox's own network namespace
+    (nothing of it on a host path, so that a checkpoint holds none). Code in the sandbox
+    can dial that name, but the agent closes every connection from inside the sandbox's
+    pid namespace unread: only sbxd, outside it, is served. Nobody inside can take the
+    name, and the agent's binary in /run/sbx is read-only."""
+    code = r'''
+import errno, socket, struct
+answers = []
+for _ in range(50):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect("\0sbx-agent")
+    s.settimeout(5)
+    try:
+        s.sendall(struct.pack("<IB3x", 0, 9))   # a ping frame
+        answers.append(s.recv(100))             # closed unread: EOF, or a reset
+    except (ConnectionResetError, BrokenPipeError):
+        answers.append(b"")
+    s.close()
+print("answers", set(answers))
+t = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    t.bind("\0sbx-agent")
+    print("bound")
+except OSError as e:
+    print("bind", errno.errorcode[e.errno])
+import glob
+agent = glob.glob("/run/sbx/sbx-agent-*")[0]
+try:
+    open(agent, "ab")
+    print("writable")
+except OSError as e:
+    print("write", errno.errorcode[e.errno])
+for line in open("/proc/self/mountinfo"):
+    f = line.split()
+    if f[4] == "/run/sbx":
+        print("mount", "ro" in f[5].split(","), "nosuid" in f[5].split(","))
+'''
+    with daemon.client().create(image="default") as sb:
+        r = sb.exec(["python3", "-c", code])
+        assert r.exit_code == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert lines[:2] == ["answers {b''}", "bind EADDRINUSE"], r.stdout
+        assert lines[2] in ("write EACCES", "write EROFS") and lines[3] == "mount True True", r.stdout
+        # The refused dials cost nothing: the agent still serves sbxd.
+        assert sb.exec("echo fine").stdout == "fine\n"
