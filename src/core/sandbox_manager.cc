@@ -1318,6 +1318,9 @@ Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std
   if (hibernate) {
     (void)fs::RemoveTree(ImagesOf(id));  // a leftover of a failed attempt
     st = runtime_->Hibernate(spec, inst, ImagesOf(id));
+    // The mark of a whole checkpoint: a restart after a crash from here on finds the
+    // sandbox hibernated, even before its row says so.
+    if (st.ok()) st = fs::WriteFileAtomic(ImagesOf(id) + "/complete", "");
     if (!st.ok()) {
       // CRIU's log of the failed attempt stays beside (until the sandbox goes).
       ::rename((ImagesOf(id) + "/dump.log").c_str(), (ImagesOf(id) + ".failed.log").c_str());
@@ -1619,9 +1622,13 @@ Status SandboxManager::Recover() {
     auto e = std::make_shared<Entry>();
     e->last_active_ms = Now();
     const bool frozen = r.state == "paused";
+    const bool checkpointed = fs::Exists(ImagesOf(r.id) + "/complete");
     if (frozen && r.pause_mode == "hibernate") {
       // Its processes are a checkpoint on disk: nothing to adopt (its cgroup stays).
-      if (fs::IsDir(ImagesOf(r.id))) {
+      if (checkpointed) {
+        // Processes in its cgroup would be a restore that sbxd died before recording:
+        // the checkpoint is what counts, they go (a resume restores it again).
+        (void)runtime_->Stop(r.id, runtime::Instance());
         live_ids.insert(r.id);
         SBX_LOG(kInfo) << "hibernated sandbox " << r.id << " stays hibernated";
       } else {
@@ -1639,6 +1646,15 @@ Status SandboxManager::Recover() {
         e->inst = *inst;
         live_ids.insert(r.id);
         SBX_LOG(kInfo) << "re-adopted " << r.state << " sandbox " << r.id;
+      } else if (r.state == "running" && checkpointed) {
+        // sbxd died between the checkpoint and recording it: the sandbox is hibernated.
+        CloseBilling(r);
+        r.state = "paused";
+        r.pause_mode = "hibernate";
+        r.paused_ms = Now();
+        r.pid = r.pid_start = 0;
+        live_ids.insert(r.id);
+        SBX_LOG(kInfo) << "sandbox " << r.id << " was checkpointed as sbxd stopped: it is hibernated";
       } else {
         CloseBilling(r);
         r.state = "error";

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import sbx
-from conftest import Daemon
+from conftest import CRIU, Daemon
 
 
 def crash_at(d, point):
@@ -62,7 +62,7 @@ def consistent(d):
 @pytest.fixture(params=[False, True], ids=["copy", "store"])
 def copy_or_store_daemon(request):
     """A daemon whose captures copy files, or one on a store (btrfs snapshots)."""
-    d = Daemon("crash", extra_args=["--store-mb", "1024"] if request.param else [])
+    d = Daemon("crash", extra_args=(["--store-mb", "1024"] if request.param else []) + ["--criu", CRIU])
     try:
         yield d
     finally:
@@ -152,6 +152,29 @@ def test_crash_during_pause_leaves_the_sandbox_running(copy_or_store_daemon):
     got = d.client().get(sb.id)
     assert got.state == "running"
     assert got.exec("cat /root/p").stdout == "p\n"
+    consistent(d)
+
+
+def test_crash_after_a_checkpoint_keeps_it(copy_or_store_daemon):
+    """Killed once CRIU saved the sandbox, before the pause was recorded: the restart finds
+    the whole checkpoint and the sandbox hibernated, and a resume brings its processes back."""
+    d = copy_or_store_daemon
+    sb = d.client().create(image="busybox")
+    loop = "echo $$ > /tmp/pid; n=0; while true; do n=$((n+1)); echo $n > /tmp/n.t; mv /tmp/n.t /tmp/n; sleep 0.1; done"
+    sb.exec(["sh", "-c", f"sh -c '{loop}' >/dev/null 2>&1 &"], check=True)
+    time.sleep(0.3)
+    pid = sb.exec(["cat", "/tmp/pid"]).stdout.strip()
+    crash_at(d, "pause.done")
+    with pytest.raises(sbx.SbxError):
+        d.client().get(sb.id).pause(mode="hibernate")
+    restart_after_crash(d)
+    got = d.client().get(sb.id)
+    assert got.state == "paused" and got.data["pause_mode"] == "hibernate"
+    assert got.resume().state == "running"
+    assert got.exec(["cat", "/tmp/pid"]).stdout.strip() == pid
+    n1 = int(got.exec(["cat", "/tmp/n"]).stdout)
+    time.sleep(0.3)
+    assert int(got.exec(["cat", "/tmp/n"]).stdout) > n1
     consistent(d)
 
 

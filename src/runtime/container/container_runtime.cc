@@ -309,6 +309,7 @@ class ContainerRuntime : public Runtime {
     for (const auto& l : spec.layers)
       lower += (lower.empty() ? "" : ":") + std::filesystem::path(l).lexically_relative(spec.dir).string();
     std::string root = spec.dir + "/root";
+    ::umount2(root.c_str(), MNT_DETACH);  // left by a restore that sbxd died in
     auto m = Reaper::Get().Run({"mount", "-t", "overlay", "overlay", "-o",
                                 "nosuid,nodev,lowerdir=" + lower + ",upperdir=upper,workdir=work,userxattr", "root"},
                                spec.dir);
