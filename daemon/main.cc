@@ -30,6 +30,7 @@
 #include "base/unique_fd.h"
 #include "core/sandbox_manager.h"
 #include "layers/images.h"
+#include "runtime/quota.h"
 #include "runtime/runtime.h"
 #include "storage/store.h"
 
@@ -107,7 +108,8 @@ Status SetUpStore(const std::string& data_dir, int64_t store_mb) {
     }
     SBX_RETURN_IF_ERROR(fs::MkdirAll(mnt, 0711));
     SBX_RETURN_IF_ERROR(run({"mount", "-o", "loop,noatime,nosuid,nodev", img, mnt}));
-    SBX_RETURN_IF_ERROR(run({"btrfs", "quota", "enable", mnt}));
+    SBX_ASSIGN_OR_RETURN(std::string kind, runtime::EnableQuotas(mnt));
+    SBX_LOG(kInfo) << "store " << img << " mounted at " << mnt << " (" << kind << " quotas)";
   }
   ::chmod(mnt.c_str(), 0711);
   for (const char* d : {"sandboxes", "layers"}) {

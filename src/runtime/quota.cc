@@ -42,6 +42,25 @@ std::pair<std::string, std::string> Split(const std::string& dir) {
 
 }  // namespace
 
+Result<std::string> EnableQuotas(const std::string& mnt) {
+  UniqueFd fd(::open(mnt.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoError("open " + mnt);
+  // BTRFS_FEATURE_INCOMPAT_SIMPLE_QUOTA: the file system's simple quotas are on.
+  auto simple = [&] {
+    struct btrfs_ioctl_feature_flags features = {};
+    return ::ioctl(fd.get(), BTRFS_IOC_GET_FEATURES, &features) == 0 && (features.incompat_flags & (1ULL << 16));
+  };
+  if (simple()) return std::string("simple");
+  struct btrfs_ioctl_quota_ctl_args args = {};
+  args.cmd = 4;  // BTRFS_QUOTA_CTL_ENABLE_SIMPLE_QUOTA (Linux 6.7+)
+  // On a store whose full qgroups are on already, this changes nothing: they stay.
+  if (::ioctl(fd.get(), BTRFS_IOC_QUOTA_CTL, &args) == 0) return std::string(simple() ? "simple" : "full");
+  args = {};
+  args.cmd = BTRFS_QUOTA_CTL_ENABLE;
+  if (::ioctl(fd.get(), BTRFS_IOC_QUOTA_CTL, &args) != 0) return ErrnoError("turning quotas on in " + mnt);
+  return std::string("full");
+}
+
 Status MakeLimitedDir(const std::string& dir, uint64_t bytes) {
   auto [parent, name] = Split(dir);
   if (name.empty() || name.size() >= BTRFS_PATH_NAME_MAX) return MakeError(Code::kInvalidArgument, "bad folder name " + dir);

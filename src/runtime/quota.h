@@ -10,6 +10,11 @@
 
 namespace sbx::runtime {
 
+// Turns quotas on for the btrfs file system mounted at `mnt`: simple quotas where the kernel
+// has them (usage is charged to the subvolume that wrote each extent, so a snapshot costs
+// no accounting walk), else full qgroups. Where quotas are on already, they stay as they
+// are. Returns "simple" or "full".
+Result<std::string> EnableQuotas(const std::string& mnt);
 // Makes `dir` (whose parent exists, on the store) a new subvolume limited to `bytes`.
 Status MakeLimitedDir(const std::string& dir, uint64_t bytes);
 // Changes the limit of a folder made by MakeLimitedDir.

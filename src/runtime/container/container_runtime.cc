@@ -270,11 +270,14 @@ class ContainerRuntime : public Runtime {
   Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& images) override {
     if (o_.criu.empty()) return Runtime::Hibernate(spec, inst, images);
     if (!Alive(inst)) return MakeError(Code::kUnavailable, "the sandbox's init is not running");
-    // The folder belongs to the sandbox's root user (CRIU reads some images from inside
-    // the sandbox's user namespace) and to nobody else: it holds the sandbox's memory.
+    // It holds the sandbox's memory: open to the sandbox's root user and to host root's
+    // group only. CRIU reads images from tasks it is turning into the sandbox's: some
+    // still have host root's ids without its privileges (the owner is then the sandbox's
+    // root, or the group host root's), others already the sandbox's.
     SBX_RETURN_IF_ERROR(fs::MkdirAll(images.substr(0, images.rfind('/')), 0711));
-    if (::mkdir(images.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + images);
-    if (::chown(images.c_str(), o_.uid_base, o_.uid_base) != 0) return ErrnoError("chown " + images);
+    if (::mkdir(images.c_str(), 0750) != 0 && errno != EEXIST) return ErrnoError("mkdir " + images);
+    if (::chown(images.c_str(), o_.uid_base, 0) != 0 || ::chmod(images.c_str(), 0750) != 0)
+      return ErrnoError("chown " + images);
     auto mounts = fs::ReadFile("/proc/" + std::to_string(inst.pid) + "/mountinfo");
     if (!mounts.ok()) return mounts.error().Wrap("read the sandbox's mounts");
     std::set<std::string> present;
