@@ -175,6 +175,15 @@ int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
   auto t2 = Clock::now();
   if (!CallJson(c, "POST", "/v1/sandboxes/" + sid + "/snapshot", json{{"name", tmpl}})) return 1;
   double save = Secs(t2, Clock::now());
+  // Forks of the session sandbox (sympy installed), each deleted at once.
+  std::vector<double> forks;
+  for (int i = 0; i < runs; ++i) {
+    auto t3 = Clock::now();
+    auto f = CallJson(c, "POST", "/v1/sandboxes/" + sid + "/fork", json{{"count", 1}});
+    if (!f) return 1;
+    forks.push_back(Secs(t3, Clock::now()));
+    CallJson(c, "DELETE", "/v1/sandboxes/" + (*f)["sandboxes"][0]["id"].get<std::string>(), nullptr);
+  }
   CallJson(c, "DELETE", "/v1/sandboxes/" + sid, nullptr);
   json from = {{"type", "small"}, {"from", tmpl}, {"no_env", true}, {"ttl_seconds", 600}};
   bool ok = true;
@@ -212,6 +221,7 @@ int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
   std::printf("| run the tool | %.3f | %.3f | %.3f |\n", med(a, &Call::run), med(b, &Call::run), med(cc, &Call::run));
   std::printf("| delete answer | %.3f | - | %.3f |\n", med(a, &Call::del), med(cc, &Call::del));
   std::printf("| template save (snapshot) | - | - | %.3f, once |\n", save);
+  std::printf("| fork (count 1) of (b)'s sandbox, after the save | - | %.3f | - |\n", Median(forks));
   double mb = med(b, &Call::total), mc = med(cc, &Call::total);
   std::printf("\n(c) per call / (b) per call: %.3f (%+.1f%%)\n", mb > 0 ? mc / mb : 0, mb > 0 ? (mc / mb - 1) * 100 : 0);
   return 0;

@@ -216,3 +216,25 @@ def test_hibernated_sandbox_survives_kill9_of_sbxd_and_delete_leaves_nothing():
         assert os.listdir(os.path.join(d.data, "hibernated")) == []
     finally:
         d.destroy()
+
+
+def test_a_mounted_disk_goes_through_hibernation(daemon):
+    """A disk is a bind of a host mount: the checkpoint names it, the restore binds it
+    again, and a process working on it goes on."""
+    c = daemon.client()
+    disk = c.disks.create(size_mb=64)
+    try:
+        with c.create(image="busybox", disks=[{"id": disk.id, "mount_path": "/work/data"}]) as sb:
+            loop = "cd /work/data; n=0; while true; do n=$((n+1)); echo $n > n.t; mv n.t n; sleep 0.1; done"
+            sb.exec(["sh", "-c", f"sh -c '{loop}' >/dev/null 2>&1 &"], check=True)
+            time.sleep(0.3)
+            sb.pause(mode="hibernate")
+            assert sb.resume().state == "running"
+            n1 = int(sb.exec(["cat", "/work/data/n"]).stdout)
+            time.sleep(0.3)
+            assert int(sb.exec(["cat", "/work/data/n"]).stdout) > n1
+            mounts = sb.exec(["cat", "/proc/self/mounts"]).stdout
+            assert " /work/data " in mounts and " /run/sbx " in mounts
+        assert int(disk.read_file("n")) > n1  # the same disk, seen from the host
+    finally:
+        disk.delete()

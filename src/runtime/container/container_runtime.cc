@@ -14,7 +14,6 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <sstream>
 
 #include "agent/protocol.h"
@@ -226,21 +225,31 @@ class ContainerRuntime : public Runtime {
 
   bool CanHibernate() const override { return !o_.criu.empty(); }
 
-  // The mounts of a sandbox that are binds of host files or folders (device nodes, masks,
-  // the API folder, disks), each with the key CRIU knows it by: the checkpoint names
-  // them, and a restore binds the same host sources again. Everything else (the root,
-  // proc, sysfs, tmpfs, devpts) CRIU makes anew.
-  std::vector<std::pair<std::string, std::string>> HostBinds(const StartSpec& spec) const {
-    std::vector<std::pair<std::string, std::string>> b;
-    for (const char* n : {"null", "zero", "full", "random", "urandom", "tty"})
-      b.emplace_back(std::string("/dev/") + n, std::string("/dev/") + n);
-    for (const char* p : {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
-                          "/proc/latency_stats", "/proc/kallsyms", "/proc/kpagecount", "/proc/kpageflags",
-                          "/proc/config.gz"})
-      b.emplace_back(p, "/dev/null");  // masked by a bind of /dev/null (sandbox_init)
-    if (!o_.api_dir.empty()) b.emplace_back("/run/sbx", o_.api_dir);
-    for (const auto& x : spec.binds) b.emplace_back(x.target, x.source);
-    return b;
+  // The mounts of a running sandbox that are binds of host files or folders, each with
+  // its host source: device nodes and the masks made of /dev/null (devtmpfs), the API
+  // folder, disks. CRIU takes them as external mounts; everything else (the root, proc,
+  // sysfs, tmpfs, devpts) it saves and makes anew.
+  Result<std::vector<std::pair<std::string, std::string>>> HostBinds(const StartSpec& spec, pid_t pid) const {
+    SBX_ASSIGN_OR_RETURN(std::string mounts, fs::ReadFile("/proc/" + std::to_string(pid) + "/mountinfo"));
+    std::vector<std::pair<std::string, std::string>> out;
+    std::istringstream in(mounts);
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream f(line);
+      std::string id, parent, dev, root, point, word, type;
+      f >> id >> parent >> dev >> root >> point;
+      while (f >> word && word != "-") {
+      }
+      f >> type;
+      if (type == "devtmpfs") {
+        out.emplace_back(point, "/dev" + root);  // the host's devtmpfs is its /dev
+      } else if (point == "/run/sbx" && !o_.api_dir.empty()) {
+        out.emplace_back(point, o_.api_dir);
+      } else {
+        for (const auto& b : spec.binds)
+          if (b.target == point) out.emplace_back(point, b.source);
+      }
+    }
+    return out;
   }
 
   // Runs CRIU; on failure, the error lines of its log.
@@ -278,23 +287,15 @@ class ContainerRuntime : public Runtime {
     if (::mkdir(images.c_str(), 0750) != 0 && errno != EEXIST) return ErrnoError("mkdir " + images);
     if (::chown(images.c_str(), o_.uid_base, 0) != 0 || ::chmod(images.c_str(), 0750) != 0)
       return ErrnoError("chown " + images);
-    auto mounts = fs::ReadFile("/proc/" + std::to_string(inst.pid) + "/mountinfo");
-    if (!mounts.ok()) return mounts.error().Wrap("read the sandbox's mounts");
-    std::set<std::string> present;
-    {
-      std::istringstream in(*mounts);
-      for (std::string line; std::getline(in, line);) {
-        std::istringstream f(line);
-        std::string id, parent, dev, root, point;
-        f >> id >> parent >> dev >> root >> point;
-        present.insert(point);
-      }
-    }
+    SBX_ASSIGN_OR_RETURN(auto binds, HostBinds(spec, inst.pid));
     std::vector<std::string> args = {"dump", "-t", std::to_string(inst.pid), "--tcp-established", "--file-locks"};
-    auto binds = HostBinds(spec);
-    for (size_t i = 0; i < binds.size(); ++i)
-      if (present.count(binds[i].first))
-        args.push_back("--external=mnt[" + binds[i].first + "]:sbx" + std::to_string(i));
+    // The restore binds the same sources again: they are kept beside the images.
+    std::string table;
+    for (size_t i = 0; i < binds.size(); ++i) {
+      args.push_back("--external=mnt[" + binds[i].first + "]:sbx" + std::to_string(i));
+      table += "sbx" + std::to_string(i) + "\t" + binds[i].second + "\n";
+    }
+    SBX_RETURN_IF_ERROR(fs::WriteFileAtomic(images + "/host-binds", table, 0600));
     SBX_RETURN_IF_ERROR(RunCriu(args, images, "dump.log", "checkpointing the sandbox"));
     // CRIU ended the processes once they were saved.
     if (inst.pidfd && inst.pidfd->valid()) proc::PidfdWait(inst.pidfd->get(), 10000);
@@ -323,9 +324,10 @@ class ContainerRuntime : public Runtime {
     ::unlink(pidfile.c_str());
     std::vector<std::string> args = {"restore", "-d", "--root", root, "--pidfile", pidfile, "--tcp-established",
                                      "--file-locks"};
-    auto binds = HostBinds(spec);
-    for (size_t i = 0; i < binds.size(); ++i)
-      args.push_back("--external=mnt[sbx" + std::to_string(i) + "]:" + binds[i].second);
+    SBX_ASSIGN_OR_RETURN(std::string table, fs::ReadFile(images + "/host-binds"));
+    std::istringstream rows(table);
+    for (std::string key, source; std::getline(rows, key, '\t') && std::getline(rows, source);)
+      args.push_back("--external=mnt[" + key + "]:" + source);
     SBX_RETURN_IF_ERROR(RunCriu(args, images, "restore.log", "restoring the sandbox"));
     auto fail = [&](Error e) -> Result<Instance> {
       (void)cg.Kill();
