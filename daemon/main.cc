@@ -30,6 +30,7 @@
 #include "base/unique_fd.h"
 #include "core/sandbox_manager.h"
 #include "layers/images.h"
+#include "runtime/cgroup.h"
 #include "runtime/quota.h"
 #include "runtime/runtime.h"
 #include "storage/store.h"
@@ -319,6 +320,8 @@ int Run(int argc, char** argv) {
     return fail(MakeError(Code::kInvalidArgument, "--store-mb must be 0 (no store) or at least 512"));
   if (f.store_mb > 0)
     if (auto st = SetUpStore(data_dir, f.store_mb); !st.ok()) return fail(st.error().Wrap("setting up the store"));
+  if (auto st = runtime::FavorDynamicCgroups(data_dir + "/cgroup-favor"); !st.ok())
+    SBX_LOG(kWarn) << st.error().message << ": each sandbox start waits for an RCU grace period";
   if (f.agent.empty()) {
     char self[PATH_MAX];
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);

@@ -1,6 +1,7 @@
 #include "runtime/cgroup.h"
 
 #include <signal.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -26,6 +27,16 @@ const std::vector<std::string>& V1Controllers(const std::string& root) {
   if (it == has_cpuacct.end()) it = has_cpuacct.emplace(root, fs::IsDir(root + "/cpuacct")).first;
   return it->second ? with : without;
 }
+}
+
+Status FavorDynamicCgroups(const std::string& dir) {
+  if (fs::IsMountPoint(dir)) return OkStatus();
+  SBX_RETURN_IF_ERROR(fs::MkdirAll(dir, 0700));
+  // A hierarchy of no controller, named: it only sets the option (and shares itself
+  // with any other daemon's mount of the same name).
+  if (::mount("cgroup", dir.c_str(), "cgroup", MS_NOSUID | MS_NODEV | MS_NOEXEC, "none,name=sbx-favor,favordynmods") != 0)
+    return ErrnoError("mount a favordynmods cgroup hierarchy at " + dir);
+  return OkStatus();
 }
 
 CgroupMode DetectCgroupMode(const std::string& root) {

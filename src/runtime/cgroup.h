@@ -17,6 +17,14 @@ enum class CgroupMode { kV1, kV2, kNone };
 // What this host offers (read once).
 CgroupMode DetectCgroupMode(const std::string& root = "/sys/fs/cgroup");
 
+// Moving a process into a cgroup (each new sandbox's init) takes the kernel's cgroup
+// threadgroup lock for writing, which waits for an RCU grace period unless the lock is
+// kept in its slow mode: about 10 ms on a virtual machine. A cgroup v1 hierarchy mounted
+// with `favordynmods` keeps it so for the whole host (forks and exits pay a little more).
+// Mounts a named v1 hierarchy with that option at `dir` (kept mounted; done again only if
+// it is not). Errors mean the host keeps the default.
+Status FavorDynamicCgroups(const std::string& dir);
+
 struct CgroupLimits {
   int cpus = 0;                // 0: no limit
   uint64_t memory_bytes = 0;   // 0: no limit
