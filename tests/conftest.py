@@ -164,6 +164,11 @@ class Daemon:
         with open("/proc/self/mountinfo") as f:
             return [l for l in f if self.data in l]
 
+    def sandbox_mounts(self):
+        """Host mounts under the data dir other than the daemon's own cgroup-favor one
+        (kept for its life): what sandboxes and disks left."""
+        return [l for l in self.host_mounts() if l.split()[4] != os.path.join(self.data, "cgroup-favor")]
+
     def wait_clean(self, timeout=30):
         """Waits until teardown left nothing: no row, dir, cgroup or process."""
         deadline = time.time() + timeout

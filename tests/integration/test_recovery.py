@@ -76,7 +76,7 @@ def test_1000_create_exec_delete_cycles_leave_nothing(fresh_daemon):
         assert sb.exec(["echo", str(i)]).stdout == f"{i}\n"
         sb.delete()
     d.wait_clean(timeout=60)
-    assert not d.host_mounts()
+    assert not d.sandbox_mounts()
     fds1, threads1, rss1 = daemon_resources(d)
     assert fds1 <= fds0 + 4, (fds0, fds1)
     assert threads1 <= threads0 + 2, (threads0, threads1)

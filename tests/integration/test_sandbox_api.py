@@ -152,4 +152,4 @@ def test_delete_answers_at_once_and_leaves_nothing(fresh_daemon):
     status, body = d.raw("DELETE", f"/v1/sandboxes/{sb.id}")
     assert status == 200 and body == {"type": "sandbox.deleted", "id": sb.id}
     d.wait_clean()
-    assert not d.host_mounts()
+    assert not d.sandbox_mounts()
