@@ -532,6 +532,12 @@ void SandboxManager::DropPool(const std::string& key) {
 }
 
 void SandboxManager::PoolLoop() {
+  // A refill that still has a sandbox in stock yields to commands running in sandboxes,
+  // and to sandboxes used in the last 200 ms (for up to 2 s at a time): its start and the
+  // walk that warms it would take CPU from them. It then runs in the pause after, as
+  // while a model thinks between tool calls.
+  constexpr int64_t kYieldMs = 2000;
+  int64_t yielding_since = 0;
   while (true) {
     std::string key;
     PoolKey k;
@@ -557,6 +563,19 @@ void SandboxManager::PoolLoop() {
         pool_cv_.wait_for(lock, std::chrono::milliseconds(500));
         continue;
       }
+      // Busy: a command runs, or a sandbox was just made or used (its first command is
+      // likely on its way).
+      bool busy = false;
+      for (const auto& [_, e] : sandboxes_)
+        if (e->rec.state != "pooled" && (e->active_execs > 0 || now - e->last_active_ms < 200)) busy = true;
+      if (busy && !pool_[key].empty()) {
+        if (yielding_since == 0) yielding_since = now;
+        if (now - yielding_since < kYieldMs) {
+          pool_cv_.wait_for(lock, std::chrono::milliseconds(20));
+          continue;
+        }
+      }
+      yielding_since = 0;
     }
     bool ok = FillOne(key, k);
     std::lock_guard<std::mutex> lock(mu_);
