@@ -16,6 +16,7 @@
 
 #include "base/fs.h"
 #include "cli.h"
+#include "stats.h"
 
 extern char** environ;
 
@@ -23,11 +24,6 @@ namespace sbx::cli {
 namespace {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-double Ms(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 struct Row {
   std::string name;
@@ -51,12 +47,6 @@ std::string FirstErrorLine(const std::vector<std::string>& argv) {
   return s;
 }
 
-double Pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(p * (v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
 
 // Runs argv quietly; returns its duration in ms, or -1 if it failed.
 double TimeSpawn(const std::vector<std::string>& argv) {
@@ -359,7 +349,7 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
   rows.push_back(pstart);
   if (!proxy.ms.empty()) rows.push_back(proxy);
 
-  double floor = Pct(rows.front().ms, 0.5);
+  double floor = Pctl(rows.front().ms, 0.5);
   json out = json::array();
   if (!g.json) std::printf("| operation | n | min ms | median ms | p99 ms | x floor |\n|---|--:|--:|--:|--:|--:|\n");
   for (const auto& r : rows) {
@@ -369,7 +359,7 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
                     r.note.empty() ? "not installed" : r.note.c_str());
       continue;
     }
-    double mn = *std::min_element(r.ms.begin(), r.ms.end()), med = Pct(r.ms, 0.5), p99 = Pct(r.ms, 0.99);
+    double mn = *std::min_element(r.ms.begin(), r.ms.end()), med = Pctl(r.ms, 0.5), p99 = Pctl(r.ms, 0.99);
     if (g.json)
       out.push_back({{"operation", r.name}, {"n", r.ms.size()}, {"min_ms", mn}, {"median_ms", med}, {"p99_ms", p99},
                      {"x_floor", floor > 0 ? med / floor : 0}});

@@ -21,24 +21,12 @@
 #include "base/fs.h"
 #include "base/ids.h"
 #include "cli.h"
+#include "stats.h"
 
 namespace sbx::cli {
 namespace {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-double Ms(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 double Max(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
 
 // About 100 MB of Python objects (1.6 million small strings in a list), then a file that

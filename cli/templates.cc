@@ -10,15 +10,13 @@
 #include <vector>
 
 #include "cli.h"
+#include "stats.h"
 #include "http_client.h"
 
 namespace sbx::cli {
 namespace {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-double Secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 // Runs `cmd` through the streaming exec, passing output on as it comes; the exit line.
 std::optional<json> StreamExec(HttpClient& c, const std::string& id, const json& cmd, int64_t timeout,
@@ -26,12 +24,6 @@ std::optional<json> StreamExec(HttpClient& c, const std::string& id, const json&
   return StreamExecBody(c, id, json{{"cmd", cmd}, {"timeout_seconds", timeout}}, echo, out);
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 }  // namespace
 
@@ -230,20 +222,6 @@ int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
   std::printf("\n(c) per call / (b) per call: %.3f (%+.1f%%)\n", mb > 0 ? mc / mb : 0, mb > 0 ? (mc / mb - 1) * 100 : 0);
   return 0;
 }
-
-}  // namespace sbx::cli
-
-namespace sbx::cli {
-namespace {
-
-double Pctl(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(p * (v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
-
-}  // namespace
 
 int RunBenchDiskExec(const Globals& g, int runs, const std::string& data_dir, int gap_ms) {
   HttpClient c(g.url, g.api_key);
