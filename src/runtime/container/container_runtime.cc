@@ -52,6 +52,25 @@ std::string ReadLine(int fd, int timeout_ms) {
   return s;
 }
 
+// The sandbox's layers as paths relative to its folder, topmost first: the agent mounts
+// its root from there, so the host's layout stays out of the sandbox's /proc/mounts.
+std::vector<std::string> RelativeLayers(const StartSpec& spec) {
+  std::vector<std::string> out;
+  for (const auto& l : spec.layers) out.push_back(std::filesystem::path(l).lexically_relative(spec.dir).string());
+  return out;
+}
+
+constexpr const char* kAgentName = "@sbx-agent";
+
+// Where the agent whose init is `pid` listens: its abstract name, in that init's network
+// namespace (held open, so the address stays good whatever becomes of the pid).
+Result<agent::AgentAddr> AgentOf(pid_t pid) {
+  auto netns = std::make_shared<UniqueFd>(
+      ::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!netns->valid()) return ErrnoError("open the sandbox's network namespace");
+  return agent::AgentAddr{kAgentName, netns};
+}
+
 class ContainerRuntime : public Runtime {
  public:
   explicit ContainerRuntime(ContainerOptions o) : o_(std::move(o)), mode_(DetectCgroupMode(o_.cgroup_root)) {}
@@ -61,7 +80,6 @@ class ContainerRuntime : public Runtime {
   // Where the agents of sandboxes started before agents listened on an abstract name
   // have their socket (still used when such a sandbox is adopted).
   std::string LegacySocket(const std::string& dir) const { return dir + "/ctl/a.sock"; }
-  static constexpr const char* kAgentName = "@sbx-agent";
 
   Status Prepare(const StartSpec& spec) override {
     if (o_.disk_quotas && ::access(spec.dir.c_str(), F_OK) != 0) {
@@ -88,10 +106,7 @@ class ContainerRuntime : public Runtime {
     SBX_RETURN_IF_ERROR(cg.Kill());
     SBX_RETURN_IF_ERROR(cg.Create({spec.limits.cpus, spec.limits.memory_bytes, spec.limits.pids}));
 
-    std::vector<std::string> lower;
-    for (const auto& l : spec.layers)
-      lower.push_back(std::filesystem::path(l).lexically_relative(spec.dir).string());
-    nlohmann::json cfg = {{"base", spec.dir},                {"lower", lower},
+    nlohmann::json cfg = {{"base", spec.dir},                {"lower", RelativeLayers(spec)},
                           {"upper", "upper"},                {"work", "work"},
                           {"rootfs", spec.dir + "/root"},
                           {"binds", [&] {
@@ -168,9 +183,8 @@ class ContainerRuntime : public Runtime {
       return e.Wrap("starting sandbox " + spec.id);
     };
     // The agent's socket is named in the sandbox's network namespace: keep a handle on it.
-    auto netns = std::make_shared<UniqueFd>(
-        ::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
-    if (!netns->valid()) return fail(ErrnoError("open the sandbox's network namespace"));
+    auto addr = AgentOf(pid);
+    if (!addr.ok()) return fail(addr.error());
     std::string map = "0 " + std::to_string(o_.uid_base) + " " + std::to_string(o_.uid_count) + "\n";
     std::string p = "/proc/" + std::to_string(pid);
     if (auto st = fs::WriteFile(p + "/uid_map", map, false); !st.ok()) return fail(st.error());
@@ -206,7 +220,7 @@ class ContainerRuntime : public Runtime {
     Instance inst;
     inst.pid = pid;
     inst.pid_start = proc::StartTime(pid);
-    inst.agent = {kAgentName, netns};
+    inst.agent = *addr;
     inst.pidfd = pfd;
     return inst;
   }
@@ -310,8 +324,7 @@ class ContainerRuntime : public Runtime {
     // folder, as the agent mounted it), mounted here for CRIU to make it the root of the
     // restored mount namespace; this side goes once they run.
     std::string lower;
-    for (const auto& l : spec.layers)
-      lower += (lower.empty() ? "" : ":") + std::filesystem::path(l).lexically_relative(spec.dir).string();
+    for (const auto& l : RelativeLayers(spec)) lower += (lower.empty() ? "" : ":") + l;
     std::string root = spec.dir + "/root";
     ::umount2(root.c_str(), MNT_DETACH);  // left by a restore that sbxd died in
     auto m = Reaper::Get().Run({"mount", "-t", "overlay", "overlay", "-o",
@@ -343,9 +356,9 @@ class ContainerRuntime : public Runtime {
     inst.pid = pid;
     inst.pid_start = proc::StartTime(pid);
     inst.pidfd = std::make_shared<UniqueFd>(std::move(*pidfd));
-    inst.agent = {kAgentName, std::make_shared<UniqueFd>(::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(),
-                                                                 O_RDONLY | O_CLOEXEC))};
-    if (!inst.agent.netns->valid()) return fail(ErrnoError("open the sandbox's network namespace"));
+    auto addr = AgentOf(pid);
+    if (!addr.ok()) return fail(addr.error());
+    inst.agent = *addr;
     if (auto st = agent::PingBlocking(inst.agent, 5000); !st.ok()) return fail(st.error());
     return inst;
   }
@@ -386,13 +399,11 @@ class ContainerRuntime : public Runtime {
       return MakeError(Code::kNotFound, "the sandbox's init is gone");
     SBX_ASSIGN_OR_RETURN(UniqueFd fd, proc::PidfdOpen(pid));
     // The pid was checked before the pidfd was opened: check again after.
+    if (proc::StartTime(pid) != pid_start) return MakeError(Code::kNotFound, "the sandbox's init is gone");
     agent::AgentAddr addr{LegacySocket(spec.dir), nullptr};
     if (::access(addr.path.c_str(), F_OK) != 0) {
-      addr = {kAgentName, std::make_shared<UniqueFd>(::open(
-                              ("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC))};
-      if (!addr.netns->valid()) return ErrnoError("open the sandbox's network namespace");
+      SBX_ASSIGN_OR_RETURN(addr, AgentOf(pid));
     }
-    if (proc::StartTime(pid) != pid_start) return MakeError(Code::kNotFound, "the sandbox's init is gone");
     if (frozen) {
       // Paused: it stays frozen (freezing again is a no-op if it already is).
       SBX_RETURN_IF_ERROR(Freeze(spec.id));
