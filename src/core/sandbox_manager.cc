@@ -793,6 +793,7 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
     // A paused sandbox's processes already hold still: no freeze (and no thaw after).
     running = e->rec.state == "running";
     ++e->captures;
+    ++capture_starts_;
     auto arr = json::parse(e->rec.layers_json, nullptr, false);
     if (arr.is_array())
       for (const auto& l : arr)
@@ -1049,6 +1050,21 @@ Status SandboxManager::DeleteSnapshot(const std::string& name) {
 
 void SandboxManager::CollectLayers() {
   std::lock_guard<std::mutex> gc(gc_mu_);
+  // A capture in flight writes a temporary, then a fresh layer that no row names yet:
+  // nothing is collected unless no capture ran at all from before this view of what is
+  // used until the folder is listed (a capture started later makes only new names).
+  auto quiet_since = [&](uint64_t starts) {
+    if (capture_starts_ != starts) return false;
+    for (const auto& [_, e] : sandboxes_)
+      if (e->captures) return false;
+    return true;
+  };
+  uint64_t starts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    starts = capture_starts_;
+    if (!quiet_since(starts)) return;
+  }
   std::set<std::string> used;
   auto add = [&](const std::string& layers_json) {
     auto arr = json::parse(layers_json, nullptr, false);
@@ -1061,26 +1077,25 @@ void SandboxManager::CollectLayers() {
   if (!rows.ok() || !snaps.ok()) return;  // never collect on a partial view
   for (const auto& r : *rows) add(r.layers_json);
   for (const auto& r : *snaps) add(r.layers_json);
-  std::set<std::string> capturing;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [_, e] : sandboxes_) add(e->rec.layers_json);
     for (const auto& [_, e] : deleting_) add(e->rec.layers_json);
     for (const auto& [_, q] : pool_)
       for (const auto& e : q) add(e->rec.layers_json);
-    for (const auto& [_, e] : sandboxes_)
-      if (e->captures) capturing.insert(e->rec.id);
     for (const auto& l : pending_layers_) used.insert(l);
   }
   std::string base = opts_.data_dir + "/layers";
   auto dirs = fs::ListDir(base);
   if (!dirs.ok()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!quiet_since(starts)) return;
+  }
   for (const auto& d : *dirs) {
     std::string path = base + "/" + d;
     // A layer is the folder, or (a file-system snapshot) its upper.
     if (used.count(path) || used.count(path + "/upper")) continue;
-    // A capture in flight writes a temporary, then a fresh layer that no row names yet.
-    if (!capturing.empty()) continue;
     SBX_LOG(kDebug) << "removing unused layer " << d;
     (void)runtime_->RemoveLayer(path);
   }

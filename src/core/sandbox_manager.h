@@ -324,6 +324,7 @@ class SandboxManager {
   std::mutex gc_mu_;  // one layer collection at a time
   // Fresh layers that no row names yet (a capture's caller records them): never collected.
   std::multiset<std::string> pending_layers_;
+  uint64_t capture_starts_ = 0;  // captures ever started: the layer collector's guard
   std::map<std::string, PoolKey> wanted_;                                  // by layers_json
   std::map<std::string, std::deque<std::shared_ptr<Entry>>> pool_;        // by layers_json
   int64_t pool_claims_ = 0;
