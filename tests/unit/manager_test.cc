@@ -478,6 +478,16 @@ TEST_F(ManagerTest, LayerCollectionNeverRacesAFreshSnapshot) {
   std::thread collector([&] {
     while (!stop) manager_->CollectLayers();
   });
+  // A failed assertion returns early: the thread must still be joined (else the test
+  // aborts without a report).
+  struct Joiner {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Joiner() {
+      stop = true;
+      if (t.joinable()) t.join();
+    }
+  } joiner{stop, collector};
   for (int i = 0; i < 30; ++i) {
     std::string name = "race-" + std::to_string(i);
     auto snap = manager_->Snapshot(v->rec.id, name);
