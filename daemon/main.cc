@@ -60,7 +60,23 @@ struct Flags {
   int64_t store_mb = 0;  // > 0: sandboxes and layers on an XFS store of this size (quotas, reflink)
   int64_t keepalive_ms = 15000;  // streamed output: a keep-alive line after this quiet time
   std::string criu;  // CRIU binary for pause mode "hibernate" (empty: hibernate refused)
+  // The HTTP listener's deadlines and caps (docs/API.md, "Limits of the listener").
+  int64_t http_header_timeout_ms = 10000, http_idle_timeout_ms = 120000, http_body_idle_timeout_ms = 30000;
+  int64_t proxy_idle_timeout_ms = 300000, max_connections = 4096, max_sandbox_connections = 64;
+  int64_t small_body_limit = 64 << 10, max_body = 64 << 20;
 };
+
+// The integer options that are plain limits (0 turns a deadline or a cap off).
+std::map<std::string, int64_t*> LimitOptions(Flags* f) {
+  return {{"http_header_timeout_ms", &f->http_header_timeout_ms},
+          {"http_idle_timeout_ms", &f->http_idle_timeout_ms},
+          {"http_body_idle_timeout_ms", &f->http_body_idle_timeout_ms},
+          {"proxy_idle_timeout_ms", &f->proxy_idle_timeout_ms},
+          {"max_connections", &f->max_connections},
+          {"max_sandbox_connections", &f->max_sandbox_connections},
+          {"small_body_limit", &f->small_body_limit},
+          {"max_body", &f->max_body}};
+}
 
 void Usage() {
   std::fprintf(stderr,
@@ -70,7 +86,11 @@ void Usage() {
                "            [--max-sandboxes N] [--max-memory-mb MB] [--max-disk-mb MB]\n"
                "            [--price-small USD_PER_HOUR] [--price-default ...] [--price-large ...]\n"
                "            [--serverless-call-usd USD] [--min-free-mb MB] [--proxy-domain DOMAIN]\n"
-               "            [--keepalive-ms MS] [--store-mb MB] [--criu PATH]\n");
+               "            [--keepalive-ms MS] [--store-mb MB] [--criu PATH]\n"
+               "            [--http-header-timeout-ms MS] [--http-idle-timeout-ms MS]\n"
+               "            [--http-body-idle-timeout-ms MS] [--proxy-idle-timeout-ms MS]\n"
+               "            [--max-connections N] [--max-sandbox-connections N]\n"
+               "            [--small-body-limit BYTES] [--max-body BYTES]\n");
 }
 
 // --store-mb: the sandboxes' folders and the snapshot layers live on a btrfs file system
@@ -185,9 +205,13 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
     std::replace(key.begin(), key.end(), '-', '_');  // --data-dir is data_dir in the file
     cfg[key] = v;
   }
+  auto limits = LimitOptions(f);
   for (auto& [k, v] : cfg) {
     try {
-      if (k == "listen") f->listen = v;
+      if (auto lim = limits.find(k); lim != limits.end()) {
+        *lim->second = std::stoll(v);
+        if (*lim->second < 0 || *lim->second > (int64_t{1} << 40)) return MakeError(Code::kInvalidArgument, k + " must be 0 or more");
+      } else if (k == "listen") f->listen = v;
       else if (k == "socket") f->socket = v;
       else if (k == "data_dir") f->data_dir = v;
       else if (k == "agent") f->agent = v;
@@ -417,6 +441,14 @@ int Run(int argc, char** argv) {
   so.socket_path = f.socket;
   so.sandbox_socket_path = co.api_dir + "/api.sock";
   so.instance = co.instance;
+  so.limits.header_timeout_ms = f.http_header_timeout_ms;
+  so.limits.keepalive_timeout_ms = f.http_idle_timeout_ms;
+  so.limits.body_idle_timeout_ms = f.http_body_idle_timeout_ms;
+  so.limits.proxy_idle_timeout_ms = f.proxy_idle_timeout_ms;
+  so.limits.max_connections = static_cast<int>(f.max_connections);
+  so.limits.max_sandbox_connections = static_cast<int>(f.max_sandbox_connections);
+  so.limits.small_body_bytes = static_cast<uint64_t>(f.small_body_limit);
+  so.limits.max_body_bytes = static_cast<uint64_t>(f.max_body);
   if (!so.socket_path.empty()) {
     auto slash = so.socket_path.rfind('/');
     if (slash != std::string::npos && slash > 0) (void)fs::MkdirAll(so.socket_path.substr(0, slash), 0755);

@@ -39,6 +39,7 @@ apt-get update -qq
 if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+mkdir -p "$SBX_CACHE_DIR" "$OUT"
 WORK=$(mktemp -d "$SBX_CACHE_DIR/criu-build.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
@@ -50,7 +51,6 @@ tar xf "$TARBALL"
 DIR=$(find . -maxdepth 1 -type d -name 'criu-*' | head -1)
 for p in "${PATCHES[@]}"; do patch -s -d "$DIR" -p1 < "$p"; done
 make -s -C "$DIR" -j"$(nproc)" criu >"$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log" >&2; exit 1; }
-mkdir -p "$OUT"
 install -m 0755 "$DIR/criu/criu" "$OUT/criu.new"
 mv "$OUT/criu.new" "$OUT/criu"
 echo "$STAMP" > "$OUT/stamp"

@@ -4,6 +4,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="$ROOT/build"
 # Slow artefacts (the debootstrap root filesystem of the default image) are cached here.
 export SBX_CACHE_DIR="${SBX_CACHE_DIR:-/var/cache/sbx}"
+# Every script makes the folders it writes to (a fresh host has none of them).
+mkdir -p "$SBX_CACHE_DIR"
 
 PACKAGES=(
   build-essential cmake pkg-config

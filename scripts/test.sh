@@ -10,6 +10,16 @@ build_ts_sdk
 SBX_CRIU=$(bash "$ROOT/scripts/build-criu.sh")
 export SBX_CRIU
 
+# The fresh-host path: a machine that never ran sbx has no cache folder and no data dir.
+# CRIU's build runs once more into a cache folder that does not exist yet (the cached
+# build above does not exercise it), and test_fresh_host.py starts a daemon on a data dir
+# whose parents do not exist.
+log "fresh-host rehearsal: CRIU's build into a cache folder that does not exist yet"
+FRESH=$(mktemp -d /var/tmp/sbx-fresh.XXXXXX)
+SBX_CACHE_DIR="$FRESH/cache/sbx" bash "$ROOT/scripts/build-criu.sh" >/dev/null
+"$FRESH/cache/sbx/criu/criu" --version >/dev/null
+rm -rf "$FRESH"
+
 log "unit tests"
 (cd "$BUILD" && ctest --output-on-failure -j2)
 

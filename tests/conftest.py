@@ -45,8 +45,10 @@ class Daemon:
         self.extra_args = list(extra_args)
         if os.geteuid() != 0:
             pytest.fail("the integration tests need root (run them through scripts/test.sh)")
-        self.data = data_dir or tempfile.mkdtemp(prefix=f"sbx-{name}-", dir="/var/tmp")
-        os.chmod(self.data, 0o711)
+        if data_dir is None:
+            data_dir = tempfile.mkdtemp(prefix=f"sbx-{name}-", dir="/var/tmp")
+            os.chmod(data_dir, 0o711)
+        self.data = data_dir  # may not exist yet: sbxd makes it
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.uid_base = _next_uid_base[0]

@@ -6,6 +6,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
@@ -26,14 +27,23 @@ namespace {
 asio::awaitable<Status> Connect(asio::local::stream_protocol::socket& sock, AgentAddr a) {
   auto s = NewAgentSocket(a, true);
   if (!s.ok()) co_return s.error().Wrap("cannot reach the sandbox's agent");
+  // Connected by hand: asio would wait for writability after EAGAIN, which a unix socket
+  // with a full listen queue reports without ever connecting. Retried until the deadline.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kAgentDialMs);
+  asio::steady_timer wait(sock.get_executor());
+  for (int wait_us = 1000;; wait_us = std::min(wait_us * 2, 50000)) {
+    auto connected = TryConnect(*s);
+    if (!connected.ok()) co_return MakeError(Code::kUnavailable, "cannot reach the sandbox's agent: " + connected.error().message);
+    if (*connected) break;
+    if (std::chrono::steady_clock::now() >= deadline)
+      co_return MakeError(Code::kUnavailable, "the sandbox's agent takes no connection (its listen queue is full); try again");
+    wait.expires_after(std::chrono::microseconds(wait_us));
+    error_code ignored;
+    co_await wait.async_wait(asio::redirect_error(use_awaitable, ignored));
+  }
   error_code ec;
   sock.assign(asio::local::stream_protocol(), s->fd.Release(), ec);
   if (ec) co_return MakeError(Code::kInternal, "cannot reach the sandbox's agent: " + ec.message());
-  std::string name = a.path;
-  if (name[0] == '@') name[0] = '\0';
-  asio::local::stream_protocol::endpoint ep(name);
-  co_await sock.async_connect(ep, asio::redirect_error(use_awaitable, ec));
-  if (ec) co_return MakeError(Code::kUnavailable, "cannot reach the sandbox's agent: " + ec.message());
   co_return OkStatus();
 }
 

@@ -7,6 +7,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <time.h>
+
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -178,20 +181,43 @@ Result<AgentSocket> NewAgentSocket(const AgentAddr& a, bool nonblocking) {
   return s;
 }
 
+Result<int> TryConnect(const AgentSocket& s) {
+  if (::connect(s.fd.get(), reinterpret_cast<const sockaddr*>(&s.addr), s.addr_len) == 0) return 1;
+  // A unix stream socket reports a full listen queue as EAGAIN (it never connects later
+  // by itself, unlike TCP's EINPROGRESS).
+  if (errno == EAGAIN) return 0;
+  return ErrnoError("connect to the sandbox's agent");
+}
+
+static int64_t MonoMs() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
+}
+
 static Result<std::string> RoundTrip(const AgentAddr& a, FrameType req, FrameType want, int timeout_ms) {
-  SBX_ASSIGN_OR_RETURN(AgentSocket s, NewAgentSocket(a, false));
+  const int64_t deadline = MonoMs() + timeout_ms;
+  SBX_ASSIGN_OR_RETURN(AgentSocket s, NewAgentSocket(a, true));
   UniqueFd& fd = s.fd;
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&s.addr), s.addr_len) != 0)
-    return ErrnoError("connect to agent");
+  for (int wait_us = 1000;; wait_us = std::min(wait_us * 2, 50000)) {
+    SBX_ASSIGN_OR_RETURN(int connected, TryConnect(s));
+    if (connected) break;
+    if (MonoMs() >= deadline)
+      return MakeError(Code::kDeadlineExceeded, "the sandbox's agent takes no connection (its listen queue is full)");
+    ::usleep(wait_us);
+  }
   std::string frame = EncodeFrame(req, "");
-  if (::send(fd.get(), frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size()))
+  if (::send(fd.get(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(frame.size()))
     return ErrnoError("send to agent");
   FrameDecoder dec;
   char buf[4096];
   while (true) {
     struct pollfd p = {fd.get(), POLLIN, 0};
-    if (::poll(&p, 1, timeout_ms) <= 0) return MakeError(Code::kDeadlineExceeded, "agent did not answer");
+    int64_t left = deadline - MonoMs();
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0)
+      return MakeError(Code::kDeadlineExceeded, "the sandbox's agent did not answer in time");
     ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EAGAIN) continue;
     if (n <= 0) return MakeError(Code::kUnavailable, "agent closed the connection");
     dec.Feed(buf, n);
     auto f = dec.Next();

@@ -135,7 +135,15 @@ struct AgentSocket {
 };
 Result<AgentSocket> NewAgentSocket(const AgentAddr& a, bool nonblocking);
 
-// A blocking round trip to check that the agent at `a` answers (any thread).
+// How long sbxd waits for an agent to take a connection. Code in a sandbox can fill its
+// agent's listen queue (or stop the agent's handlers): every dial gives up at a deadline.
+constexpr int kAgentDialMs = 5000;
+// One attempt to connect the nonblocking socket `s`: 1 when connected, 0 when the
+// agent's listen queue is full (try again later), or the error.
+Result<int> TryConnect(const AgentSocket& s);
+
+// A blocking round trip to check that the agent at `a` answers (any thread); connecting
+// and answering together take at most `timeout_ms`.
 Status PingBlocking(const AgentAddr& a, int timeout_ms);
 // Asks the agent to walk its root filesystem (warming the lookup caches); blocking.
 Status WarmBlocking(const AgentAddr& a, int timeout_ms);

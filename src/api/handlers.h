@@ -38,6 +38,7 @@ struct ProxyTarget {
   std::string id;
   int port = 0;
   std::string target;
+  bool by_host = false;  // routed by Host (a per-sandbox origin), not by the API's path
 };
 // The OpenAPI document served at /v1/openapi.json.
 const std::string& OpenApiDocument();
@@ -56,6 +57,8 @@ class Api {
   // store one.
   std::optional<Response> Refusal(const RouteInfo& route, Request& req) const;
   const std::string& tmp_dir() const { return tmp_dir_; }
+  // Whether the request carries the admin key (only the admin may send large bodies).
+  bool IsAdmin(const Request& req) const { return Authorize(req).kind == Caller::kAdmin; }
 
   // The port proxy. A request is for it if its path is /v1/sandboxes/{id}/ports/{port}/...
   // or its Host is {port}-{id}.{proxy domain}: then this answers the target, or the error

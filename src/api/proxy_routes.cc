@@ -49,7 +49,7 @@ std::optional<Result<ProxyTarget>> Api::ProxyRoute(const Request& req, std::stri
       return Result<ProxyTarget>(MakeError(Code::kInvalidArgument, "a proxy host is PORT-ID." + proxy_domain_));
     auto port = ParsePort(std::string_view(label).substr(0, dash));
     if (!port.ok()) return Result<ProxyTarget>(port.error());
-    ProxyTarget t{label.substr(dash + 1), *port, std::string(raw_target)};
+    ProxyTarget t{label.substr(dash + 1), *port, std::string(raw_target), true};
     if (!ValidName(t.id)) return Result<ProxyTarget>(MakeError(Code::kInvalidArgument, "invalid sandbox id in the host"));
     if (t.target.empty() || t.target[0] != '/') t.target = "/" + t.target;
     return Result<ProxyTarget>(std::move(t));

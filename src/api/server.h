@@ -10,6 +10,7 @@
 #include <string>
 
 #include "api/handlers.h"
+#include "api/wire.h"
 #include "base/result.h"
 
 namespace sbx::api {
@@ -18,8 +19,7 @@ struct ServerOptions {
   std::string listen_host = "127.0.0.1";
   int listen_port = 7070;
   std::string socket_path;  // empty: no unix socket
-  uint64_t max_body_bytes = 64 << 20;
-  uint64_t max_upload_bytes = 16ULL << 30;  // image tarballs
+  ConnLimits limits;
   // The in-sandbox API socket (empty: none): bound into every sandbox; each connection
   // is the sandbox whose cgroup (below sbx-<instance>/) its peer process is in.
   std::string sandbox_socket_path;

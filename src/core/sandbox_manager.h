@@ -160,7 +160,7 @@ class SandboxManager {
 
   // Reconciles SQLite with the kernel: re-adopts live sandboxes, finishes interrupted
   // deletes, marks the rest `error`, and removes orphaned cgroups and directories.
-  Status Recover();
+  Status Recover();  // recovery.cc
 
   Result<SandboxView> Create(const CreateRequest& req);
   Result<SandboxView> Get(const std::string& id);
@@ -283,6 +283,8 @@ class SandboxManager {
   SandboxView ViewLocked(const Entry& e) const;
   std::string DirOf(const std::string& id) const { return opts_.data_dir + "/sandboxes/" + id; }
   runtime::StartSpec SpecOf(const storage::SandboxRecord& r) const;
+  // Adopts every running or frozen sandbox of `rows` in parallel (recovery.cc).
+  std::map<std::string, Result<runtime::Instance>> AdoptAll(const std::vector<storage::SandboxRecord>& rows);
   Result<std::shared_ptr<Entry>> Find(const std::string& id);  // mu_ held
   // The environment of an exec or process: base, id and token, secrets (unless no_env),
   // the sandbox's env, then the request's.

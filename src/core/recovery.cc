@@ -1,0 +1,168 @@
+// SandboxManager::Recover: on start, reconciles the database (what should exist) with the
+// kernel (what does). Runs once, before the listener opens.
+#include <future>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "base/fs.h"
+#include "base/log.h"
+#include "core/sandbox_manager.h"
+
+namespace sbx::core {
+
+using json = nlohmann::json;
+
+std::map<std::string, Result<runtime::Instance>> SandboxManager::AdoptAll(
+    const std::vector<storage::SandboxRecord>& rows) {
+  // Each adoption asks the sandbox's agent for a word (within the dial deadline). They
+  // run side by side, so that silent agents hold up the start by one deadline at most,
+  // whatever their number; the rest are marked as errors by the caller.
+  constexpr size_t kParallel = 32;
+  std::map<std::string, Result<runtime::Instance>> out;
+  std::vector<const storage::SandboxRecord*> todo;
+  for (const auto& r : rows) {
+    bool hibernated = r.state == "paused" && r.pause_mode == "hibernate";
+    if ((r.state == "running" || r.state == "paused") && !hibernated && r.billing != "call") todo.push_back(&r);
+  }
+  for (size_t at = 0; at < todo.size(); at += kParallel) {
+    std::vector<std::pair<std::string, std::future<Result<runtime::Instance>>>> batch;
+    for (size_t i = at; i < std::min(todo.size(), at + kParallel); ++i) {
+      const storage::SandboxRecord* r = todo[i];
+      batch.emplace_back(r->id, std::async(std::launch::async, [this, r] {
+                           return runtime_->Adopt(SpecOf(*r), static_cast<pid_t>(r->pid),
+                                                  static_cast<uint64_t>(r->pid_start), r->state == "paused");
+                         }));
+    }
+    for (auto& [id, f] : batch) out.emplace(id, f.get());
+  }
+  return out;
+}
+
+Status SandboxManager::Recover() {
+  SBX_ASSIGN_OR_RETURN(auto rows, store_->ListSandboxes());
+  auto adopted = AdoptAll(rows);
+  std::set<std::string> live_ids, known_ids;
+  std::vector<std::string> layers_in_use;
+  for (auto& r : rows) {
+    known_ids.insert(r.id);
+    auto layers = json::parse(r.layers_json, nullptr, false);
+    if (layers.is_array())
+      for (const auto& l : layers)
+        if (l.is_string()) layers_in_use.push_back(l.get<std::string>());
+    // A serverless call's sandbox outlives its call only by a crash: nobody waits for
+    // its answer any more, so it goes (its disk keeps whatever the command wrote).
+    if (r.billing == "call" && r.state != "deleting") {
+      CloseBilling(r);
+      r.state = "deleting";
+      SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
+      EnqueueTeardown(r.id);
+      continue;
+    }
+    if (r.state == "deleting" || r.state == "pooled") {
+      // A warm-pool sandbox is cheaper to make again than to re-adopt.
+      if (r.state == "pooled") {
+        r.state = "deleting";
+        SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
+      }
+      EnqueueTeardown(r.id);
+      continue;
+    }
+    auto e = std::make_shared<Entry>();
+    e->last_active_ms = Now();
+    const bool frozen = r.state == "paused";
+    const bool checkpointed = fs::Exists(ImagesOf(r.id) + "/complete");
+    if (frozen && r.pause_mode == "hibernate") {
+      // Its processes are a checkpoint on disk: nothing to adopt (its cgroup stays).
+      if (checkpointed) {
+        // Processes in its cgroup would be a restore that sbxd died before recording:
+        // the checkpoint is what counts, they go (a resume restores it again).
+        (void)runtime_->Stop(r.id, runtime::Instance());
+        live_ids.insert(r.id);
+        SBX_LOG(kInfo) << "hibernated sandbox " << r.id << " stays hibernated";
+      } else {
+        CloseBilling(r);
+        r.state = "error";
+        r.error = "its checkpoint is missing (" + ImagesOf(r.id) + ")";
+        r.pause_mode.clear();
+        r.paused_ms = 0;
+        SBX_LOG(kWarn) << "sandbox " << r.id << ": " << r.error;
+      }
+    } else if (r.state == "running" || frozen) {
+      // A frozen sandbox stays frozen: it is adopted without a word from its agent.
+      auto inst = std::move(adopted.at(r.id));
+      if (inst.ok()) {
+        e->inst = *inst;
+        live_ids.insert(r.id);
+        SBX_LOG(kInfo) << "re-adopted " << r.state << " sandbox " << r.id;
+      } else if (r.state == "running" && checkpointed) {
+        // sbxd died between the checkpoint and recording it: the sandbox is hibernated.
+        CloseBilling(r);
+        r.state = "paused";
+        r.pause_mode = "hibernate";
+        r.paused_ms = Now();
+        r.pid = r.pid_start = 0;
+        live_ids.insert(r.id);
+        SBX_LOG(kInfo) << "sandbox " << r.id << " was checkpointed as sbxd stopped: it is hibernated";
+      } else {
+        CloseBilling(r);
+        r.state = "error";
+        r.error = "its processes ended while sbxd was down (" + inst.error().message + ")";
+        r.pid = r.pid_start = 0;
+        r.pause_mode.clear();
+        r.paused_ms = 0;
+        SBX_LOG(kWarn) << "sandbox " << r.id << ": " << r.error;
+      }
+    } else if (r.state == "creating") {
+      r.state = "error";
+      r.error = "sbxd stopped while the sandbox was being created";
+      r.pid = r.pid_start = 0;
+    }
+    SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
+    e->rec = r;
+    std::lock_guard<std::mutex> lock(mu_);
+    sandboxes_[r.id] = e;
+  }
+  // Kernel objects that belong to no live sandbox: kill and remove them.
+  for (const auto& id : runtime_->ListKernelObjects()) {
+    if (live_ids.count(id)) continue;
+    SBX_LOG(kInfo) << "cleaning orphaned kernel objects of " << id;
+    if (known_ids.count(id)) {
+      runtime::Instance none;
+      (void)runtime_->Stop(id, none);
+    } else {
+      (void)runtime_->Destroy(id, DirOf(id));
+    }
+  }
+  // Directories that no row refers to.
+  auto dirs = fs::ListDir(opts_.data_dir + "/sandboxes");
+  if (dirs.ok())
+    for (const auto& d : *dirs)
+      if (!known_ids.count(d)) {
+        SBX_LOG(kInfo) << "removing orphaned sandbox directory " << d;
+        (void)runtime_->Destroy(d, DirOf(d));
+      }
+  // Checkpoints of sandboxes that are not hibernated (any more).
+  auto saved = fs::ListDir(opts_.data_dir + "/hibernated");
+  if (saved.ok())
+    for (const auto& d : *saved) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = sandboxes_.find(d);
+      if (it == sandboxes_.end() || it->second->rec.pause_mode != "hibernate") {
+        SBX_LOG(kInfo) << "removing the spent checkpoint of " << d;
+        (void)fs::RemoveTree(ImagesOf(d));
+      }
+    }
+  auto snaps = store_->ListSnapshots();
+  if (snaps.ok())
+    for (const auto& sn : *snaps) {
+      auto layers = json::parse(sn.layers_json, nullptr, false);
+      if (layers.is_array())
+        for (const auto& l : layers)
+          if (l.is_string()) layers_in_use.push_back(l.get<std::string>());
+    }
+  images_->CollectGarbage(layers_in_use);
+  CollectLayers();
+  return OkStatus();
+}
+
+}  // namespace sbx::core
