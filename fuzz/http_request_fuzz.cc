@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <sstream>
+#include <vector>
 
 #include "api/http_request.h"
 
@@ -22,8 +23,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (n == 0) break;
     off += n;
   }
+  // sbxd's own framing checks: obs-fold on the raw header section, Transfer-Encoding.
+  std::string_view raw(reinterpret_cast<const char*>(data), size);
+  size_t end = raw.find("\r\n\r\n");
+  bool folded = end != std::string_view::npos && sbx::api::HasObsFold(raw.substr(0, end + 4));
   if (!p.is_header_done()) return 0;
   const auto& h = p.get();
+  std::vector<std::string> codings;
+  for (auto [it, e] = h.equal_range(http::field::transfer_encoding); it != e; ++it) codings.emplace_back(it->value());
+  std::string bad = sbx::api::CheckTransferEncoding(codings, h.find(http::field::content_length) != h.end());
+  // A request sbxd accepts has one final "chunked" or none, and it never folds.
+  if (bad.empty() && !codings.empty() && !p.chunked()) __builtin_trap();
+  (void)folded;
   sbx::api::Request req;
   req.method = std::string(h.method_string());
   sbx::api::ParseTarget(std::string_view(h.target().data(), h.target().size()), req);

@@ -42,4 +42,40 @@ void ParseTarget(std::string_view target, Request& req) {
   }
 }
 
+bool HasObsFold(std::string_view head) {
+  // Every line after the request line that starts with a space or a tab continues the
+  // line before it (obs-fold, RFC 9112 5.2): a server must reject it or replace it, and
+  // sbx rejects it, as a proxy in front of sbx might read it another way.
+  size_t at = head.find("\r\n");
+  while (at != std::string_view::npos && at + 2 < head.size()) {
+    char c = head[at + 2];
+    if (c == ' ' || c == '\t') return true;
+    at = head.find("\r\n", at + 2);
+  }
+  return false;
+}
+
+std::string CheckTransferEncoding(const std::vector<std::string>& fields, bool has_content_length) {
+  if (fields.empty()) return "";
+  if (has_content_length) return "Transfer-Encoding and Content-Length together";
+  std::vector<std::string> codings;
+  std::string shown;
+  for (const auto& v : fields) {
+    shown += (shown.empty() ? "" : ", ") + v;
+    size_t start = 0;
+    while (start <= v.size()) {
+      size_t comma = v.find(',', start);
+      if (comma == std::string::npos) comma = v.size();
+      std::string tok = v.substr(start, comma - start);
+      size_t b = tok.find_first_not_of(" \t"), e = tok.find_last_not_of(" \t");
+      tok = b == std::string::npos ? "" : tok.substr(b, e - b + 1);
+      for (auto& c : tok) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (!tok.empty()) codings.push_back(tok);
+      start = comma + 1;
+    }
+  }
+  if (codings.size() == 1 && codings[0] == "chunked") return "";
+  return "unsupported Transfer-Encoding \"" + shown.substr(0, 100) + "\": only a single \"chunked\" is accepted";
+}
+
 }  // namespace sbx::api

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sbx::api {
 
@@ -32,5 +33,12 @@ struct Request {
 
 // Splits a request target into the (still encoded) path and the decoded query.
 void ParseTarget(std::string_view target, Request& req);
+
+// Strict framing (RFC 9112): whether the raw header section `head` (request line to the
+// blank line) folds a line (obs-fold), and the reason a request's Transfer-Encoding
+// fields (`codings`, each field's value) are refused (empty: fine). Only a single final
+// "chunked" is accepted, and never together with Content-Length.
+bool HasObsFold(std::string_view head);
+std::string CheckTransferEncoding(const std::vector<std::string>& codings, bool has_content_length);
 
 }  // namespace sbx::api

@@ -125,28 +125,34 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
   const bool chunked_in = hp.chunked();
   const auto declared = hp.content_length();
   if (declared && *declared > limits.max_upload_bytes) {
-    co_await AnswerAndClose(stream,
-                            ErrorResponse(413, "too_large", "the request body is too large"));
+    Response answer = ErrorResponse(413, "too_large", "the request body is too large");
+    co_await AnswerAndClose(stream, answer);
     co_return;
   }
   auto lease = co_await api->ProxyLease(t.id);
   if (!lease.ok()) {
-    co_await AnswerAndClose(stream, ErrorResponse(lease.error()));
+    {
+      Response answer = ErrorResponse(lease.error());
+      co_await AnswerAndClose(stream, answer);
+    }
     co_return;
   }
   std::shared_ptr<core::AgentLease> held = *lease;
   auto ex = co_await asio::this_coro::executor;
   agent::Conn conn(ex);
   std::string open = nlohmann::json{{"port", t.port}}.dump();
-  auto st = co_await conn.Open(held->addr());
-  if (st.ok())
-    st = co_await conn.Send(agent::FrameType::kPortOpen, open);
+  agent::AgentAddr addr = held->addr();
+  auto st = co_await conn.Open(addr);
+  if (st.ok()) st = co_await conn.Send(agent::FrameType::kPortOpen, open);
   if (st.ok()) {
     auto r = co_await conn.RecvResult();
     if (!r.ok()) st = r.error();
   }
   if (!st.ok()) {
-    co_await AnswerAndClose(stream, ErrorResponse(st.error()));
+    {
+      Response answer = ErrorResponse(st.error());
+      co_await AnswerAndClose(stream, answer);
+    }
     co_return;
   }
   Upstream& up = conn.socket();
@@ -183,8 +189,9 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
   up_dog.Arm(limits.proxy_idle_timeout_ms);
   co_await asio::async_write(up, asio::buffer(head), asio::redirect_error(use_awaitable, ec));
   if (ec) {
-    co_await AnswerAndClose(
-        stream, ErrorResponse(503, "unavailable", "the sandbox's server did not take the request"));
+    Response answer =
+        ErrorResponse(503, "unavailable", "the sandbox's server did not take the request");
+    co_await AnswerAndClose(stream, answer);
     co_return;
   }
   if (expect_continue && !hp.is_done()) {
@@ -205,8 +212,8 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
       client_dog.Disarm();
       if (ec == http::error::need_buffer) ec = {};
       if (ec == http::error::body_limit) {
-        co_await AnswerAndClose(stream,
-                                ErrorResponse(413, "too_large", "the request body is too large"));
+        Response answer = ErrorResponse(413, "too_large", "the request body is too large");
+        co_await AnswerAndClose(stream, answer);
         co_return;
       }
       if (ec) co_return;  // the client went away or stalled: nothing to answer
@@ -221,9 +228,9 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
                                    asio::redirect_error(use_awaitable, ec));
       }
       if (ec) {
-        co_await AnswerAndClose(
-            stream,
-            ErrorResponse(503, "unavailable", "the sandbox's server did not take the request"));
+        Response answer =
+            ErrorResponse(503, "unavailable", "the sandbox's server did not take the request");
+        co_await AnswerAndClose(stream, answer);
         co_return;
       }
     }
@@ -231,9 +238,9 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
       static const std::string kLast = "0\r\n\r\n";
       co_await asio::async_write(up, asio::buffer(kLast), asio::redirect_error(use_awaitable, ec));
       if (ec) {
-        co_await AnswerAndClose(
-            stream,
-            ErrorResponse(503, "unavailable", "the sandbox's server did not take the request"));
+        Response answer =
+            ErrorResponse(503, "unavailable", "the sandbox's server did not take the request");
+        co_await AnswerAndClose(stream, answer);
         co_return;
       }
     }
@@ -252,12 +259,11 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
     co_await http::async_read_header(up, upbuf, *rp, asio::redirect_error(use_awaitable, ec));
     if (ec) {
       {
-        co_await AnswerAndClose(
-            stream,
-            ErrorResponse(503, "unavailable",
-                          up_dog.fired()
-                              ? "the sandbox's server did not answer in time"
-                              : "the sandbox's server sent no valid HTTP answer: " + ec.message()));
+        Response answer = ErrorResponse(
+            503, "unavailable",
+            up_dog.fired() ? "the sandbox's server did not answer in time"
+                           : "the sandbox's server sent no valid HTTP answer: " + ec.message());
+        co_await AnswerAndClose(stream, answer);
         co_return;
       }
     }
@@ -268,9 +274,9 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
   const auto& res = rp->get();
   const int code = res.result_int();
   if (code == 101 && !upgrade) {
-    co_await AnswerAndClose(
-        stream,
-        ErrorResponse(503, "unavailable", "the sandbox's server switched protocols unasked"));
+    Response answer =
+        ErrorResponse(503, "unavailable", "the sandbox's server switched protocols unasked");
+    co_await AnswerAndClose(stream, answer);
     co_return;
   }
   std::string out = "HTTP/1.1 " + std::to_string(code) + " " + std::string(res.reason()) + "\r\n";

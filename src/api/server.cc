@@ -6,29 +6,28 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/write.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
-#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <type_traits>
-
-#include <nlohmann/json.hpp>
 
 #include "api/errors.h"
 #include "api/port_proxy.h"
@@ -65,7 +64,8 @@ std::optional<std::string> PeerSandbox(int fd, const std::string& instance) {
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || cr.pid <= 0) return std::nullopt;
   int pidfd = -1;
   len = sizeof pidfd;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0 || pidfd < 0) return std::nullopt;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0 || pidfd < 0)
+    return std::nullopt;
   UniqueFd pin(pidfd);
   std::ifstream in("/proc/" + std::to_string(cr.pid) + "/cgroup");
   std::string line, id;
@@ -93,7 +93,8 @@ class ConnCounter : public std::enable_shared_from_this<ConnCounter> {
   // Held while a connection is open; empty key: the global count only.
   class Slot {
    public:
-    Slot(std::shared_ptr<ConnCounter> c, std::string key) : c_(std::move(c)), key_(std::move(key)) {}
+    Slot(std::shared_ptr<ConnCounter> c, std::string key)
+        : c_(std::move(c)), key_(std::move(key)) {}
     Slot(Slot&& o) noexcept : c_(std::move(o.c_)), key_(std::move(o.key_)) {}
     Slot(const Slot&) = delete;
     Slot& operator=(const Slot&) = delete;
@@ -114,7 +115,8 @@ class ConnCounter : public std::enable_shared_from_this<ConnCounter> {
       ++total_;
     } else {
       int& n = per_sandbox_[sandbox];
-      if (limits_.max_sandbox_connections > 0 && n >= limits_.max_sandbox_connections) return std::nullopt;
+      if (limits_.max_sandbox_connections > 0 && n >= limits_.max_sandbox_connections)
+        return std::nullopt;
       ++n;
     }
     return Slot(shared_from_this(), sandbox);
@@ -138,7 +140,8 @@ class ConnCounter : public std::enable_shared_from_this<ConnCounter> {
 
 // Reads a request's body into `parser` with an idle deadline between pieces.
 template <typename Stream, typename Parser>
-asio::awaitable<error_code> ReadBody(Stream& stream, beast::flat_buffer& buf, Parser& parser, int64_t idle_ms) {
+asio::awaitable<error_code> ReadBody(Stream& stream, beast::flat_buffer& buf, Parser& parser,
+                                     int64_t idle_ms) {
   auto ex = co_await asio::this_coro::executor;
   Watchdog<Stream> dog(ex, &stream);
   error_code ec;
@@ -153,8 +156,9 @@ asio::awaitable<error_code> ReadBody(Stream& stream, beast::flat_buffer& buf, Pa
 // One connection: requests one after another (keep-alive) until the client closes, a
 // deadline passes, or an answer ends the connection.
 template <typename Stream>
-asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts_ptr, ConnCounter* counter,
-                              ConnCounter::Slot slot, std::optional<ConnCounter::Slot> sandbox_slot,
+asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts_ptr,
+                              ConnCounter* counter, ConnCounter::Slot slot,
+                              std::optional<ConnCounter::Slot> sandbox_slot,
                               std::string via_sandbox) {
   const ServerOptions& opts = *opts_ptr;
   const ConnLimits& limits = opts.limits;
@@ -167,12 +171,15 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
   while (true) {
     http::request_parser<http::empty_body> hp;
     hp.header_limit(static_cast<uint32_t>(limits.header_limit));
-    auto hr = co_await ReadRequestHeader(stream, buf, hp, limits,
-                                         first ? limits.header_timeout_ms : limits.keepalive_timeout_ms);
+    auto hr = co_await ReadRequestHeader(
+        stream, buf, hp, limits, first ? limits.header_timeout_ms : limits.keepalive_timeout_ms);
     first = false;
     if (hr.failure == HeaderFailure::kClosed || hr.failure == HeaderFailure::kTimedOut) break;
     if (hr.failure != HeaderFailure::kNone) {
-      co_await AnswerAndClose(stream, ErrorResponse(400, "invalid_request", hr.message));
+      {
+        Response answer = ErrorResponse(400, "invalid_request", hr.message);
+        co_await AnswerAndClose(stream, answer);
+      }
       break;
     }
     Request req;
@@ -191,13 +198,19 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
     if (auto proxied = api->ProxyRoute(req, raw_target)) {
       if (!proxied->ok()) {
         auto denied = api->Unauthenticated(req);
-        co_await AnswerAndClose(stream, denied ? *denied : ErrorResponse(proxied->error()));
+        {
+          Response answer = denied ? *denied : ErrorResponse(proxied->error());
+          co_await AnswerAndClose(stream, answer);
+        }
       } else {
         ProxyTarget t = **proxied;
         auto held = counter->Take(t.id);
         if (!held) {
-          co_await AnswerAndClose(stream, ErrorResponse(503, "unavailable",
-                                                        "too many open connections to sandbox " + t.id + "; try again"));
+          {
+            Response answer = ErrorResponse(
+                503, "unavailable", "too many open connections to sandbox " + t.id + "; try again");
+            co_await AnswerAndClose(stream, answer);
+          }
         } else {
           co_await ProxyExchange(stream, buf, hp, api, t, req, limits, !t.by_host);
         }
@@ -220,9 +233,12 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       break;
     }
     uint64_t limit = limits.small_body_bytes;
-    if (route && api->IsAdmin(req)) limit = route->large_body ? limits.max_upload_bytes : limits.max_body_bytes;
+    if (route && api->IsAdmin(req))
+      limit = route->large_body ? limits.max_upload_bytes : limits.max_body_bytes;
     if (!early && hp.content_length() && *hp.content_length() > limit)
-      early = ErrorResponse(413, "too_large", "the request body is too large (at most " + std::to_string(limit) + " bytes here)");
+      early = ErrorResponse(
+          413, "too_large",
+          "the request body is too large (at most " + std::to_string(limit) + " bytes here)");
     if (early) {
       if (hp.is_done() && keep) {  // no body to skip: the connection goes on
         if (!co_await WriteResponse(stream, *early, true)) break;
@@ -234,7 +250,8 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
     // A client that asks first (curl does for large bodies) is told to go on.
     if (!hp.is_done() && beast::iequals(req.Header("expect"), "100-continue")) {
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      co_await asio::async_write(stream, asio::buffer(kContinue), asio::redirect_error(use_awaitable, ec));
+      co_await asio::async_write(stream, asio::buffer(kContinue),
+                                 asio::redirect_error(use_awaitable, ec));
       if (ec) break;
     }
     std::string tmp_file;
@@ -244,7 +261,11 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       fp.body_limit(limit);
       fp.get().body().open(tmp_file.c_str(), beast::file_mode::write, ec);
       if (ec) {
-        co_await AnswerAndClose(stream, ErrorResponse(500, "internal", "cannot store the upload: " + ec.message()));
+        {
+          Response answer =
+              ErrorResponse(500, "internal", "cannot store the upload: " + ec.message());
+          co_await AnswerAndClose(stream, answer);
+        }
         break;
       }
       ec = co_await ReadBody(stream, buf, fp, limits.body_idle_timeout_ms);
@@ -259,10 +280,18 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
     if (ec) {
       if (!tmp_file.empty()) ::unlink(tmp_file.c_str());
       if (ec == http::error::body_limit) {
-        co_await AnswerAndClose(stream, ErrorResponse(413, "too_large", "the request body is too large"));
-      } else if (ec != http::error::end_of_stream && ec != asio::error::eof && ec != asio::error::connection_reset &&
-                 ec != asio::error::operation_aborted && ec != http::error::partial_message) {
-        co_await AnswerAndClose(stream, ErrorResponse(400, "invalid_request", "malformed HTTP request: " + ec.message()));
+        {
+          Response answer = ErrorResponse(413, "too_large", "the request body is too large");
+          co_await AnswerAndClose(stream, answer);
+        }
+      } else if (ec != http::error::end_of_stream && ec != asio::error::eof &&
+                 ec != asio::error::connection_reset && ec != asio::error::operation_aborted &&
+                 ec != http::error::partial_message) {
+        {
+          Response answer =
+              ErrorResponse(400, "invalid_request", "malformed HTTP request: " + ec.message());
+          co_await AnswerAndClose(stream, answer);
+        }
       }
       break;
     }
@@ -335,7 +364,8 @@ struct Server::Impl {
   // After a failed accept: at the fd limit (EMFILE/ENFILE) the pending connection stays
   // queued and every retry would fail at once, so the loop waits instead of spinning.
   static asio::awaitable<void> BackOff(const error_code& ec) {
-    bool fds = ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system;
+    bool fds = ec == asio::error::no_descriptors ||
+               ec == boost::system::errc::too_many_files_open_in_system;
     if (fds) SBX_LOG(kWarn) << "accept: " << ec.message() << "; waiting before the next accept";
     asio::steady_timer t(co_await asio::this_coro::executor);
     t.expires_after(std::chrono::milliseconds(fds ? 100 : 5));
@@ -354,7 +384,8 @@ struct Server::Impl {
         continue;
       }
       ::fcntl(s.native_handle(), F_SETFD, FD_CLOEXEC);
-      if constexpr (std::is_same_v<decltype(s), asio::ip::tcp::socket>) s.set_option(asio::ip::tcp::no_delay(true), ec);
+      if constexpr (std::is_same_v<decltype(s), asio::ip::tcp::socket>)
+        s.set_option(asio::ip::tcp::no_delay(true), ec);
       auto slot = counter->Take("");
       if (!slot) continue;  // at the cap: closed at once (the socket goes out of scope)
       std::string via;
@@ -370,13 +401,15 @@ struct Server::Impl {
         via = *id;
       }
       asio::co_spawn(asio::make_strand(*io),
-                     Session(std::move(s), api, &opts, counter.get(), std::move(*slot), std::move(sandbox_slot), via),
+                     Session(std::move(s), api, &opts, counter.get(), std::move(*slot),
+                             std::move(sandbox_slot), via),
                      asio::detached);
     }
   }
 
   // Listens on a unix socket at `path` (replacing a stale one) with file mode `mode`.
-  Result<std::unique_ptr<asio::local::stream_protocol::acceptor>> ListenUnix(const std::string& path, mode_t mode) {
+  Result<std::unique_ptr<asio::local::stream_protocol::acceptor>> ListenUnix(
+      const std::string& path, mode_t mode) {
     error_code ec;
     ::unlink(path.c_str());
     auto acc = std::make_unique<asio::local::stream_protocol::acceptor>(*io);
@@ -412,7 +445,8 @@ Status Server::Start() {
   if (!ec) impl_->tcp->listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
     return MakeError(Code::kUnavailable, "listen on " + impl_->opts.listen_host + ":" +
-                                             std::to_string(impl_->opts.listen_port) + ": " + ec.message());
+                                             std::to_string(impl_->opts.listen_port) + ": " +
+                                             ec.message());
   ::fcntl(impl_->tcp->native_handle(), F_SETFD, FD_CLOEXEC);
   asio::co_spawn(*impl_->io, impl_->AcceptLoop(impl_->tcp.get(), false), asio::detached);
   if (!impl_->opts.socket_path.empty()) {
@@ -421,7 +455,8 @@ Status Server::Start() {
   }
   if (!impl_->opts.sandbox_socket_path.empty()) {
     // Sandboxes connect as their own (mapped) users; who is calling is the peer's cgroup.
-    SBX_ASSIGN_OR_RETURN(impl_->sandbox_acc, impl_->ListenUnix(impl_->opts.sandbox_socket_path, 0666));
+    SBX_ASSIGN_OR_RETURN(impl_->sandbox_acc,
+                         impl_->ListenUnix(impl_->opts.sandbox_socket_path, 0666));
     asio::co_spawn(*impl_->io, impl_->AcceptLoop(impl_->sandbox_acc.get(), true), asio::detached);
   }
   return OkStatus();

@@ -1,5 +1,6 @@
 #include "api/terminal_ws.h"
 
+#include <atomic>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
@@ -10,7 +11,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
-#include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -50,7 +50,9 @@ asio::awaitable<void> Terminal(Stream& stream, http::request_parser<http::empty_
   core::ProcessTable* table = api->processes();
   auto info = table->Get(id, pid);
   if (!info.ok() || !info->tty) {
-    Response bad = info.ok() ? ErrorResponse(409, "conflict", "process " + std::to_string(pid) + " has no terminal (start it with tty: true)")
+    Response bad = info.ok() ? ErrorResponse(409, "conflict",
+                                             "process " + std::to_string(pid) +
+                                                 " has no terminal (start it with tty: true)")
                              : ErrorResponse(info.error());
     co_await WriteResponse(stream, bad, false);
     co_return;
@@ -80,8 +82,8 @@ asio::awaitable<void> Terminal(Stream& stream, http::request_parser<http::empty_
       auto j = nlohmann::json::parse(data, nullptr, false);
       if (!j.is_object()) continue;
       std::string type = j.value("type", "");
-      if (type == "resize" && j.contains("cols") && j.contains("rows") && j["cols"].is_number_integer() &&
-          j["rows"].is_number_integer())
+      if (type == "resize" && j.contains("cols") && j.contains("rows") &&
+          j["cols"].is_number_integer() && j["rows"].is_number_integer())
         (void)table->Resize(id, pid, j["cols"].get<int>(), j["rows"].get<int>());
       else if (type == "eof")
         (void)table->Stdin(id, pid, "", true);
@@ -92,7 +94,8 @@ asio::awaitable<void> Terminal(Stream& stream, http::request_parser<http::empty_
   };
   asio::co_spawn(strand, reader(&w, table, id, pid, reading), asio::detached);
   // The writer runs on the same strand as the reader.
-  auto writer = [](ws::stream<Stream&>* w, core::ProcessTable* table, std::string id, int64_t pid, uint64_t next,
+  auto writer = [](ws::stream<Stream&>* w, core::ProcessTable* table, std::string id, int64_t pid,
+                   uint64_t next,
                    std::shared_ptr<std::atomic<bool>> reading) -> asio::awaitable<void> {
     asio::steady_timer tick(co_await asio::this_coro::executor);
     error_code wec;
@@ -111,13 +114,17 @@ asio::awaitable<void> Terminal(Stream& stream, http::request_parser<http::empty_
         continue;
       }
       if (!rd->info.running) {
-        nlohmann::json exit = {{"type", "exit"},
-                               {"exit_code", rd->info.exit_code ? nlohmann::json(*rd->info.exit_code) : nlohmann::json(nullptr)},
-                               {"signal", rd->info.signal ? nlohmann::json(rd->info.signal) : nlohmann::json(nullptr)}};
+        nlohmann::json exit = {
+            {"type", "exit"},
+            {"exit_code",
+             rd->info.exit_code ? nlohmann::json(*rd->info.exit_code) : nlohmann::json(nullptr)},
+            {"signal",
+             rd->info.signal ? nlohmann::json(rd->info.signal) : nlohmann::json(nullptr)}};
         std::string text = exit.dump();
         w->text(true);
         co_await w->async_write(asio::buffer(text), asio::redirect_error(use_awaitable, wec));
-        if (!wec) co_await w->async_close(ws::close_code::normal, asio::redirect_error(use_awaitable, wec));
+        if (!wec)
+          co_await w->async_close(ws::close_code::normal, asio::redirect_error(use_awaitable, wec));
         break;
       }
       tick.expires_after(std::chrono::milliseconds(10));
@@ -125,7 +132,8 @@ asio::awaitable<void> Terminal(Stream& stream, http::request_parser<http::empty_
     }
   };
   auto writing = std::make_shared<std::atomic<bool>>(true);
-  asio::co_spawn(strand, writer(&w, table, id, pid, since, reading), [writing](std::exception_ptr) { *writing = false; });
+  asio::co_spawn(strand, writer(&w, table, id, pid, since, reading),
+                 [writing](std::exception_ptr) { *writing = false; });
   // The stream lives in this frame: wait until both sides are done with it.
   asio::steady_timer tick(ex);
   auto cancel = std::make_shared<std::atomic<int>>(0);  // 0: not asked, 1: posted, 2: done
@@ -144,9 +152,11 @@ asio::awaitable<void> Terminal(Stream& stream, http::request_parser<http::empty_
   }
 }
 
-template asio::awaitable<void> Terminal<TcpStream>(TcpStream&, http::request_parser<http::empty_body>&, Api*,
+template asio::awaitable<void> Terminal<TcpStream>(TcpStream&,
+                                                   http::request_parser<http::empty_body>&, Api*,
                                                    const Request*);
-template asio::awaitable<void> Terminal<UnixStream>(UnixStream&, http::request_parser<http::empty_body>&, Api*,
+template asio::awaitable<void> Terminal<UnixStream>(UnixStream&,
+                                                    http::request_parser<http::empty_body>&, Api*,
                                                     const Request*);
 
 }  // namespace sbx::api

@@ -19,53 +19,23 @@ namespace http = beast::http;
 using asio::use_awaitable;
 using boost::system::error_code;
 
-bool HasObsFold(std::string_view head) {
-  // Every line after the request line that starts with a space or a tab continues the
-  // line before it (obs-fold, RFC 9112 5.2): a server must reject it or replace it, and
-  // sbx rejects it, as a proxy in front of sbx might read it another way.
-  size_t at = head.find("\r\n");
-  while (at != std::string_view::npos && at + 2 < head.size()) {
-    char c = head[at + 2];
-    if (c == ' ' || c == '\t') return true;
-    at = head.find("\r\n", at + 2);
-  }
-  return false;
-}
-
 std::string CheckFraming(const http::request_parser<http::empty_body>& hp) {
   const auto& h = hp.get();
-  auto range = h.equal_range(http::field::transfer_encoding);
-  if (range.first == range.second) return "";
-  if (h.find(http::field::content_length) != h.end())
-    return "Transfer-Encoding and Content-Length together";
   std::vector<std::string> codings;
-  std::string shown;
-  for (auto it = range.first; it != range.second; ++it) {
-    std::string v(it->value());
-    shown += (shown.empty() ? "" : ", ") + v;
-    size_t start = 0;
-    while (start <= v.size()) {
-      size_t comma = v.find(',', start);
-      if (comma == std::string::npos) comma = v.size();
-      std::string tok = v.substr(start, comma - start);
-      size_t b = tok.find_first_not_of(" \t"), e = tok.find_last_not_of(" \t");
-      tok = b == std::string::npos ? "" : tok.substr(b, e - b + 1);
-      for (auto& c : tok) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (!tok.empty()) codings.push_back(tok);
-      start = comma + 1;
-    }
-  }
-  if (codings.size() == 1 && codings[0] == "chunked") return "";
-  return "unsupported Transfer-Encoding \"" + shown.substr(0, 100) + "\": only a single \"chunked\" is accepted";
+  for (auto [it, end] = h.equal_range(http::field::transfer_encoding); it != end; ++it)
+    codings.emplace_back(it->value());
+  return CheckTransferEncoding(codings, h.find(http::field::content_length) != h.end());
 }
 
 template <typename Stream>
 asio::awaitable<HeaderRead> ReadRequestHeader(Stream& stream, beast::flat_buffer& buf,
-                                              http::request_parser<http::empty_body>& hp, const ConnLimits& limits,
-                                              int64_t first_byte_ms) {
+                                              http::request_parser<http::empty_body>& hp,
+                                              const ConnLimits& limits, int64_t first_byte_ms) {
   auto ex = co_await asio::this_coro::executor;
   Watchdog<Stream> dog(ex, &stream);
-  auto view = [&buf] { return std::string_view(static_cast<const char*>(buf.data().data()), buf.size()); };
+  auto view = [&buf] {
+    return std::string_view(static_cast<const char*>(buf.data().data()), buf.size());
+  };
   bool started = false;
   dog.Arm(first_byte_ms);
   size_t end = 0;
@@ -85,9 +55,11 @@ asio::awaitable<HeaderRead> ReadRequestHeader(Stream& stream, beast::flat_buffer
       end = e + 4;
       break;
     }
-    if (v.size() >= limits.header_limit) co_return HeaderRead{HeaderFailure::kTooLarge, "the request's header is too large"};
+    if (v.size() >= limits.header_limit)
+      co_return HeaderRead{HeaderFailure::kTooLarge, "the request's header is too large"};
     error_code ec;
-    size_t n = co_await stream.async_read_some(buf.prepare(16 * 1024), asio::redirect_error(use_awaitable, ec));
+    size_t n = co_await stream.async_read_some(buf.prepare(16 * 1024),
+                                               asio::redirect_error(use_awaitable, ec));
     buf.commit(n);
     if (ec) {
       if (dog.fired()) co_return HeaderRead{HeaderFailure::kTimedOut, ""};
@@ -96,16 +68,20 @@ asio::awaitable<HeaderRead> ReadRequestHeader(Stream& stream, beast::flat_buffer
   }
   dog.Disarm();
   std::string_view head = view().substr(0, end);
-  if (HasObsFold(head)) co_return HeaderRead{HeaderFailure::kMalformed, "obsolete line folding in the request's header"};
+  if (HasObsFold(head))
+    co_return HeaderRead{HeaderFailure::kMalformed,
+                         "obsolete line folding in the request's header"};
   hp.header_limit(static_cast<uint32_t>(limits.header_limit));
   // The body's limit depends on the route and the caller: the session checks it next.
   hp.body_limit(std::numeric_limits<std::uint64_t>::max());
   error_code ec;
   size_t used = hp.put(asio::buffer(head.data(), head.size()), ec);
   if (!ec && !hp.is_header_done()) ec = http::error::need_more;
-  if (ec) co_return HeaderRead{HeaderFailure::kMalformed, "malformed HTTP request: " + ec.message()};
+  if (ec)
+    co_return HeaderRead{HeaderFailure::kMalformed, "malformed HTTP request: " + ec.message()};
   buf.consume(used);
-  if (std::string bad = CheckFraming(hp); !bad.empty()) co_return HeaderRead{HeaderFailure::kMalformed, bad};
+  if (std::string bad = CheckFraming(hp); !bad.empty())
+    co_return HeaderRead{HeaderFailure::kMalformed, bad};
   co_return HeaderRead{};
 }
 
@@ -133,14 +109,15 @@ asio::awaitable<void> AnswerAndClose(Stream& stream, const Response& r, int64_t 
   Watchdog<Stream> dog(ex, &stream);
   dog.Arm(drain_ms);
   std::vector<char> scratch(16 * 1024);
-  while (!ec) co_await stream.async_read_some(asio::buffer(scratch), asio::redirect_error(use_awaitable, ec));
+  while (!ec)
+    co_await stream.async_read_some(asio::buffer(scratch), asio::redirect_error(use_awaitable, ec));
 }
 
-#define SBX_WIRE_INSTANTIATE(S)                                                                                 \
-  template asio::awaitable<HeaderRead> ReadRequestHeader<S>(S&, beast::flat_buffer&,                         \
-                                                            http::request_parser<http::empty_body>&,           \
-                                                            const ConnLimits&, int64_t);                       \
-  template asio::awaitable<bool> WriteResponse<S>(S&, const Response&, bool);                                 \
+#define SBX_WIRE_INSTANTIATE(S)                                                            \
+  template asio::awaitable<HeaderRead> ReadRequestHeader<S>(                               \
+      S&, beast::flat_buffer&, http::request_parser<http::empty_body>&, const ConnLimits&, \
+      int64_t);                                                                            \
+  template asio::awaitable<bool> WriteResponse<S>(S&, const Response&, bool);              \
   template asio::awaitable<void> AnswerAndClose<S>(S&, const Response&, int64_t);
 SBX_WIRE_INSTANTIATE(TcpStream)
 SBX_WIRE_INSTANTIATE(UnixStream)

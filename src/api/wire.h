@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 
+#include "api/http_request.h"
 #include "api/http_types.h"
 
 namespace sbx::api {
@@ -121,10 +122,7 @@ boost::asio::awaitable<bool> WriteResponse(Stream& stream, const Response& r, bo
 template <typename Stream>
 boost::asio::awaitable<void> AnswerAndClose(Stream& stream, const Response& r, int64_t drain_ms = 2000);
 
-// Framing checks of a parsed header (Transfer-Encoding); empty when it is fine. Exposed
-// for the fuzzer and the unit tests.
+// The Transfer-Encoding check of http_request.h on a parsed header; empty when fine.
 std::string CheckFraming(const boost::beast::http::request_parser<boost::beast::http::empty_body>& hp);
-// Whether the raw header section `head` (request line to the blank line) folds a line.
-bool HasObsFold(std::string_view head);
 
 }  // namespace sbx::api

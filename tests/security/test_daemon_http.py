@@ -103,7 +103,7 @@ def seen(sb):
 
 def test_a_kept_alive_proxied_connection_never_carries_the_clients_next_request(daemon, greedy):
     sb = greedy
-    sb.exec("rm -f /srv/seen")
+    sb.exec(": > /srv/seen")
     s = socket.create_connection(("127.0.0.1", daemon.port))
     first = f"GET /v1/sandboxes/{sb.id}/ports/8100/first HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {daemon.key}\r\n\r\n"
     s.sendall(first.encode())
@@ -125,7 +125,7 @@ def test_a_kept_alive_proxied_connection_never_carries_the_clients_next_request(
 
 def test_a_pipelined_request_after_a_proxied_one_never_reaches_the_sandbox(daemon, greedy):
     sb = greedy
-    sb.exec("rm -f /srv/seen")
+    sb.exec(": > /srv/seen")
     s = socket.create_connection(("127.0.0.1", daemon.port))
     both = (f"GET /v1/sandboxes/{sb.id}/ports/8100/one HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {daemon.key}\r\n\r\n"
             f"PUT /v1/secrets/STOLEN HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {daemon.key}\r\n"
