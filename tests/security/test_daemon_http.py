@@ -349,3 +349,68 @@ def test_bad_framing_is_a_400_and_the_connection_closes(strict, framing):
     assert rest_of(s) == b""
     s.close()
     assert strict.sandboxes() == []
+
+
+# Code in a sandbox stops its agent's spare handlers (they run as its own uid) and fills
+# the agent's listen queue, so that nobody takes sbxd's connections.
+WEDGE = r'''
+import os, signal, socket, time
+me = {os.getpid(), os.getppid()}
+p = os.getppid()
+while p > 1:  # the handler that runs this script, and its parents, are left alone
+    with open(f"/proc/{p}/stat") as f:
+        p = int(f.read().rsplit(")", 1)[1].split()[1])
+    me.add(p)
+stopped = 0
+for pid in os.listdir("/proc"):
+    if pid.isdigit() and int(pid) not in me and int(pid) != 1:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().startswith("sbx-agent"):
+                    os.kill(int(pid), signal.SIGSTOP)
+                    stopped += 1
+        except OSError:
+            pass
+held = []
+for _ in range(400):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setblocking(False)
+    try:
+        s.connect("\0sbx-agent")
+        held.append(s)
+    except OSError:
+        break
+open("/tmp/wedged", "w").write(f"{stopped} {len(held)}\n")
+time.sleep(3600)
+'''
+
+
+def test_a_tenant_that_wedges_its_agent_delays_neither_other_calls_nor_a_restart(request):
+    d = Daemon("wedge")
+    try:
+        d.cli("image", "build", "default", timeout=1800)
+        c = d.client()
+        victim = c.create(image="default", ttl_seconds=600)
+        other = c.create(image="busybox", ttl_seconds=600)
+        victim.files.write("/tmp/wedge.py", WEDGE)
+        victim.exec("nohup python3 /tmp/wedge.py >/tmp/wedge.log 2>&1 &")
+        time.sleep(3)
+        # The victim's agent takes no connection (503 at the dial deadline), or takes it
+        # into a queue that nobody serves (the exec's own deadline): either way it ends.
+        t0 = time.time()
+        status, body = d.raw("POST", f"/v1/sandboxes/{victim.id}/exec", body={"cmd": "true", "timeout_seconds": 5},
+                             timeout=60)
+        assert status in (503, 504), body
+        assert time.time() - t0 < 30
+        assert other.exec("echo fine").stdout == "fine\n"
+        # A restart does not wait on it: the daemon answers, the victim is an error, the
+        # other sandbox is re-adopted.
+        d.stop()
+        t0 = time.time()
+        d.start()
+        assert time.time() - t0 < 15
+        assert d.raw("GET", f"/v1/sandboxes/{victim.id}")[1]["state"] == "error"
+        assert other.exec("echo still").stdout == "still\n"
+        assert d.raw("DELETE", f"/v1/sandboxes/{victim.id}")[0] == 200
+    finally:
+        d.destroy()
