@@ -41,7 +41,7 @@ def free_port() -> int:
 class Daemon:
     """One sbxd process on its own data dir, port and uid range."""
 
-    def __init__(self, name: str, extra_args=(), data_dir=None):
+    def __init__(self, name: str, extra_args=(), data_dir=None, log_path=None):
         self.extra_args = list(extra_args)
         if os.geteuid() != 0:
             pytest.fail("the integration tests need root (run them through scripts/test.sh)")
@@ -54,7 +54,7 @@ class Daemon:
         self.uid_base = _next_uid_base[0]
         _next_uid_base[0] += 65536
         self.proc: subprocess.Popen | None = None
-        self.log_path = os.path.join(self.data, "sbxd.log")
+        self.log_path = log_path or os.path.join(self.data, "sbxd.log")
         self.start()
         with open(os.path.join(self.data, "api-key")) as f:
             self.key = f.read().strip()

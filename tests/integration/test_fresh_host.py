@@ -14,7 +14,8 @@ def test_a_daemon_on_a_data_dir_that_does_not_exist_yet_serves_sandboxes():
     os.chmod(parent, 0o711)
     data = os.path.join(parent, "new", "data")
     assert not os.path.exists(os.path.dirname(data))
-    d = Daemon("fresh-host", extra_args=["--store-mb", "1024", "--criu", CRIU], data_dir=data)
+    d = Daemon("fresh-host", extra_args=["--store-mb", "1024", "--criu", CRIU], data_dir=data,
+               log_path=os.path.join(parent, "sbxd.log"))
     try:
         assert os.path.isfile(os.path.join(data, "api-key"))
         c = d.client()
