@@ -58,6 +58,19 @@ std::string Chunk(const char* data, size_t n) {
   return out;
 }
 
+// Writes one piece of a body, as a chunk when the message is chunked.
+template <typename S>
+asio::awaitable<error_code> WritePiece(S& s, const char* data, size_t n, bool chunked) {
+  error_code ec;
+  if (chunked) {
+    std::string c = Chunk(data, n);
+    co_await asio::async_write(s, asio::buffer(c), asio::redirect_error(use_awaitable, ec));
+  } else {
+    co_await asio::async_write(s, asio::buffer(data, n), asio::redirect_error(use_awaitable, ec));
+  }
+  co_return ec;
+}
+
 // After a 101: bytes both ways until either side ends or both are quiet for `idle_ms`.
 struct Pipe {
   int running = 2;
@@ -220,13 +233,7 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
       size_t n = scratch.size() - bp.get().body().size;
       if (n == 0) continue;
       up_dog.Arm(limits.proxy_idle_timeout_ms);
-      if (chunked_in) {
-        std::string c = Chunk(scratch.data(), n);
-        co_await asio::async_write(up, asio::buffer(c), asio::redirect_error(use_awaitable, ec));
-      } else {
-        co_await asio::async_write(up, asio::buffer(scratch.data(), n),
-                                   asio::redirect_error(use_awaitable, ec));
-      }
+      ec = co_await WritePiece(up, scratch.data(), n, chunked_in);
       if (ec) {
         Response answer =
             ErrorResponse(503, "unavailable", "the sandbox's server did not take the request");
@@ -347,13 +354,7 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
     size_t n = scratch.size() - rp->get().body().size;
     if (n == 0) continue;
     client_dog.Arm(limits.proxy_idle_timeout_ms);
-    if (chunked_out) {
-      std::string c = Chunk(scratch.data(), n);
-      co_await asio::async_write(stream, asio::buffer(c), asio::redirect_error(use_awaitable, ec));
-    } else {
-      co_await asio::async_write(stream, asio::buffer(scratch.data(), n),
-                                 asio::redirect_error(use_awaitable, ec));
-    }
+    ec = co_await WritePiece(stream, scratch.data(), n, chunked_out);
     if (ec) co_return;
   }
   if (chunked_out) {
