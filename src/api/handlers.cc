@@ -218,6 +218,7 @@ std::optional<Response> Api::Refusal(const RouteInfo& route, Request& req) const
   std::string pat = route.pattern;
   if (pat == "/v1/health" || pat == "/v1/openapi.json") return std::nullopt;
   Caller caller = Authorize(req);
+  req.admin = caller.kind == Caller::kAdmin;
   if (caller.kind == Caller::kNone)
     return ErrorResponse(401, "unauthorized", "a valid API key is required (Authorization: Bearer KEY)");
   if (caller.kind == Caller::kSandbox) {

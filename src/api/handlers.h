@@ -53,12 +53,10 @@ class Api {
   const RouteInfo* Match(Request& req) const;
   boost::asio::awaitable<Response> Handle(Request& req);
   // The 401 or 403 answer if the request's credentials may not call `route` at all:
-  // checked before a large body is read, so that nobody unauthorised makes the daemon
-  // store one.
+  // checked before a body is read, so that nobody unauthorised makes the daemon hold
+  // one. Sets req.admin.
   std::optional<Response> Refusal(const RouteInfo& route, Request& req) const;
   const std::string& tmp_dir() const { return tmp_dir_; }
-  // Whether the request carries the admin key (only the admin may send large bodies).
-  bool IsAdmin(const Request& req) const { return Authorize(req).kind == Caller::kAdmin; }
 
   // The port proxy. A request is for it if its path is /v1/sandboxes/{id}/ports/{port}/...
   // or its Host is {port}-{id}.{proxy domain}: then this answers the target, or the error

@@ -25,6 +25,7 @@ struct Request {
   // Set when the request came through the in-sandbox API socket: the sandbox it came
   // from (its processes' cgroup), which is then the caller whatever the headers say.
   std::string via_sandbox;
+  bool admin = false;  // the admin key came with it (set by Api::Refusal)
   std::string Header(const std::string& name) const {
     auto it = headers.find(name);
     return it == headers.end() ? "" : it->second;

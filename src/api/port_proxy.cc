@@ -71,6 +71,56 @@ asio::awaitable<error_code> WritePiece(S& s, const char* data, size_t n, bool ch
   co_return ec;
 }
 
+enum class SendResult { kSent, kClientGone, kTooLarge, kUpstreamFailed };
+
+// Sends the request's `head` up, then its body as it arrives from the client (chunked
+// again if it came chunked), each wait under its idle deadline.
+template <typename Stream>
+asio::awaitable<SendResult> SendRequest(Stream& stream, beast::flat_buffer& buf,
+                                        http::request_parser<http::empty_body>& hp, Upstream& up,
+                                        const std::string& head, bool expect_continue,
+                                        bool chunked_in, const ConnLimits& limits,
+                                        std::vector<char>& scratch) {
+  auto ex = co_await asio::this_coro::executor;
+  Watchdog<Stream> client_dog(ex, &stream);
+  Watchdog<Upstream> up_dog(ex, &up);
+  error_code ec;
+  up_dog.Arm(limits.proxy_idle_timeout_ms);
+  co_await asio::async_write(up, asio::buffer(head), asio::redirect_error(use_awaitable, ec));
+  if (ec) co_return SendResult::kUpstreamFailed;
+  if (hp.is_done()) co_return SendResult::kSent;
+  if (expect_continue) {
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    co_await asio::async_write(stream, asio::buffer(kContinue),
+                               asio::redirect_error(use_awaitable, ec));
+    if (ec) co_return SendResult::kClientGone;
+  }
+  http::request_parser<http::buffer_body> bp{std::move(hp)};
+  bp.body_limit(limits.max_upload_bytes);
+  while (!bp.is_done()) {
+    bp.get().body().data = scratch.data();
+    bp.get().body().size = scratch.size();
+    client_dog.Arm(limits.body_idle_timeout_ms);
+    co_await http::async_read_some(stream, buf, bp, asio::redirect_error(use_awaitable, ec));
+    client_dog.Disarm();
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec == http::error::body_limit) co_return SendResult::kTooLarge;
+    if (ec) co_return SendResult::kClientGone;  // went away or stalled
+    size_t n = scratch.size() - bp.get().body().size;
+    if (n == 0) continue;
+    up_dog.Arm(limits.proxy_idle_timeout_ms);
+    ec = co_await WritePiece(up, scratch.data(), n, chunked_in);
+    if (ec) co_return SendResult::kUpstreamFailed;
+  }
+  if (chunked_in) {
+    static const std::string kLast = "0\r\n\r\n";
+    up_dog.Arm(limits.proxy_idle_timeout_ms);
+    co_await asio::async_write(up, asio::buffer(kLast), asio::redirect_error(use_awaitable, ec));
+    if (ec) co_return SendResult::kUpstreamFailed;
+  }
+  co_return SendResult::kSent;
+}
+
 // After a 101: bytes both ways until either side ends or both are quiet for `idle_ms`.
 struct Pipe {
   int running = 2;
@@ -198,60 +248,19 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
   else if (method == http::verb::post || method == http::verb::put || method == http::verb::patch)
     head += "Content-Length: 0\r\n";
   head += "\r\n";
-  error_code ec;
-  up_dog.Arm(limits.proxy_idle_timeout_ms);
-  co_await asio::async_write(up, asio::buffer(head), asio::redirect_error(use_awaitable, ec));
-  if (ec) {
+  std::vector<char> scratch(64 * 1024);
+  SendResult sent =
+      co_await SendRequest(stream, buf, hp, up, head, expect_continue, chunked_in, limits, scratch);
+  if (sent == SendResult::kClientGone) co_return;  // nothing to answer
+  if (sent != SendResult::kSent) {
     Response answer =
-        ErrorResponse(503, "unavailable", "the sandbox's server did not take the request");
+        sent == SendResult::kTooLarge
+            ? ErrorResponse(413, "too_large", "the request body is too large")
+            : ErrorResponse(503, "unavailable", "the sandbox's server did not take the request");
     co_await AnswerAndClose(stream, answer);
     co_return;
   }
-  if (expect_continue && !hp.is_done()) {
-    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    co_await asio::async_write(stream, asio::buffer(kContinue),
-                               asio::redirect_error(use_awaitable, ec));
-    if (ec) co_return;
-  }
-  std::vector<char> scratch(64 * 1024);
-  if (!hp.is_done()) {
-    http::request_parser<http::buffer_body> bp{std::move(hp)};
-    bp.body_limit(limits.max_upload_bytes);
-    while (!bp.is_done()) {
-      bp.get().body().data = scratch.data();
-      bp.get().body().size = scratch.size();
-      client_dog.Arm(limits.body_idle_timeout_ms);
-      co_await http::async_read_some(stream, buf, bp, asio::redirect_error(use_awaitable, ec));
-      client_dog.Disarm();
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec == http::error::body_limit) {
-        Response answer = ErrorResponse(413, "too_large", "the request body is too large");
-        co_await AnswerAndClose(stream, answer);
-        co_return;
-      }
-      if (ec) co_return;  // the client went away or stalled: nothing to answer
-      size_t n = scratch.size() - bp.get().body().size;
-      if (n == 0) continue;
-      up_dog.Arm(limits.proxy_idle_timeout_ms);
-      ec = co_await WritePiece(up, scratch.data(), n, chunked_in);
-      if (ec) {
-        Response answer =
-            ErrorResponse(503, "unavailable", "the sandbox's server did not take the request");
-        co_await AnswerAndClose(stream, answer);
-        co_return;
-      }
-    }
-    if (chunked_in) {
-      static const std::string kLast = "0\r\n\r\n";
-      co_await asio::async_write(up, asio::buffer(kLast), asio::redirect_error(use_awaitable, ec));
-      if (ec) {
-        Response answer =
-            ErrorResponse(503, "unavailable", "the sandbox's server did not take the request");
-        co_await AnswerAndClose(stream, answer);
-        co_return;
-      }
-    }
-  }
+  error_code ec;
 
   // The answer: its header (interim 1xx answers other than 101 are dropped), then its
   // body, framed by sbxd.

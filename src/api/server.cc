@@ -233,7 +233,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       break;
     }
     uint64_t limit = limits.small_body_bytes;
-    if (route && api->IsAdmin(req))
+    if (route && req.admin)
       limit = route->large_body ? limits.max_upload_bytes : limits.max_body_bytes;
     if (!early && hp.content_length() && *hp.content_length() > limit)
       early = ErrorResponse(

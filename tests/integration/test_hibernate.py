@@ -1,7 +1,6 @@
 """Pause with mode "hibernate": the sandbox's processes are checkpointed to disk with CRIU
 (memory freed, nothing left running) and restored on resume with the same pids, open
 files, working directories and memory; across daemon restarts too."""
-import http.client
 import os
 import signal
 import time
