@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,12 @@ struct Globals {
   std::string api_key;
   bool json = false;
 };
+
+// Writes sandbox output to fd 1 or 2: byte-exact to a pipe or a file; on a terminal its
+// control characters and escape sequences are shown as text (^[ for ESC), unless
+// SetRawOutput(true) (`--raw-output`).
+void WriteSandboxOutput(int fd, std::string_view data);
+void SetRawOutput(bool raw);
 
 // A streamed exec of `body` in sandbox `id`: output goes to this process's stdout/stderr
 // when `echo`, stdout also into *out; the exit line, or nullopt after printing the error.

@@ -25,7 +25,7 @@ namespace {
 // Bump when a recipe changes, so the cache is rebuilt. The base is the debootstrap tree
 // (slow: minutes); the image adds an offline wheelhouse to it (seconds).
 constexpr const char* kBaseRecipe = "default-bookworm-v1";
-constexpr const char* kImageRecipe = "default-bookworm-v1-wheels-v2";
+constexpr const char* kImageRecipe = "default-bookworm-v1-wheels-v3";
 constexpr const char* kDefaultPackages = "python3,python3-venv,python3-pip,git,curl,ca-certificates";
 
 
@@ -136,6 +136,12 @@ int RunImageBuild(const Globals& g, const std::string& name, const std::string& 
                        "# sbx: offline installs from the image's wheelhouse\n[global]\nno-index = true\n"
                        "find-links = /opt/sbx/wheelhouse\n").ok())
       return fail("cannot write /etc/pip.conf");
+    // debootstrap copied the build host's name and name servers: a sandbox has its own
+    // name (set at boot) and no name servers until it has a network.
+    if (!fs::WriteFileAtomic(root + "/etc/hostname", "localhost\n").ok() ||
+        !fs::WriteFileAtomic(root + "/etc/resolv.conf", "# sbx: no name servers (the sandbox has no network)\n").ok() ||
+        !fs::WriteFileAtomic(root + "/etc/hosts", "127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n").ok())
+      return fail("cannot write /etc/hostname, /etc/resolv.conf and /etc/hosts");
     if (Spawn({"tar", "--numeric-owner", "-C", root, "-cf", tar + ".tmp", "."}) != 0 ||
         ::rename((tar + ".tmp").c_str(), tar.c_str()) != 0)
       return fail("cannot write the image tarball");

@@ -176,6 +176,9 @@ int main(int argc, char** argv) {
   app.add_option("--url", g.url, "sbxd address (env SBX_URL)");
   app.add_option("--data-dir", data_dir, "where to find the admin key when SBX_API_KEY is unset");
   app.add_flag("--json", g.json, "print JSON for scripts");
+  bool raw_output = false;
+  app.add_flag("--raw-output", raw_output,
+               "write sandbox output to a terminal as it is, escape sequences included (default: shown as text)");
 
   auto* create = app.add_subcommand("create", "create a sandbox and wait until it is ready");
   std::string type = "small", image, from, name;
@@ -362,6 +365,8 @@ int main(int argc, char** argv) {
   auto* health = app.add_subcommand("health", "check that sbxd answers");
 
   CLI11_PARSE(app, argc, argv);
+  const char* raw_env = std::getenv("SBX_RAW_OUTPUT");
+  SetRawOutput(raw_output || (raw_env && std::string(raw_env) == "1"));
   g.api_key = DefaultKey(data_dir);
   HttpClient c(g.url, g.api_key);
 
@@ -460,8 +465,7 @@ int main(int argc, char** argv) {
                         std::string type = ev.value("type", "");
                         if (type == "stdout" || type == "stderr") {
                           std::string d = ev.value("data", "");
-                          std::fwrite(d.data(), 1, d.size(), type == "stdout" ? stdout : stderr);
-                          std::fflush(type == "stdout" ? stdout : stderr);
+                          WriteSandboxOutput(type == "stdout" ? 1 : 2, d);
                         } else if (type == "gap") {
                           std::fprintf(stderr, "sbx: output %llu to %llu left the ring before it was read\n",
                                        static_cast<unsigned long long>(ev.value("from", 0ULL)),
@@ -670,9 +674,8 @@ int main(int argc, char** argv) {
     auto j = json::parse(r->body, nullptr, false);
     if (j.is_object() && j.contains("stdout")) {
       std::string o = j.value("stdout", ""), e = j.value("stderr", "");
-      ssize_t w = ::write(1, o.data(), o.size());
-      w = ::write(2, e.data(), e.size());
-      (void)w;
+      WriteSandboxOutput(1, o);
+      WriteSandboxOutput(2, e);
     }
     if (r->status >= 300) return Fail(ErrorMessage(*r));
     if (g.json) std::fprintf(stderr, "%s\n", json{{"timing", j["timing"]}, {"cost_usd", j["cost_usd"]}}.dump().c_str());

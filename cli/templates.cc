@@ -37,10 +37,7 @@ std::optional<json> StreamExecBody(HttpClient& c, const std::string& id, const j
     if (t == "stdout" || t == "stderr") {
       std::string d = j.value("data", "");
       if (out && t == "stdout") *out += d;
-      if (echo) {
-        ssize_t w = ::write(t == "stdout" ? 1 : 2, d.data(), d.size());
-        (void)w;
-      }
+      if (echo) WriteSandboxOutput(t == "stdout" ? 1 : 2, d);
     } else if (t == "exit" || t == "error") {
       last = j;
     }

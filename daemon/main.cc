@@ -49,6 +49,8 @@ struct Flags {
   std::string agent;
   std::string default_image = "default";
   int64_t uid_base = 100000;
+  int64_t owner_uid_base = -1;  // -1: just above the sandboxes' uids; 0: root owns every sandbox
+  int64_t sandbox_max_open_files = 2048;
   int64_t output_cap = 16 << 20;
   int64_t pool_size = 0;
   int64_t max_sandboxes = 0, max_memory_mb = 0, max_disk_mb = 0;  // quotas (0: none)
@@ -81,7 +83,8 @@ std::map<std::string, int64_t*> LimitOptions(Flags* f) {
 void Usage() {
   std::fprintf(stderr,
                "usage: sbxd [--listen HOST:PORT] [--socket PATH] [--data-dir DIR] [--config FILE]\n"
-               "            [--agent PATH] [--default-image NAME] [--uid-base N]\n"
+               "            [--agent PATH] [--default-image NAME] [--uid-base N] [--owner-uid-base N]\n"
+               "            [--sandbox-max-open-files N]\n"
                "            [--output-cap BYTES] [--pool-size N] [--log-level debug|info|warn|error]\n"
                "            [--max-sandboxes N] [--max-memory-mb MB] [--max-disk-mb MB]\n"
                "            [--price-small USD_PER_HOUR] [--price-default ...] [--price-large ...]\n"
@@ -221,6 +224,8 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       else if (k == "keepalive_ms") f->keepalive_ms = std::stoll(v);
       else if (k == "criu") f->criu = v;
       else if (k == "uid_base") f->uid_base = std::stoll(v);
+      else if (k == "owner_uid_base") f->owner_uid_base = std::stoll(v);
+      else if (k == "sandbox_max_open_files") f->sandbox_max_open_files = std::stoll(v);
       else if (k == "output_cap") f->output_cap = std::stoll(v);
       else if (k == "log_level") f->log_level = v;
       else if (k == "pool_size") f->pool_size = std::stoll(v);
@@ -245,6 +250,13 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
   }
   if (f->uid_base < 1 || f->uid_base > (int64_t{1} << 31))
     return MakeError(Code::kInvalidArgument, "uid_base out of range");
+  if (f->owner_uid_base == -1) f->owner_uid_base = f->uid_base + 65536;
+  if (f->owner_uid_base != 0 &&
+      (f->owner_uid_base < 1 || f->owner_uid_base > (int64_t{1} << 31) ||
+       (f->owner_uid_base < f->uid_base + 65536 && f->owner_uid_base + 65536 > f->uid_base)))
+    return MakeError(Code::kInvalidArgument, "owner_uid_base must be 0 or a range of 65536 uids apart from uid_base's");
+  if (f->sandbox_max_open_files < 64 || f->sandbox_max_open_files > (1 << 20))
+    return MakeError(Code::kInvalidArgument, "sandbox_max_open_files must be between 64 and 1048576");
   if (f->output_cap < 1024) return MakeError(Code::kInvalidArgument, "output_cap must be at least 1024");
   if (f->pool_size < 0 || f->pool_size > 64) return MakeError(Code::kInvalidArgument, "pool_size must be between 0 and 64");
   if (f->min_free_mb < 0) return MakeError(Code::kInvalidArgument, "min_free_mb must be 0 or more");
@@ -367,6 +379,8 @@ int Run(int argc, char** argv) {
   co.agent_path = f.agent;
   co.instance = Sha256Hex(data_dir).substr(0, 8);
   co.uid_base = static_cast<uid_t>(f.uid_base);
+  co.owner_base = static_cast<uid_t>(f.owner_uid_base);
+  co.max_open_files = static_cast<uint64_t>(f.sandbox_max_open_files);
   co.disk_quotas = f.store_mb > 0;
   if (!f.criu.empty() && ::access(f.criu.c_str(), X_OK) != 0)
     return fail(ErrnoError("--criu " + f.criu + " is not an executable"));

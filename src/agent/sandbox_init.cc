@@ -155,6 +155,9 @@ Result<SandboxConfig> SandboxConfig::FromJson(const std::string& s) {
     if (j.contains("binds"))
       for (const auto& b : j["binds"])
         c.binds.emplace_back(b.at("source").get<std::string>(), b.at("target").get<std::string>());
+    if (j.contains("kernel_files"))
+      for (const auto& b : j["kernel_files"])
+        c.kernel_files.emplace_back(b.at("source").get<std::string>(), b.at("target").get<std::string>());
   } catch (const std::exception& e) {
     return MakeError(Code::kInvalidArgument, std::string("sandbox config: ") + e.what());
   }
@@ -314,6 +317,12 @@ Result<UniqueFd> InitSandbox(const SandboxConfig& cfg) {
                         "/proc/latency_stats", "/proc/acpi", "/proc/scsi", "/sys/firmware",
                         "/proc/kallsyms", "/proc/kpagecount", "/proc/kpageflags", "/proc/config.gz"})
     SBX_RETURN_IF_ERROR(Mask(root + p));
+  // The host's kernel command line and boot id stay the host's.
+  for (const auto& [source, target] : cfg.kernel_files) {
+    SBX_RETURN_IF_ERROR(Mount(source.c_str(), root + target, nullptr, MS_BIND));
+    SBX_RETURN_IF_ERROR(Mount(nullptr, root + target, nullptr,
+                              MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC));
+  }
   for (const char* p : {"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"})
     SBX_RETURN_IF_ERROR(BindReadOnly(root + p));
 

@@ -25,6 +25,9 @@ struct SandboxConfig {
   std::string hostname;
   uint64_t tmp_bytes = 0;  // size of /tmp and /dev/shm (0: half of memory)
   std::vector<std::pair<std::string, std::string>> binds;  // host source, target inside
+  // Host files shown read-only in place of kernel files (/proc/cmdline, the boot id):
+  // host source, target inside.
+  std::vector<std::pair<std::string, std::string>> kernel_files;
   // Host folder holding sbxd's in-sandbox API socket (api.sock), bound read-only at
   // /run/sbx on a tmpfs /run (empty: none). The folder, not the socket, so that a socket
   // made anew by a restarted sbxd is the one sandboxes reach.

@@ -1,6 +1,7 @@
 #include "base/reaper.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -62,7 +63,28 @@ void Reaper::Loop() {
   }
 }
 
-Result<Reaper::RunResult> Reaper::Run(const std::vector<std::string>& argv, const std::string& cwd) {
+namespace {
+
+// In a forked child: keeps this process's capabilities across a change of effective uid
+// and the exec that follows (as ambient ones), then takes `euid`. Raw system calls only.
+bool BecomeOwner(uid_t euid) {
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capget, &hdr, data) != 0) return false;
+  data[0].inheritable = data[0].permitted;
+  data[1].inheritable = data[1].permitted;
+  if (::syscall(SYS_capset, &hdr, data) != 0) return false;
+  for (int cap = 0; cap < 64; ++cap)
+    if (data[cap / 32].permitted & (1u << (cap % 32)))
+      if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) != 0) return false;
+  // The real uid too: some tools (iptables, which CRIU runs) refuse to run when it differs.
+  return ::syscall(SYS_setresuid, euid, euid, -1) == 0;
+}
+
+}  // namespace
+
+Result<Reaper::RunResult> Reaper::Run(const std::vector<std::string>& argv, const std::string& cwd, uid_t euid,
+                                      const std::function<Status(pid_t)>& before_exec) {
   if (argv.empty()) return MakeError(Code::kInvalidArgument, "empty command");
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -70,6 +92,12 @@ Result<Reaper::RunResult> Reaper::Run(const std::vector<std::string>& argv, cons
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return ErrnoError("pipe");
   UniqueFd rd(out[0]);
+  int go[2] = {-1, -1};  // the child starts the command once it reads a byte here
+  if (before_exec && ::pipe2(go, O_CLOEXEC) != 0) {
+    ::close(out[1]);
+    return ErrnoError("pipe");
+  }
+  UniqueFd go_r(go[0]), go_w(go[1]);
   pid_t pid;
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -79,8 +107,18 @@ Result<Reaper::RunResult> Reaper::Run(const std::vector<std::string>& argv, cons
       ::dup2(null, 0);
       ::dup2(out[1], 1);
       ::dup2(out[1], 2);
-      ::syscall(SYS_close_range, 3, ~0U, 0);
+      if (go[0] >= 0) {
+        ::dup2(go[0], 3);
+        go[0] = 3;
+      }
+      ::syscall(SYS_close_range, go[0] >= 0 ? 4 : 3, ~0U, 0);
       if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
+      if (euid != 0 && !BecomeOwner(euid)) ::_exit(125);
+      if (go[0] >= 0) {
+        char c;
+        if (::read(go[0], &c, 1) != 1) ::_exit(124);
+        ::close(go[0]);
+      }
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -91,6 +129,14 @@ Result<Reaper::RunResult> Reaper::Run(const std::vector<std::string>& argv, cons
   }
   ::close(out[1]);
   if (pid < 0) return ErrnoError("fork");
+  go_r.Reset();
+  Status prepared = OkStatus();
+  if (before_exec) {
+    prepared = before_exec(pid);
+    if (!prepared.ok()) ::kill(pid, SIGKILL);
+    else if (::write(go_w.get(), "g", 1) != 1) prepared = ErrnoError("start " + argv[0]);
+    go_w.Reset();
+  }
   RunResult res;
   char buf[4096];
   ssize_t n;
@@ -113,6 +159,7 @@ Result<Reaper::RunResult> Reaper::Run(const std::vector<std::string>& argv, cons
     std::lock_guard<std::mutex> lock(g_mu);
     g_wanted.erase(pid);
   }
+  if (!prepared.ok()) return prepared.error();
   res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return res;
 }

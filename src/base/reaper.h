@@ -3,6 +3,9 @@
 // without racing the reaper. Start() from main before other threads, with SIGCHLD blocked.
 #pragma once
 
+#include <sys/types.h>
+
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,8 +24,13 @@ class Reaper {
     int exit_code;  // 128+signal if killed
     std::string output;  // stdout and stderr together, capped at 64 KiB
   };
-  // Runs argv (PATH-searched) with stdin from /dev/null; waits for it.
-  Result<RunResult> Run(const std::vector<std::string>& argv, const std::string& cwd = "");
+  // Runs argv (PATH-searched) with stdin from /dev/null; waits for it. With `euid`, the
+  // command runs with that real and effective uid and sbxd's capabilities (ambient): a user
+  // namespace owned by `euid` is then its own, and the ones it creates are owned by it.
+  // `before_exec`, if given, runs in sbxd with the command's pid before the command starts
+  // (to place it in a cgroup, say); its failure kills the command and is returned.
+  Result<RunResult> Run(const std::vector<std::string>& argv, const std::string& cwd = "", uid_t euid = 0,
+                        const std::function<Status(pid_t)>& before_exec = nullptr);
 
  private:
   void Loop();

@@ -112,6 +112,20 @@ struct ContainerOptions {
   // subvolume whose files are limited to limits.disk_bytes.
   bool disk_quotas = false;
   std::string criu;  // the CRIU binary, for hibernate (empty: no hibernate)
+  // Each sandbox's user namespace is owned by a host uid of its own, from
+  // [owner_base, owner_base + owner_count): the kernel charges the per-user counts of
+  // everything inside (inotify instances and watches, message-queue bytes, pending
+  // signals, namespaces) to the namespace's owner, so one sandbox using up its budget
+  // leaves every other sandbox's and host root's whole. No host user may have these uids:
+  // a process running as one would hold capabilities over that sandbox's namespaces.
+  // 0: every namespace is owned by root (one budget shared with host root).
+  uid_t owner_base = 0;
+  uid_t owner_count = 65536;
+  // Per-process limits of everything in a sandbox (hard; the soft file limit is at most
+  // 1024). Sandbox code cannot raise them: that needs CAP_SYS_RESOURCE on the host.
+  uint64_t max_open_files = 2048;
+  uint64_t max_pending_signals = 4096;
+  uint64_t max_msgqueue_bytes = 819200;
 };
 
 std::unique_ptr<Runtime> NewContainerRuntime(const ContainerOptions& opts);

@@ -13,16 +13,19 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "agent/protocol.h"
 #include "base/fs.h"
+#include "base/ids.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "base/reaper.h"
 #include "base/scope_exit.h"
 #include "runtime/cgroup.h"
+#include "runtime/container/user_ns.h"
 #include "runtime/quota.h"
 #include "runtime/runtime.h"
 
@@ -71,9 +74,76 @@ Result<agent::AgentAddr> AgentOf(pid_t pid) {
   return agent::AgentAddr{kAgentName, netns};
 }
 
+// Kernel files that a sandbox sees in place of the host's (its name in the sandbox's
+// `kernel` folder, its path inside): the host's boot parameters and boot id are the host's
+// business. Each start is a new boot, with a new boot id.
+constexpr std::pair<const char*, const char*> kKernelFiles[] = {{"cmdline", "/proc/cmdline"},
+                                                                {"boot_id", "/proc/sys/kernel/random/boot_id"}};
+
+Status WriteKernelFiles(const std::string& dir) {
+  std::string k = dir + "/kernel";
+  if (::mkdir(k.c_str(), 0711) != 0 && errno != EEXIST) return ErrnoError("mkdir " + k);
+  std::string id = RandomHex(16);
+  id[12] = '4';  // a version 4 UUID, as the kernel makes them
+  id[16] = "89ab"[id[16] % 4];
+  std::string uuid = id.substr(0, 8) + "-" + id.substr(8, 4) + "-" + id.substr(12, 4) + "-" + id.substr(16, 4) + "-" +
+                     id.substr(20);
+  SBX_RETURN_IF_ERROR(fs::WriteFileAtomic(k + "/cmdline", "ro quiet\n", 0444));
+  return fs::WriteFileAtomic(k + "/boot_id", uuid + "\n", 0444);
+}
+
+// What the clone child runs with, prepared before the clone.
+struct InitArgs {
+  int cfg_r, ready_w;
+  const char* agent;
+  char** argv;
+  char** envp;
+  const std::vector<SandboxRlimit>* rlimits;
+};
+
+// The clone child: async-signal-safe system calls only, until it executes the agent.
+[[noreturn]] void RunInit(const InitArgs& a) {
+  int cfg = ::fcntl(a.cfg_r, F_DUPFD, 10);
+  int ready = ::fcntl(a.ready_w, F_DUPFD, 10);
+  int null = ::open("/dev/null", O_RDWR);
+  if (cfg < 0 || ready < 0 || null < 0 || ::dup2(null, 0) < 0 || ::dup2(null, 1) < 0 ||
+      ::dup2(null, 2) < 0 || ::dup2(cfg, 3) < 0 || ::dup2(ready, 4) < 0)
+    ::_exit(126);
+  ::syscall(SYS_close_range, 5, ~0U, 0);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  // The init leads its own session (a checkpoint needs every session leader inside
+  // the sandbox's pid namespace).
+  ::setsid();
+  // The per-process limits everything in the sandbox inherits (lowering needs no
+  // privilege; raising them again needs CAP_SYS_RESOURCE on the host).
+  for (const auto& r : *a.rlimits)
+    if (::setrlimit(r.resource, &r.value) != 0) {
+      static const char msg[] = "ERR cannot set the sandbox's resource limits\n";
+      ssize_t u = ::write(4, msg, sizeof msg - 1);
+      (void)u;
+      ::_exit(123);
+    }
+  char c = 0;
+  if (::read(3, &c, 1) != 1 || c != 'G') ::_exit(125);
+  if (::setresgid(0, 0, 0) != 0 || ::setgroups(0, nullptr) != 0 || ::setresuid(0, 0, 0) != 0) {
+    static const char msg[] = "ERR cannot become root of the sandbox's user namespace\n";
+    ssize_t u = ::write(4, msg, sizeof msg - 1);
+    (void)u;
+    ::_exit(124);
+  }
+  ::execve(a.agent, a.argv, a.envp);
+  static const char msg[] = "ERR cannot execute sbx-agent\n";
+  ssize_t u = ::write(4, msg, sizeof msg - 1);
+  (void)u;
+  ::_exit(127);
+}
+
 class ContainerRuntime : public Runtime {
  public:
-  explicit ContainerRuntime(ContainerOptions o) : o_(std::move(o)), mode_(DetectCgroupMode(o_.cgroup_root)) {}
+  explicit ContainerRuntime(ContainerOptions o)
+      : o_(std::move(o)), mode_(DetectCgroupMode(o_.cgroup_root)), owners_(o_.owner_base, o_.owner_count) {}
   std::string Kind() const override { return "container"; }
 
   std::string Group(const std::string& id) const { return "sbx-" + o_.instance + "/" + id; }
@@ -106,6 +176,13 @@ class ContainerRuntime : public Runtime {
     SBX_RETURN_IF_ERROR(cg.Kill());
     SBX_RETURN_IF_ERROR(cg.Create({spec.limits.cpus, spec.limits.memory_bytes, spec.limits.pids}));
 
+    if (auto st = WriteKernelFiles(spec.dir); !st.ok()) {
+      (void)cg.Remove();
+      return st.error();
+    }
+    nlohmann::json kernel_files = nlohmann::json::array();
+    for (const auto& [name, target] : kKernelFiles)
+      kernel_files.push_back({{"source", spec.dir + "/kernel/" + name}, {"target", target}});
     nlohmann::json cfg = {{"base", spec.dir},                {"lower", RelativeLayers(spec)},
                           {"upper", "upper"},                {"work", "work"},
                           {"rootfs", spec.dir + "/root"},
@@ -114,6 +191,7 @@ class ContainerRuntime : public Runtime {
                              for (const auto& x : spec.binds) b.push_back({{"source", x.source}, {"target", x.target}});
                              return b;
                            }()},
+                          {"kernel_files", kernel_files},
                           {"socket", kAgentName},           {"hostname", spec.hostname},
                           {"tmp_bytes", spec.limits.memory_bytes / 2},
                           {"api_dir", o_.api_dir},
@@ -125,6 +203,7 @@ class ContainerRuntime : public Runtime {
     char arg1[] = "--sandbox-init";
     char* argv[] = {arg0, arg1, nullptr};
     char* envp[] = {nullptr};
+    const std::vector<SandboxRlimit> rlimits = SandboxRlimits(o_);
 
     int cfgp[2], readyp[2];
     if (::pipe2(cfgp, O_CLOEXEC) != 0) return ErrnoError("pipe");
@@ -134,43 +213,37 @@ class ContainerRuntime : public Runtime {
       return ErrnoError("pipe");
     }
     UniqueFd cfg_w(cfgp[1]), ready_r(readyp[0]);
+    uid_t owner = 0;
+    if (owners_.enabled()) {
+      auto taken = owners_.Take(spec.id);
+      if (!taken.ok()) {
+        (void)cg.Remove();
+        return taken.error();
+      }
+      owner = *taken;
+    }
     int pidfd = -1;
     long flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
                  CLONE_NEWUTS | CLONE_PIDFD | SIGCHLD;
-    pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, flags, nullptr, &pidfd, nullptr, nullptr));
-    if (pid == 0) {
-      // The child: async-signal-safe system calls only, until execve.
-      int a = ::fcntl(cfgp[0], F_DUPFD, 10);
-      int b = ::fcntl(readyp[1], F_DUPFD, 10);
-      int null = ::open("/dev/null", O_RDWR);
-      if (a < 0 || b < 0 || null < 0 || ::dup2(null, 0) < 0 || ::dup2(null, 1) < 0 ||
-          ::dup2(null, 2) < 0 || ::dup2(a, 3) < 0 || ::dup2(b, 4) < 0)
-        ::_exit(126);
-      ::syscall(SYS_close_range, 5, ~0U, 0);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      // The init leads its own session (a checkpoint needs every session leader inside
-      // the sandbox's pid namespace).
-      ::setsid();
-      char c = 0;
-      if (::read(3, &c, 1) != 1 || c != 'G') ::_exit(125);
-      if (::setresgid(0, 0, 0) != 0 || ::setgroups(0, nullptr) != 0 || ::setresuid(0, 0, 0) != 0) {
-        static const char msg[] = "ERR cannot become root of the sandbox's user namespace\n";
-        ssize_t u = ::write(4, msg, sizeof msg - 1);
-        (void)u;
-        ::_exit(124);
+    pid_t pid;
+    int clone_errno = 0;
+    {
+      // The new user namespace is owned by this thread's effective uid.
+      OwnerScope as_owner(owner);
+      if (!as_owner.status().ok()) {
+        owners_.Release(spec.id);
+        (void)cg.Remove();
+        return as_owner.status().error();
       }
-      ::execve(agent, argv, envp);
-      static const char msg[] = "ERR cannot execute sbx-agent\n";
-      ssize_t u = ::write(4, msg, sizeof msg - 1);
-      (void)u;
-      ::_exit(127);
+      pid = static_cast<pid_t>(::syscall(SYS_clone, flags, nullptr, &pidfd, nullptr, nullptr));
+      clone_errno = errno;
+      // The child leaves here for good (the scope's end is the parent's).
+      if (pid == 0) RunInit({cfgp[0], readyp[1], agent, argv, envp, &rlimits});
     }
-    int clone_errno = errno;
     ::close(cfgp[0]);
     ::close(readyp[1]);
     if (pid < 0) {
+      owners_.Release(spec.id);
       (void)cg.Remove();
       return ErrnoError("clone the sandbox's namespaces", clone_errno);
     }
@@ -180,6 +253,7 @@ class ContainerRuntime : public Runtime {
       proc::PidfdWait(pfd->get(), 5000);
       (void)cg.Kill();
       (void)cg.Remove();
+      owners_.Release(spec.id);
       return e.Wrap("starting sandbox " + spec.id);
     };
     // The agent's socket is named in the sandbox's network namespace: keep a handle on it.
@@ -191,8 +265,11 @@ class ContainerRuntime : public Runtime {
     if (auto st = fs::WriteFile(p + "/gid_map", map, false); !st.ok()) return fail(st.error());
     if (auto st = cg.AddProcess(pid); !st.ok()) return fail(st.error());
     // Best effort: keep the OOM killer off the agent (needs CAP_SYS_RESOURCE, which some
-    // hosts withhold even from root); its commands reset their own score to 0.
-    (void)fs::WriteFile(p + "/oom_score_adj", "-999", false);
+    // hosts withhold even from root); its handlers and commands reset their own score to
+    // 0. Through the legacy file (-16 of 17 is -941): a write to oom_score_adj by a process
+    // with CAP_SYS_RESOURCE would also make it the floor that the sandbox's processes
+    // inherit and may lower their own score to; this way that floor stays 0.
+    (void)fs::WriteFile(p + "/oom_adj", "-16", false);
     size_t off = 0;
     while (off < go.size()) {
       ssize_t n = ::write(cfg_w.get(), go.data() + off, go.size() - off);
@@ -226,6 +303,7 @@ class ContainerRuntime : public Runtime {
   }
 
   Status Stop(const std::string& id, const Instance& inst) override {
+    owners_.Release(id);
     CgroupDir cg(mode_, Group(id), o_.cgroup_root);
     if (inst.pidfd && inst.pidfd->valid()) {
       SBX_RETURN_IF_ERROR(proc::PidfdSignal(inst.pidfd->get(), SIGKILL));
@@ -259,6 +337,8 @@ class ContainerRuntime : public Runtime {
       } else if (point == "/run/sbx" && !o_.api_dir.empty()) {
         out.emplace_back(point, o_.api_dir);
       } else {
+        for (const auto& [name, target] : kKernelFiles)
+          if (point == target) out.emplace_back(point, spec.dir + "/kernel/" + name);
         for (const auto& b : spec.binds)
           if (b.target == point) out.emplace_back(point, b.source);
       }
@@ -267,11 +347,17 @@ class ContainerRuntime : public Runtime {
   }
 
   // Runs CRIU; on failure, the error lines of its log.
+  // It runs as the owner of the sandbox's user namespace (`owner`): so it holds every
+  // capability there without CAP_SYS_RESOURCE on the host, and the namespace a restore
+  // makes has that owner again.
   Status RunCriu(std::vector<std::string> args, const std::string& images, const std::string& log,
-                 const std::string& what) {
+                 const std::string& what, uid_t owner, const std::function<Status(pid_t)>& before_exec = nullptr) {
     args.insert(args.begin(), o_.criu);
     args.insert(args.end(), {"-D", images, "--log-file", log, "-v2"});
-    auto r = Reaper::Get().Run(args);
+    // CRIU refuses a non-zero effective uid unless told; it then checks the capabilities
+    // it holds, which are sbxd's.
+    if (owner != 0) args.push_back("--unprivileged");
+    auto r = Reaper::Get().Run(args, "", owner, before_exec);
     if (!r.ok()) return r.error().Wrap(what);
     if (r->exit_code == 0) return OkStatus();
     std::string msg;
@@ -310,9 +396,11 @@ class ContainerRuntime : public Runtime {
       table += "sbx" + std::to_string(i) + "\t" + binds[i].second + "\n";
     }
     SBX_RETURN_IF_ERROR(fs::WriteFileAtomic(images + "/host-binds", table, 0600));
-    SBX_RETURN_IF_ERROR(RunCriu(args, images, "dump.log", "checkpointing the sandbox"));
+    SBX_ASSIGN_OR_RETURN(uid_t owner, UserNsOwner(inst.pid));
+    SBX_RETURN_IF_ERROR(RunCriu(args, images, "dump.log", "checkpointing the sandbox", owner));
     // CRIU ended the processes once they were saved.
     if (inst.pidfd && inst.pidfd->valid()) proc::PidfdWait(inst.pidfd->get(), 10000);
+    owners_.Release(spec.id);
     return OkStatus();
   }
 
@@ -341,7 +429,15 @@ class ContainerRuntime : public Runtime {
     std::istringstream rows(table);
     for (std::string key, source; std::getline(rows, key, '\t') && std::getline(rows, source);)
       args.push_back("--external=mnt[" + key + "]:" + source);
-    SBX_RETURN_IF_ERROR(RunCriu(args, images, "restore.log", "restoring the sandbox"));
+    // As root: CRIU restores the UTS namespace's host name through /proc/sys, which the
+    // kernel opens for writing to uid 0 only. So the restored user namespace is owned by
+    // root, and the sandbox shares host root's per-user budgets until it is stopped and
+    // started again (docs/design.md).
+    // CRIU runs in the sandbox's cgroup, so the processes it makes are there from their
+    // first page on (a checkpoint that CRIU took as the namespace's owner records no
+    // cgroups to restore).
+    SBX_RETURN_IF_ERROR(RunCriu(args, images, "restore.log", "restoring the sandbox", 0,
+                                [&](pid_t criu) { return cg.AddProcess(criu); }));
     auto fail = [&](Error e) -> Result<Instance> {
       (void)cg.Kill();
       return e.Wrap("restoring sandbox " + spec.id);
@@ -387,6 +483,7 @@ class ContainerRuntime : public Runtime {
   Status Thaw(const std::string& id) override { return CgroupDir(mode_, Group(id), o_.cgroup_root).Thaw(); }
 
   Status Destroy(const std::string& id, const std::string& dir) override {
+    owners_.Release(id);
     CgroupDir cg(mode_, Group(id), o_.cgroup_root);
     SBX_RETURN_IF_ERROR(cg.Kill());
     SBX_RETURN_IF_ERROR(cg.Remove());
@@ -412,6 +509,7 @@ class ContainerRuntime : public Runtime {
       SBX_RETURN_IF_ERROR(Thaw(spec.id));
       SBX_RETURN_IF_ERROR(agent::PingBlocking(addr, 2000));
     }
+    owners_.Note(spec.id, pid);
     Instance inst;
     inst.pid = pid;
     inst.pid_start = pid_start;
@@ -435,6 +533,7 @@ class ContainerRuntime : public Runtime {
  private:
   ContainerOptions o_;
   CgroupMode mode_;
+  NsOwners owners_;
 };
 
 }  // namespace

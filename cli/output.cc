@@ -1,0 +1,65 @@
+// Sandbox output on this terminal. Code in a sandbox is not trusted: escape sequences in
+// its output could retitle the window, rewrite what was printed before, set the clipboard
+// or answer back as typed input. On a terminal they are shown as visible text; written
+// to a pipe or a file, output stays byte-exact.
+#include <unistd.h>
+
+#include <string>
+
+#include "cli.h"
+
+namespace sbx::cli {
+namespace {
+
+bool g_raw = false;
+
+// `cat -v` style: ^[ for ESC, ^? for DEL, \u009b for a C1 control.
+void Neutralise(std::string_view in, std::string* out) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(in[i]);
+    if (c == '\n' || c == '\t') {
+      out->push_back(static_cast<char>(c));
+    } else if (c < 0x20 || c == 0x7f) {
+      out->push_back('^');
+      out->push_back(c == 0x7f ? '?' : static_cast<char>(c + 0x40));
+    } else if (c == 0xc2 && i + 1 < in.size() && static_cast<unsigned char>(in[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(in[i + 1]) <= 0x9f) {
+      // U+0080..U+009F in UTF-8: C1 controls (CSI is U+009B).
+      static const char kHex[] = "0123456789abcdef";
+      unsigned char c1 = static_cast<unsigned char>(in[++i]);
+      *out += "\\u00";
+      out->push_back(kHex[c1 >> 4]);
+      out->push_back(kHex[c1 & 15]);
+    } else if (c >= 0x80 && c <= 0x9f) {
+      // A lone 8-bit C1 byte (not UTF-8): a terminal in 8-bit mode would obey it.
+      *out += "\\x";
+      static const char kHex[] = "0123456789abcdef";
+      out->push_back(kHex[c >> 4]);
+      out->push_back(kHex[c & 15]);
+    } else {
+      out->push_back(static_cast<char>(c));
+    }
+  }
+}
+
+void WriteAll(int fd, std::string_view d) {
+  while (!d.empty()) {
+    ssize_t n = ::write(fd, d.data(), d.size());
+    if (n <= 0) return;
+    d.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
+
+void SetRawOutput(bool raw) { g_raw = raw; }
+
+void WriteSandboxOutput(int fd, std::string_view data) {
+  if (g_raw || !::isatty(fd)) return WriteAll(fd, data);
+  std::string shown;
+  shown.reserve(data.size() + 16);
+  Neutralise(data, &shown);
+  WriteAll(fd, shown);
+}
+
+}  // namespace sbx::cli
