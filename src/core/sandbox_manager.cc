@@ -1,8 +1,12 @@
 #include "core/sandbox_manager.h"
 
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <chrono>
@@ -898,9 +902,16 @@ std::string SandboxManager::ShellFor(const SandboxView& v) const {
   if (layers.is_array())
     for (const auto& l : layers) {
       if (!l.is_string()) continue;
-      for (const char* p : {"/usr/bin/bash", "/bin/bash"}) {
+      // Resolved inside the layer (a tenant's layer may hold symlinks that point anywhere).
+      UniqueFd root(::open(l.get<std::string>().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+      if (!root.valid()) continue;
+      for (const char* p : {"usr/bin/bash", "bin/bash"}) {
+        struct open_how how = {};
+        how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
+        how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+        UniqueFd f(static_cast<int>(::syscall(SYS_openat2, root.get(), p, &how, sizeof how)));
         struct stat st;
-        if (::lstat((l.get<std::string>() + p).c_str(), &st) == 0 && S_ISREG(st.st_mode)) return "/bin/bash";
+        if (f.valid() && ::fstat(f.get(), &st) == 0 && S_ISREG(st.st_mode)) return "/bin/bash";
       }
     }
   return "/bin/sh";

@@ -93,3 +93,19 @@ def test_cli_shows_escape_sequences_on_a_terminal_and_passes_them_to_a_pipe(daem
         # Asked for, the terminal gets the bytes as they are.
         asked = run_on_pty([SBX, "--raw-output", "exec", sb.id, "--", "sh", "-c", NASTY], env)
         assert b"\x1b]0;owned\x07" in asked
+
+
+def test_serverless_shell_choice_does_not_follow_tenant_symlinks_onto_the_host(client, daemon):
+    assert os.path.exists("/usr/bin/bash")  # the host has bash; the busybox image has not
+    with client.create(image="busybox") as sb:
+        # Inside, /usr -> /usr is a loop; followed on the host, it would be the host's /usr.
+        sb.exec("rm -rf /usr && ln -s /usr /usr", check=True)
+        sb.snapshot("usr-loop")
+    disk = client.disks.create(size_mb=16)
+    try:
+        status, body = daemon.raw("POST", f"/v1/disks/{disk.id}/exec", body={"cmd": "echo $0", "from": "usr-loop"})
+        assert status == 200, body
+        assert body["exit_code"] == 0 and body["stdout"] == "/bin/sh\n", body
+    finally:
+        disk.delete()
+        daemon.raw("DELETE", "/v1/snapshots/usr-loop")
