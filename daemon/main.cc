@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,7 +60,8 @@ struct Flags {
   int64_t min_free_mb = 64;
   std::string log_level = "info";
   std::string proxy_domain = "sbx.localhost";  // port proxy by host: PORT-ID.<domain>
-  int64_t store_mb = 0;  // > 0: sandboxes and layers on an XFS store of this size (quotas, reflink)
+  int64_t store_mb = 0;  // > 0: sandboxes, layers and checkpoints on a btrfs store of this size
+  double store_overcommit = 0;  // > 0: the sum of sandboxes' disk_mb is held to this times the store
   int64_t keepalive_ms = 15000;  // streamed output: a keep-alive line after this quiet time
   std::string criu;  // CRIU binary for pause mode "hibernate" (empty: hibernate refused)
   // The HTTP listener's deadlines and caps (docs/API.md, "Limits of the listener").
@@ -89,18 +91,18 @@ void Usage() {
                "            [--max-sandboxes N] [--max-memory-mb MB] [--max-disk-mb MB]\n"
                "            [--price-small USD_PER_HOUR] [--price-default ...] [--price-large ...]\n"
                "            [--serverless-call-usd USD] [--min-free-mb MB] [--proxy-domain DOMAIN]\n"
-               "            [--keepalive-ms MS] [--store-mb MB] [--criu PATH]\n"
+               "            [--keepalive-ms MS] [--store-mb MB] [--store-overcommit RATIO] [--criu PATH]\n"
                "            [--http-header-timeout-ms MS] [--http-idle-timeout-ms MS]\n"
                "            [--http-body-idle-timeout-ms MS] [--proxy-idle-timeout-ms MS]\n"
                "            [--max-connections N] [--max-sandbox-connections N]\n"
                "            [--small-body-limit BYTES] [--max-body BYTES]\n");
 }
 
-// --store-mb: the sandboxes' folders and the snapshot layers live on a btrfs file system
-// of that size, in a preallocated image under the data dir (so a full store never becomes a
-// full host disk), loop-mounted with quotas on: each sandbox's folder is a subvolume held to
-// its disk_mb, and copies into layers share blocks (reflink). The image and mounts are
-// reused across restarts.
+// --store-mb: the sandboxes' folders, the snapshot layers and the checkpoints of
+// hibernated sandboxes live on a btrfs file system of that size, in a preallocated image
+// under the data dir (so a full store never becomes a full host disk), loop-mounted with
+// quotas on: each sandbox's folder is a subvolume held to its disk_mb, and copies into
+// layers share blocks (reflink). The image and mounts are reused across restarts.
 Status SetUpStore(const std::string& data_dir, int64_t store_mb) {
   const std::string img = data_dir + "/store.img", mnt = data_dir + "/store";
   auto run = [](std::vector<std::string> argv) -> Status {
@@ -136,8 +138,16 @@ Status SetUpStore(const std::string& data_dir, int64_t store_mb) {
     SBX_LOG(kInfo) << "store " << img << " mounted at " << mnt << " (" << kind << " quotas)";
   }
   ::chmod(mnt.c_str(), 0711);
-  for (const char* d : {"sandboxes", "layers"}) {
+  for (const char* d : {"sandboxes", "layers", "hibernated"}) {
     std::string inside = mnt + "/" + d, outside = data_dir + "/" + d;
+    if (std::string(d) == "hibernated" && !fs::IsMountPoint(outside)) {
+      // Checkpoints that an earlier sbxd wrote on the host's disk stay there.
+      auto there = fs::ListDir(outside);
+      if (there.ok() && !there->empty()) {
+        SBX_LOG(kWarn) << outside << " holds checkpoints from before the store: they stay on the host's disk";
+        continue;
+      }
+    }
     SBX_RETURN_IF_ERROR(fs::MkdirAll(inside, 0711));
     ::chmod(inside.c_str(), 0711);
     SBX_RETURN_IF_ERROR(fs::MkdirAll(outside, 0711));
@@ -221,6 +231,11 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       else if (k == "default_image") f->default_image = v;
       else if (k == "proxy_domain") f->proxy_domain = v;
       else if (k == "store_mb") f->store_mb = std::stoll(v);
+      else if (k == "store_overcommit") {
+        f->store_overcommit = std::stod(v);
+        if (!(f->store_overcommit >= 0 && f->store_overcommit <= 1000))
+          return MakeError(Code::kInvalidArgument, "store_overcommit must be 0 (off) or a ratio up to 1000");
+      }
       else if (k == "keepalive_ms") f->keepalive_ms = std::stoll(v);
       else if (k == "criu") f->criu = v;
       else if (k == "uid_base") f->uid_base = std::stoll(v);
@@ -421,6 +436,15 @@ int Run(int argc, char** argv) {
   mo.quotas.max_memory_mb = f.max_memory_mb;
   mo.quotas.max_disk_mb = f.max_disk_mb;
   mo.min_free_mb = f.min_free_mb;
+  if (f.store_mb > 0) {
+    mo.store_dir = data_dir + "/store";
+    // The store as it is (an image made earlier keeps its size, whatever --store-mb says now).
+    struct statvfs v;
+    mo.store_mb = ::statvfs(mo.store_dir.c_str(), &v) == 0
+                      ? static_cast<int64_t>((static_cast<unsigned __int128>(v.f_blocks) * v.f_frsize) >> 20)
+                      : f.store_mb;
+    mo.store_overcommit = f.store_overcommit;
+  }
   auto secret_key = EnsureSecretKey(data_dir);
   if (!secret_key.ok()) return fail(secret_key.error());
   mo.secret_key = *secret_key;

@@ -9,6 +9,7 @@
 
 #include "api/decode.h"
 #include "api/errors.h"
+#include "api/exec_answer.h"
 #include "api/handler_util.h"
 #include "base/ids.h"
 #include "base/log.h"
@@ -146,9 +147,10 @@ struct Collector {
       co_return;
     };
   }
-  void AddTo(json& body) const {
-    body["stdout"] = *out;
-    body["stderr"] = *err;
+  // The answer: `head` and the output, streamed out (api/exec_answer.h); each stream's
+  // JSON is capped at twice the raw output cap.
+  Response Answer(int status, json head, uint64_t output_cap) const {
+    return ExecAnswer(status, std::move(head), out, err, 2 * output_cap);
   }
 };
 
@@ -256,8 +258,16 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
   const std::string pat = route.pattern;
   const std::string& m = req.method;
 
-  if (pat == "/v1/health")
-    co_return Json(200, {{"status", "ok"}, {"version", SBX_VERSION}});
+  if (pat == "/v1/health") {
+    json health = {{"status", "ok"}, {"version", SBX_VERSION}};
+    if (manager_->has_store()) {
+      core::StoreStats s = manager_->StoreUse();
+      health["store"] = {{"size_mb", s.size_mb},           {"free_mb", s.free_mb},
+                         {"reserve_mb", s.reserve_mb},     {"committed_mb", s.committed_mb},
+                         {"overcommit", s.overcommit > 0 ? json(s.overcommit) : json(nullptr)}};
+    }
+    co_return Json(200, health);
+  }
   if (pat == "/v1/openapi.json") {
     Response r;
     r.body = OpenApiDocument();
@@ -296,6 +306,9 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
     o << "# TYPE sbx_pool_claims_total counter\nsbx_pool_claims_total " << c.pool_claims << "\n";
     o << "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes "
       << proc::SelfRssBytes() << "\n";
+    o << "# HELP process_resident_memory_peak_bytes The most resident memory sbxd has had.\n"
+      << "# TYPE process_resident_memory_peak_bytes gauge\nprocess_resident_memory_peak_bytes "
+      << proc::SelfPeakRssBytes() << "\n";
     o << "# TYPE process_open_fds gauge\nprocess_open_fds " << proc::SelfFdCount() << "\n";
     Response r;
     r.content_type = "text/plain; version=0.0.4";
@@ -491,9 +504,8 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
       agent::OutputFn collect = out.Fn();
       auto res = co_await manager_->Exec(ex, id, std::move(e), collect);
       if (!res.ok()) co_return ErrorResponse(res.error());
-      json body = ExitJson(*res);
-      out.AddTo(body);
-      co_return Json(200, body);
+      json head = ExitJson(*res);
+      co_return out.Answer(200, std::move(head), manager_->output_cap());
     }
     Response r;
     r.content_type = "application/x-ndjson";
@@ -710,14 +722,13 @@ asio::awaitable<Response> Api::Dispatch(const RouteInfo& route, Request& req) {
       SBX_LOG(kError) << "recording the serverless call on " << id << ": " << st.error().message;
     manager_->latencies().disk_exec.ObserveMs((NowUs() - req.arrival_us) / 1000.0);
     json body = ExitJson(*res);
-    out.AddTo(body);
     body["cost_usd"] = manager_->serverless_call_usd();
     if (res->exit.timed_out) {
       // Past the limit the whole tree is gone; the answer still carries what it printed.
       body["error"] = {{"code", "exec_timeout"}, {"message", "Exec timed out"}};
-      co_return Json(504, body);
+      co_return out.Answer(504, std::move(body), manager_->output_cap());
     }
-    co_return Json(200, body);
+    co_return out.Answer(200, std::move(body), manager_->output_cap());
   }
 
   if (pat == "/v1/images" && m == "GET") {

@@ -306,7 +306,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
     // before any output is still a plain error response.
     bool header_sent = false;
     bool client_ok = true;
-    http::response<http::empty_body> head{http::status::ok, 11};
+    http::response<http::empty_body> head{static_cast<http::status>(resp.status), 11};
     head.set(http::field::server, "sbxd/" SBX_VERSION);
     head.set(http::field::content_type, resp.content_type);
     head.chunked(true);

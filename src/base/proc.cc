@@ -79,6 +79,13 @@ uint64_t SelfRssBytes() {
   return static_cast<uint64_t>(rss) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 
+uint64_t SelfPeakRssBytes() {
+  auto s = fs::ReadFile("/proc/self/status", 1 << 16);
+  if (!s.ok()) return 0;
+  auto at = s->find("VmHWM:");
+  return at == std::string::npos ? 0 : std::strtoull(s->c_str() + at + 6, nullptr, 10) * 1024;
+}
+
 int SelfFdCount() {
   auto l = fs::ListDir("/proc/self/fd");
   return l.ok() ? static_cast<int>(l->size()) - 1 : -1;  // minus the one opendir holds

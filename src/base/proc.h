@@ -23,6 +23,8 @@ bool PidfdWait(int pidfd, int timeout_ms);
 uint64_t CpuTimeNs(pid_t pid);
 // Resident set size of this process in bytes, and its open fd count.
 uint64_t SelfRssBytes();
+// The most resident memory this process has had (VmHWM).
+uint64_t SelfPeakRssBytes();
 int SelfFdCount();
 
 }  // namespace sbx::proc

@@ -80,6 +80,7 @@ SandboxManager::SandboxManager(ManagerOptions opts, storage::Store* store,
                                TypeTable types)
     : opts_(std::move(opts)), store_(store), images_(images), runtime_(runtime),
       types_(std::move(types)) {
+  budget_ = StoreBudget(opts_.store_dir, opts_.store_mb, opts_.min_free_mb, opts_.store_overcommit);
   if (!opts_.now_ms) opts_.now_ms = [] { return NowUnixMs(); };
   for (int i = 0; i < std::max(1, opts_.teardown_threads); ++i)
     teardown_threads_.emplace_back([this] {
@@ -171,7 +172,23 @@ Status SandboxManager::CheckDataDirSpace() const {
   return OkStatus();
 }
 
+int64_t SandboxManager::CommittedDiskMbLocked() const {
+  int64_t sum = 0;
+  for (const auto& [_, e] : sandboxes_) sum += e->rec.disk_mb;
+  return sum;
+}
+
+StoreStats SandboxManager::StoreUse() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return budget_.Stats(CommittedDiskMbLocked());
+}
+
+int64_t SandboxManager::DiskMbFor(const CreateRequest& req, const SandboxType& type) const {
+  return budget_.Clamp(std::min<int64_t>(req.disk_mb.value_or(type.disk_mb), type.disk_mb));
+}
+
 Status SandboxManager::CheckQuotaLocked(int add, int64_t memory_mb, int64_t disk_mb) const {
+  SBX_RETURN_IF_ERROR(budget_.CheckCommit(CommittedDiskMbLocked(), disk_mb));
   const Quotas& q = opts_.quotas;
   if (!q.max_sandboxes && !q.max_memory_mb && !q.max_disk_mb) return OkStatus();
   int live = 0;
@@ -247,6 +264,7 @@ Result<SandboxView> SandboxManager::Create(const CreateRequest& req) {
     return MakeError(Code::kInvalidArgument, "resources.memory_mb must be between 16 and 4194304");
   if (req.disk_mb && (*req.disk_mb < 16 || *req.disk_mb > (int64_t{1} << 24)))
     return MakeError(Code::kInvalidArgument, "resources.disk_mb must be between 16 and 16777216");
+  if (req.disk_mb) SBX_RETURN_IF_ERROR(budget_.CheckRequest(*req.disk_mb));
   if (req.pids && (*req.pids < 16 || *req.pids > 1 << 22))
     return MakeError(Code::kInvalidArgument, "resources.pids must be between 16 and 4194304");
   if (!req.from.empty()) {
@@ -282,7 +300,7 @@ storage::SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, cons
   r.layers_json = json(layers).dump();
   r.cpus = req.cpus.value_or(type.cpus);
   r.memory_mb = req.memory_mb.value_or(type.memory_mb);
-  r.disk_mb = std::min<int64_t>(req.disk_mb.value_or(type.disk_mb), type.disk_mb);
+  r.disk_mb = DiskMbFor(req, type);
   r.pids = req.pids.value_or(type.pids);
   r.ttl_seconds = req.ttl_seconds.value_or(opts_.default_ttl_seconds);
   r.ttl_action = req.ttl_action;
@@ -315,8 +333,7 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
   SBX_RETURN_IF_ERROR(CheckDataDirSpace());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, req.memory_mb.value_or(type.memory_mb),
-                                         std::min<int64_t>(req.disk_mb.value_or(type.disk_mb), type.disk_mb)));
+    SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, req.memory_mb.value_or(type.memory_mb), DiskMbFor(req, type)));
   }
   if (use_pool && opts_.pool_size > 0 && req.isolation == "container") {
     // The key: the root's layers, and the disks bound at boot (repeated serverless calls
@@ -1362,7 +1379,11 @@ Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std
   Status st = OkStatus();
   if (hibernate) {
     (void)fs::RemoveTree(ImagesOf(id));  // a leftover of a failed attempt
-    st = runtime_->Hibernate(spec, inst, ImagesOf(id));
+    // Its memory goes to disk: only if it fits with the reserve still free.
+    std::string parent = ImagesOf(id).substr(0, ImagesOf(id).rfind('/'));
+    (void)fs::MkdirAll(parent, 0711);
+    st = budget_.CheckWrite(parent, runtime_->CheckpointBytes(id));
+    if (st.ok()) st = runtime_->Hibernate(spec, inst, ImagesOf(id));
     // The mark of a whole checkpoint: a restart after a crash from here on finds the
     // sandbox hibernated, even before its row says so.
     if (st.ok()) st = fs::WriteFileAtomic(ImagesOf(id) + "/complete", "");

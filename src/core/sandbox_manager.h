@@ -28,6 +28,7 @@
 #include "disks/disk_store.h"
 #include "layers/images.h"
 #include "runtime/runtime.h"
+#include "core/store_budget.h"
 #include "storage/store.h"
 
 namespace sbx::core {
@@ -132,6 +133,10 @@ struct ManagerOptions {
   // New work (create, start, snapshot, fork, disks) is refused with 503 while the data
   // dir's file system has less than this free.
   int64_t min_free_mb = 64;
+  // The store (empty: none): its mount, size and overcommit ratio (core/store_budget.h).
+  std::string store_dir;
+  int64_t store_mb = 0;
+  double store_overcommit = 0;
   // Idle policy: a sandbox using more than this share of one CPU is busy.
   double idle_cpu_threshold = 0.05;
   std::function<int64_t()> now_ms;  // wall clock (tests drive it); default: real time
@@ -240,6 +245,9 @@ class SandboxManager {
   };
   Latencies& latencies() { return lat_; }
   uint64_t output_cap() const { return opts_.output_cap; }
+  // The store's size, free space and committed quotas (enabled() false: no store).
+  bool has_store() const { return budget_.enabled(); }
+  StoreStats StoreUse();
   int64_t keepalive_ms() const { return opts_.keepalive_ms; }
 
  private:
@@ -298,6 +306,9 @@ class SandboxManager {
   void OpenBilling(storage::SandboxRecord& r);                 // mu_ held
   // kResourceExhausted if `add` more live sandboxes of this size would pass a quota.
   Status CheckQuotaLocked(int add, int64_t memory_mb, int64_t disk_mb) const;  // mu_ held
+  int64_t CommittedDiskMbLocked() const;                                        // mu_ held
+  // The disk_mb a new sandbox of `type` gets for `req`.
+  int64_t DiskMbFor(const CreateRequest& req, const SandboxType& type) const;
   // mode "freeze" or "hibernate".
   Status PauseLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e, const std::string& mode);
   // Where a hibernated sandbox's checkpoint is kept.
@@ -317,6 +328,7 @@ class SandboxManager {
   TypeTable types_;
 
   std::mutex mu_;
+  StoreBudget budget_;
   std::map<std::string, std::shared_ptr<Entry>> sandboxes_;  // not deleting
   std::map<std::string, std::shared_ptr<Entry>> deleting_;   // queued for teardown
   int64_t creates_ = 0, execs_ = 0, deletes_ = 0, snapshots_ = 0, forks_ = 0, pauses_ = 0, resumes_ = 0;

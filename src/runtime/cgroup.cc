@@ -210,6 +210,19 @@ uint64_t CgroupDir::MemoryCurrent() const {
   return s.ok() ? std::strtoull(s->c_str(), nullptr, 10) : 0;
 }
 
+uint64_t CgroupDir::AnonymousMemory() const {
+  bool v2 = mode_ == CgroupMode::kV2;
+  auto s = fs::ReadFile(v2 ? Dir("") + "/memory.stat" : Dir("memory") + "/memory.stat");
+  if (!s.ok()) return 0;
+  uint64_t sum = 0;
+  std::istringstream in(*s);
+  std::string key;
+  uint64_t value;
+  while (in >> key >> value)
+    if (key == (v2 ? "anon" : "total_rss") || key == (v2 ? "shmem" : "total_shmem")) sum += value;
+  return sum;
+}
+
 uint64_t CgroupDir::CpuUsageNs() const {
   if (mode_ == CgroupMode::kV2) {
     auto s = fs::ReadFile(Dir("") + "/cpu.stat");

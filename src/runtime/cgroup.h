@@ -53,6 +53,8 @@ class CgroupDir {
   bool Exists() const;
   // Peak and current memory in bytes (0 if unknown).
   uint64_t MemoryCurrent() const;
+  // Anonymous and shared (tmpfs) memory in bytes: what a checkpoint saves.
+  uint64_t AnonymousMemory() const;
   // CPU time used by the group's processes so far, in nanoseconds (0 if unknown).
   uint64_t CpuUsageNs() const;
   const std::string& group() const { return group_; }

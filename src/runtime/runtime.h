@@ -77,6 +77,8 @@ class Runtime {
   virtual Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& images) {
     return MakeError(Code::kFailedPrecondition, "this runtime cannot hibernate a sandbox");
   }
+  // About how many bytes Hibernate would write for this sandbox now (0 if unknown).
+  virtual uint64_t CheckpointBytes(const std::string& id) { return 0; }
   // Restores a sandbox from the checkpoint in `images` (same pids, memory, open files);
   // returns once its agent answers.
   virtual Result<Instance> Restore(const StartSpec& spec, const std::string& images) {

@@ -92,7 +92,7 @@ def test_ten_cycles_keep_files_processes_and_memory(daemon, mode):
                 assert memory_rss(daemon, sb.id) < (4 << 20)
                 saved = os.path.join(daemon.data, "hibernated", sb.id)
                 st = os.stat(saved)
-                assert st.st_mode & 0o777 == 0o750 and st.st_uid == daemon.uid_base and st.st_gid == 0
+                assert st.st_mode & 0o777 == 0o750 and st.st_uid == 0 and st.st_gid == daemon.uid_base
             else:
                 assert memory_rss(daemon, sb.id) > (64 << 20)
             assert sb.pause(mode=mode).state == "paused"  # idempotent

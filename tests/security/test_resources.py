@@ -218,3 +218,31 @@ def test_disk_fill_and_inode_flood_stop_at_the_sandbox_disk():
         assert host_free - after < 64 << 20, (host_free, after)
     finally:
         d.destroy()
+
+
+def sbxd_hwm_kb(d):
+    with open(f"/proc/{d.proc.pid}/status") as f:
+        return int(next(l.split()[1] for l in f if l.startswith("VmHWM:")))
+
+
+def test_an_exec_of_control_bytes_costs_the_daemon_about_its_raw_output(fresh_daemon):
+    """16 MiB of control bytes on stdout and on stderr (96 MiB each as JSON escapes): sbxd
+    keeps the raw bytes and writes the answer out in pieces, each stream capped at twice
+    the output cap once encoded."""
+    d = fresh_daemon
+    with d.client().create(image="busybox") as sb:
+        sb.exec("echo warm", check=True)
+        base = sbxd_rss_kb(d)
+        cmd = "head -c 16777216 /dev/zero | tr '\\0' '\\1'; head -c 16777216 /dev/zero | tr '\\0' '\\2' >&2"
+        status, body = d.raw("POST", f"/v1/sandboxes/{sb.id}/exec", body={"cmd": cmd, "timeout_seconds": 120},
+                             timeout=180)
+        peak = sbxd_hwm_kb(d)
+        grew_mb = (peak - base) / 1024
+        print(f"sbxd grew {grew_mb:.1f} MB (rss {base / 1024:.1f} MB before)")
+        assert status == 200, body
+        cap = 16 << 20
+        # Cut at a whole \u0001 within twice the cap, and marked so.
+        assert body["stdout"] == "\x01" * (2 * cap // 6) and body["stdout_truncated"] is True
+        assert body["stderr"] == "\x02" * (2 * cap // 6) and body["stderr_truncated"] is True
+        assert grew_mb < 120, f"sbxd grew by {grew_mb:.0f} MB for 32 MiB of output"
+        assert sb.exec("echo fine").stdout == "fine\n"

@@ -379,13 +379,13 @@ class ContainerRuntime : public Runtime {
   Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& images) override {
     if (o_.criu.empty()) return Runtime::Hibernate(spec, inst, images);
     if (!Alive(inst)) return MakeError(Code::kUnavailable, "the sandbox's init is not running");
-    // It holds the sandbox's memory: open to the sandbox's root user and to host root's
-    // group only. CRIU reads images from tasks it is turning into the sandbox's: some
-    // still have host root's ids without its privileges (the owner is then the sandbox's
-    // root, or the group host root's), others already the sandbox's.
+    // It holds the sandbox's memory: owned by host root, readable by the sandbox's root
+    // group, closed to everyone else. CRIU reads images from tasks it is turning into the
+    // sandbox's: some still have host root's ids without its privileges (the owner),
+    // others already the sandbox's (the group); neither may change what is saved.
     SBX_RETURN_IF_ERROR(fs::MkdirAll(images.substr(0, images.rfind('/')), 0711));
     if (::mkdir(images.c_str(), 0750) != 0 && errno != EEXIST) return ErrnoError("mkdir " + images);
-    if (::chown(images.c_str(), o_.uid_base, 0) != 0 || ::chmod(images.c_str(), 0750) != 0)
+    if (::chown(images.c_str(), 0, o_.uid_base) != 0 || ::chmod(images.c_str(), 0750) != 0)
       return ErrnoError("chown " + images);
     SBX_ASSIGN_OR_RETURN(auto binds, HostBinds(spec, inst.pid));
     std::vector<std::string> args = {"dump", "-t", std::to_string(inst.pid), "--tcp-established", "--file-locks"};
@@ -402,6 +402,10 @@ class ContainerRuntime : public Runtime {
     if (inst.pidfd && inst.pidfd->valid()) proc::PidfdWait(inst.pidfd->get(), 10000);
     owners_.Release(spec.id);
     return OkStatus();
+  }
+
+  uint64_t CheckpointBytes(const std::string& id) override {
+    return CgroupDir(mode_, Group(id), o_.cgroup_root).AnonymousMemory();
   }
 
   Result<Instance> Restore(const StartSpec& spec, const std::string& images) override {
