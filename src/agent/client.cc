@@ -125,29 +125,78 @@ asio::awaitable<Result<ExitInfo>> Exec(asio::any_io_executor ex, AgentAddr addr,
   }
 }
 
+// A deadline on the connection's pending operations: when it passes, they are cancelled.
+// The timer's handler holds only this state (shared), never the Conn.
+struct Conn::Deadline {
+  explicit Deadline(asio::any_io_executor ex) : timer(ex) {}
+  asio::steady_timer timer;
+  asio::local::stream_protocol::socket* sock = nullptr;  // null once the Conn is gone
+  uint64_t gen = 0;
+  bool fired = false;
+
+  static void Arm(const std::shared_ptr<Deadline>& d, int64_t ms) {
+    d->fired = false;
+    uint64_t gen = ++d->gen;
+    d->timer.expires_after(std::chrono::milliseconds(ms));
+    d->timer.async_wait([d, gen](const error_code& ec) {
+      if (ec || gen != d->gen || !d->sock) return;
+      d->fired = true;
+      error_code ignored;
+      d->sock->cancel(ignored);
+    });
+  }
+  void Disarm() {
+    ++gen;
+    timer.cancel();
+  }
+};
+
+Conn::Conn(asio::any_io_executor ex) : sock_(ex), deadline_(std::make_shared<Deadline>(ex)) {
+  deadline_->sock = &sock_;
+}
+
+Conn::~Conn() {
+  deadline_->sock = nullptr;
+  deadline_->Disarm();
+}
+
 asio::awaitable<Status> Conn::Open(AgentAddr addr) { co_return co_await Connect(sock_, std::move(addr)); }
 
 asio::awaitable<Status> Conn::Send(FrameType type, std::string payload) {
   std::string header = EncodeHeader(type, static_cast<uint32_t>(payload.size()));
   std::array<asio::const_buffer, 2> bufs = {asio::buffer(header), asio::buffer(payload)};
   error_code ec;
+  Deadline::Arm(deadline_, kAgentStallMs);
   co_await asio::async_write(sock_, bufs, asio::redirect_error(use_awaitable, ec));
+  deadline_->Disarm();
+  if (ec && deadline_->fired)
+    co_return MakeError(Code::kUnavailable, "the sandbox's agent took nothing for " +
+                                                std::to_string(kAgentStallMs / 1000) + " s");
   if (ec) co_return MakeError(Code::kUnavailable, "sending to the sandbox's agent: " + ec.message());
   co_return OkStatus();
 }
 
-asio::awaitable<Result<Frame>> Conn::Recv() {
+asio::awaitable<Result<Frame>> Conn::Recv(int64_t timeout_ms) {
   unsigned char header[kHeaderSize];
   error_code ec;
+  if (timeout_ms > 0) Deadline::Arm(deadline_, timeout_ms);
   co_await asio::async_read(sock_, asio::buffer(header), asio::redirect_error(use_awaitable, ec));
+  if (ec && deadline_->fired) {
+    co_return MakeError(Code::kUnavailable, "the sandbox's agent did not answer within " +
+                                                std::to_string(timeout_ms / 1000) + " s");
+  }
   if (ec) co_return MakeError(Code::kUnavailable, "the sandbox's agent closed the connection: " + ec.message());
   auto h = DecodeHeader(header);
   if (!h.ok()) co_return h.error().Wrap("reading from the sandbox's agent");
   Frame f{h->first, std::string(h->second, '\0')};
   if (h->second > 0) {
     co_await asio::async_read(sock_, asio::buffer(f.payload), asio::redirect_error(use_awaitable, ec));
-    if (ec) co_return MakeError(Code::kUnavailable, "reading from the sandbox's agent: " + ec.message());
+    if (ec) {
+      deadline_->Disarm();
+      co_return MakeError(Code::kUnavailable, "reading from the sandbox's agent: " + ec.message());
+    }
   }
+  deadline_->Disarm();
   if (f.type == FrameType::kError) {
     auto j = nlohmann::json::parse(f.payload, nullptr, false);
     std::string msg = j.is_object() && j.contains("message") && j["message"].is_string() ? j["message"].get<std::string>() : f.payload;
@@ -158,7 +207,7 @@ asio::awaitable<Result<Frame>> Conn::Recv() {
 }
 
 asio::awaitable<Result<std::string>> Conn::RecvResult() {
-  auto f = co_await Recv();
+  auto f = co_await Recv(kAgentStallMs);
   if (!f.ok()) co_return f.error();
   if (f->type != FrameType::kResult) co_return MakeError(Code::kInternal, "unexpected frame from the sandbox's agent");
   co_return std::move(f->payload);

@@ -33,17 +33,22 @@ boost::asio::awaitable<Result<ExitInfo>> Exec(boost::asio::any_io_executor ex,
 // (ports) raw bytes through socket(). Used by one coroutine at a time.
 class Conn {
  public:
-  explicit Conn(boost::asio::any_io_executor ex) : sock_(ex) {}
+  explicit Conn(boost::asio::any_io_executor ex);
+  ~Conn();
   boost::asio::awaitable<Status> Open(AgentAddr addr);
+  // Fails (unavailable) if the agent takes none of the frame for kAgentStallMs.
   boost::asio::awaitable<Status> Send(FrameType type, std::string payload);
-  // The next frame. A kError frame is returned as its error, with the agent's code.
-  boost::asio::awaitable<Result<Frame>> Recv();
-  // Recv() that insists on a kResult frame; returns its JSON text.
+  // The next frame, waited for at most `timeout_ms` (0: without a deadline, for streams
+  // of output). A kError frame is returned as its error, with the agent's code.
+  boost::asio::awaitable<Result<Frame>> Recv(int64_t timeout_ms = 0);
+  // Recv() that insists on a kResult frame, within kAgentStallMs; returns its JSON text.
   boost::asio::awaitable<Result<std::string>> RecvResult();
   boost::asio::local::stream_protocol::socket& socket() { return sock_; }
 
  private:
+  struct Deadline;
   boost::asio::local::stream_protocol::socket sock_;
+  std::shared_ptr<Deadline> deadline_;
 };
 
 }  // namespace sbx::agent

@@ -138,6 +138,9 @@ Result<AgentSocket> NewAgentSocket(const AgentAddr& a, bool nonblocking);
 // How long sbxd waits for an agent to take a connection. Code in a sandbox can fill its
 // agent's listen queue (or stop the agent's handlers): every dial gives up at a deadline.
 constexpr int kAgentDialMs = 5000;
+// How long a file or port request waits for the agent to take a frame or give its first
+// answer (a stopped handler would otherwise hold the request forever).
+constexpr int kAgentStallMs = 30000;
 // One attempt to connect the nonblocking socket `s`: 1 when connected, 0 when the
 // agent's listen queue is full (try again later), or the error.
 Result<int> TryConnect(const AgentSocket& s);

@@ -682,8 +682,12 @@ void SandboxManager::TeardownLoop() {
       ++teardown_active_;
     }
     // A create or start still in flight holds `busy`: let it settle, then stop what it
-    // started, so no process outlives the delete.
+    // started, so no process outlives the delete. A restore from hibernation is cut
+    // short instead: its processes (and CRIU, which runs in the sandbox's cgroup) are
+    // killed, so the delete waits neither for a large checkpoint nor for a restored agent
+    // that does not answer.
     runtime::Instance inst;
+    bool cancelled = false;
     while (true) {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = deleting_.find(id);
@@ -691,8 +695,15 @@ void SandboxManager::TeardownLoop() {
         if (it != deleting_.end()) inst = it->second->inst;
         break;
       }
+      bool cancel = it->second->restoring && !cancelled;
       mu_.unlock();
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (cancel) {
+        cancelled = true;
+        Status killed = runtime_->Stop(id, runtime::Instance());
+        if (!killed.ok()) SBX_LOG(kWarn) << "cancelling the restore of " << id << ": " << killed.error().message;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
       mu_.lock();
     }
     Status st = runtime_->Stop(id, inst);
@@ -1434,6 +1445,7 @@ Status SandboxManager::ResumeLocked(std::unique_lock<std::mutex>& lock, const st
   // A hibernated sandbox takes its memory back.
   if (hibernated) SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, e->rec.memory_mb, 0));
   e->busy = true;
+  e->restoring = hibernated;
   runtime::StartSpec spec = SpecOf(e->rec);
   lock.unlock();
   Status st = OkStatus();
@@ -1447,11 +1459,12 @@ Status SandboxManager::ResumeLocked(std::unique_lock<std::mutex>& lock, const st
   }
   lock.lock();
   e->busy = false;
-  if (!st.ok()) return st.error().Wrap("resuming " + id);
+  e->restoring = false;
   if (e->rec.state == "deleting") {
-    if (hibernated) (void)runtime_->Stop(id, restored);
+    if (hibernated && st.ok()) (void)runtime_->Stop(id, restored);
     return MakeError(Code::kNotFound, "sandbox " + id + " was deleted");
   }
+  if (!st.ok()) return st.error().Wrap("resuming " + id);
   if (hibernated) {
     e->inst = restored;
     e->rec.pid = restored.pid;

@@ -256,6 +256,7 @@ class SandboxManager {
     runtime::Instance inst;
     int active_execs = 0;
     bool busy = false;  // a blocking transition (start/stop) is in progress
+    bool restoring = false;  // that transition is a restore from hibernation (a delete cancels it)
     int captures = 0;   // snapshots or forks copying its files
     // Idle policy: last activity, and the last CPU sample.
     int64_t last_active_ms = 0;

@@ -236,3 +236,45 @@ def test_a_mounted_disk_goes_through_hibernation(daemon):
         assert int(disk.read_file("n")) > n1  # the same disk, seen from the host
     finally:
         disk.delete()
+
+
+def test_delete_cancels_a_restore_in_flight():
+    """A delete during a resume from hibernation kills the restore (CRIU runs in the
+    sandbox's cgroup) instead of waiting for it: nothing is left, and the resume answers
+    that the sandbox was deleted (or, if it won the race, the sandbox is gone after)."""
+    import threading
+    d = Daemon("cancel", extra_args=["--criu", CRIU])
+    try:
+        c = d.client()
+        sb = c.create(image="busybox", resources={"memory_mb": 2048})
+        # ~300 MB of memory to restore: long enough for a delete to meet it.
+        sb.exec("dd if=/dev/urandom of=/tmp/big bs=1M count=300 2>/dev/null", check=True, timeout_seconds=120)
+        sb.pause(mode="hibernate")
+        answer = {}
+
+        def resume():
+            answer["r"] = d.raw("POST", f"/v1/sandboxes/{sb.id}/resume", timeout=120)
+
+        t = threading.Thread(target=resume)
+        t.start()
+        for _ in range(200):  # until the restore is under way (CRIU in the cgroup)
+            try:
+                with open(f"/sys/fs/cgroup/pids/sbx-{d.instance}/{sb.id}/cgroup.procs") as f:
+                    if f.read().split():
+                        break
+            except OSError:
+                pass
+            time.sleep(0.01)
+        status, _ = d.raw("DELETE", f"/v1/sandboxes/{sb.id}")
+        assert status in (200, 204)
+        t0 = time.time()
+        t.join(timeout=120)
+        status, body = answer["r"]
+        print(f"resume answered {status} {time.time() - t0:.2f} s after the delete")
+        assert status in (200, 404), body
+        if status == 404:
+            assert "deleted" in body["error"]["message"]
+        d.wait_clean(timeout=60)
+        assert d.sandboxes() == []
+    finally:
+        d.destroy()

@@ -372,7 +372,7 @@ for pid in os.listdir("/proc"):
         except OSError:
             pass
 held = []
-for _ in range(400):
+for _ in range(400 if FILL else 0):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.setblocking(False)
     try:
@@ -392,7 +392,7 @@ def test_a_tenant_that_wedges_its_agent_delays_neither_other_calls_nor_a_restart
         c = d.client()
         victim = c.create(image="default", ttl_seconds=600)
         other = c.create(image="busybox", ttl_seconds=600)
-        victim.files.write("/tmp/wedge.py", WEDGE)
+        victim.files.write("/tmp/wedge.py", "FILL = True\n" + WEDGE)
         victim.exec("nohup python3 /tmp/wedge.py >/tmp/wedge.log 2>&1 &")
         time.sleep(3)
         # The victim's agent takes no connection (503 at the dial deadline), or takes it
@@ -411,6 +411,29 @@ def test_a_tenant_that_wedges_its_agent_delays_neither_other_calls_nor_a_restart
         assert time.time() - t0 < 15
         assert d.raw("GET", f"/v1/sandboxes/{victim.id}")[1]["state"] == "error"
         assert other.exec("echo still").stdout == "still\n"
+        assert d.raw("DELETE", f"/v1/sandboxes/{victim.id}")[0] == 200
+    finally:
+        d.destroy()
+
+
+def test_a_file_request_to_an_agent_that_never_answers_ends_at_its_deadline(request):
+    """The tenant stops its agent's spare handlers but leaves the listen queue open: sbxd's
+    connection is queued and its request sent, and nobody answers. The request ends (503)
+    at the agent's answer deadline instead of holding the client forever."""
+    d = Daemon("silent")
+    try:
+        d.cli("image", "build", "default", timeout=1800)
+        c = d.client()
+        victim = c.create(image="default", ttl_seconds=600)
+        victim.files.write("/tmp/wedge.py", "FILL = False\n" + WEDGE)
+        victim.exec("nohup python3 /tmp/wedge.py >/tmp/wedge.log 2>&1 &")
+        time.sleep(2)
+        t0 = time.time()
+        status, body = d.raw("GET", f"/v1/sandboxes/{victim.id}/files?path=/etc/hostname", timeout=90)
+        took = time.time() - t0
+        assert status == 503, body
+        assert "did not answer" in body["error"]["message"], body
+        assert took < 60, took
         assert d.raw("DELETE", f"/v1/sandboxes/{victim.id}")[0] == 200
     finally:
         d.destroy()
