@@ -22,19 +22,20 @@ using boost::system::error_code;
 
 namespace {
 
-// Connects `sock` to the agent at `a` (made in the sandbox's network namespace if `a`
-// names one).
-asio::awaitable<Status> Connect(asio::local::stream_protocol::socket& sock, AgentAddr a) {
-  auto s = NewAgentSocket(a, true);
-  if (!s.ok()) co_return s.error().Wrap("cannot reach the sandbox's agent");
-  // Connected by hand: asio would wait for writability after EAGAIN, which a unix socket
-  // with a full listen queue reports without ever connecting. Retried until the deadline.
+// Connects `sock` to the agent that `a` reaches, retrying while its listen queue is full,
+// until the deadline.
+asio::awaitable<Status> Connect(asio::local::stream_protocol::socket& sock, DialerPtr a) {
+  if (!a) co_return MakeError(Code::kUnavailable, "the sandbox has no agent to reach");
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kAgentDialMs);
   asio::steady_timer wait(sock.get_executor());
+  UniqueFd fd;
   for (int wait_us = 1000;; wait_us = std::min(wait_us * 2, 50000)) {
-    auto connected = TryConnect(*s);
-    if (!connected.ok()) co_return MakeError(Code::kUnavailable, "cannot reach the sandbox's agent: " + connected.error().message);
-    if (*connected) break;
+    auto dialed = a->TryDial();
+    if (!dialed.ok()) co_return MakeError(Code::kUnavailable, "cannot reach the sandbox's agent: " + dialed.error().message);
+    if (*dialed) {
+      fd = std::move(**dialed);
+      break;
+    }
     if (std::chrono::steady_clock::now() >= deadline)
       co_return MakeError(Code::kUnavailable, "the sandbox's agent takes no connection (its listen queue is full); try again");
     wait.expires_after(std::chrono::microseconds(wait_us));
@@ -42,14 +43,14 @@ asio::awaitable<Status> Connect(asio::local::stream_protocol::socket& sock, Agen
     co_await wait.async_wait(asio::redirect_error(use_awaitable, ignored));
   }
   error_code ec;
-  sock.assign(asio::local::stream_protocol(), s->fd.Release(), ec);
+  sock.assign(asio::local::stream_protocol(), fd.Release(), ec);
   if (ec) co_return MakeError(Code::kInternal, "cannot reach the sandbox's agent: " + ec.message());
   co_return OkStatus();
 }
 
 }  // namespace
 
-asio::awaitable<Result<ExitInfo>> Exec(asio::any_io_executor ex, AgentAddr addr,
+asio::awaitable<Result<ExitInfo>> Exec(asio::any_io_executor ex, DialerPtr addr,
                                        ExecRequest req, std::string stdin_data,
                                        OutputFn on_output, int64_t grace_ms) {
   auto sock = std::make_shared<asio::local::stream_protocol::socket>(ex);
@@ -160,7 +161,7 @@ Conn::~Conn() {
   deadline_->Disarm();
 }
 
-asio::awaitable<Status> Conn::Open(AgentAddr addr) { co_return co_await Connect(sock_, std::move(addr)); }
+asio::awaitable<Status> Conn::Open(DialerPtr addr) { co_return co_await Connect(sock_, std::move(addr)); }
 
 asio::awaitable<Status> Conn::Send(FrameType type, std::string payload) {
   std::string header = EncodeHeader(type, static_cast<uint32_t>(payload.size()));

@@ -25,7 +25,7 @@ using OutputFn = std::function<boost::asio::awaitable<void>(FrameType, std::stri
 // closed if req.stdin_open. The connection is dropped (and the command's tree killed by the
 // agent) if no answer arrives `grace_ms` after req.timeout_ms.
 boost::asio::awaitable<Result<ExitInfo>> Exec(boost::asio::any_io_executor ex,
-                                              AgentAddr addr, ExecRequest req,
+                                              DialerPtr addr, ExecRequest req,
                                               std::string stdin_data, OutputFn on_output,
                                               int64_t grace_ms = 10000);
 
@@ -35,7 +35,7 @@ class Conn {
  public:
   explicit Conn(boost::asio::any_io_executor ex);
   ~Conn();
-  boost::asio::awaitable<Status> Open(AgentAddr addr);
+  boost::asio::awaitable<Status> Open(DialerPtr addr);
   // Fails (unavailable) if the agent takes none of the frame for kAgentStallMs.
   boost::asio::awaitable<Status> Send(FrameType type, std::string payload);
   // The next frame, waited for at most `timeout_ms` (0: without a deadline, for streams

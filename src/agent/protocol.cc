@@ -2,9 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <time.h>
@@ -148,60 +146,22 @@ Result<ExitInfo> ExitInfo::FromJson(std::string_view s) {
   return e;
 }
 
-// One request frame, one answer frame of type `want`, on a fresh blocking connection.
-Result<AgentSocket> NewAgentSocket(const AgentAddr& a, bool nonblocking) {
-  AgentSocket s;
-  std::memset(&s.addr, 0, sizeof s.addr);
-  s.addr.sun_family = AF_UNIX;
-  if (a.path.empty() || a.path.size() >= sizeof s.addr.sun_path)
-    return MakeError(Code::kInvalidArgument, "bad agent socket address");
-  std::memcpy(s.addr.sun_path, a.path.data(), a.path.size());
-  if (a.path[0] == '@') {
-    s.addr.sun_path[0] = '\0';  // abstract: the length, not a NUL, ends the name
-    s.addr_len = static_cast<socklen_t>(offsetof(struct sockaddr_un, sun_path) + a.path.size());
-  } else {
-    s.addr_len = sizeof s.addr;
-  }
-  int type = SOCK_STREAM | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0);
-  if (!a.netns) {
-    s.fd.Reset(::socket(AF_UNIX, type, 0));
-    if (!s.fd.valid()) return ErrnoError("socket");
-    return s;
-  }
-  // A socket belongs to the network namespace of the thread that made it: this thread
-  // enters the sandbox's for the socket() call only, and always comes back.
-  static thread_local int own = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-  if (own < 0) return ErrnoError("open this thread's network namespace");
-  if (!a.netns->valid() || ::setns(a.netns->get(), CLONE_NEWNET) != 0)
-    return ErrnoError("enter the sandbox's network namespace");
-  s.fd.Reset(::socket(AF_UNIX, type, 0));
-  int err = errno;
-  if (::setns(own, CLONE_NEWNET) != 0) std::abort();  // a thread left in a sandbox's namespace
-  if (!s.fd.valid()) return ErrnoError("socket", err);
-  return s;
-}
-
-Result<int> TryConnect(const AgentSocket& s) {
-  if (::connect(s.fd.get(), reinterpret_cast<const sockaddr*>(&s.addr), s.addr_len) == 0) return 1;
-  // A unix stream socket reports a full listen queue as EAGAIN (it never connects later
-  // by itself, unlike TCP's EINPROGRESS).
-  if (errno == EAGAIN) return 0;
-  return ErrnoError("connect to the sandbox's agent");
-}
-
 static int64_t MonoMs() {
   struct timespec ts;
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
 }
 
-static Result<std::string> RoundTrip(const AgentAddr& a, FrameType req, FrameType want, int timeout_ms) {
+// One request frame, one answer frame of type `want`, on a fresh connection.
+static Result<std::string> RoundTrip(const Dialer& a, FrameType req, FrameType want, int timeout_ms) {
   const int64_t deadline = MonoMs() + timeout_ms;
-  SBX_ASSIGN_OR_RETURN(AgentSocket s, NewAgentSocket(a, true));
-  UniqueFd& fd = s.fd;
+  UniqueFd fd;
   for (int wait_us = 1000;; wait_us = std::min(wait_us * 2, 50000)) {
-    SBX_ASSIGN_OR_RETURN(int connected, TryConnect(s));
-    if (connected) break;
+    SBX_ASSIGN_OR_RETURN(std::optional<UniqueFd> dialed, a.TryDial());
+    if (dialed) {
+      fd = std::move(*dialed);
+      break;
+    }
     if (MonoMs() >= deadline)
       return MakeError(Code::kDeadlineExceeded, "the sandbox's agent takes no connection (its listen queue is full)");
     ::usleep(wait_us);
@@ -229,13 +189,13 @@ static Result<std::string> RoundTrip(const AgentAddr& a, FrameType req, FrameTyp
   }
 }
 
-Status WarmBlocking(const AgentAddr& a, int timeout_ms) {
+Status WarmBlocking(const Dialer& a, int timeout_ms) {
   auto r = RoundTrip(a, FrameType::kWarm, FrameType::kWarmDone, timeout_ms);
   if (!r.ok()) return r.error();
   return OkStatus();
 }
 
-Status PingBlocking(const AgentAddr& a, int timeout_ms) {
+Status PingBlocking(const Dialer& a, int timeout_ms) {
   auto r = RoundTrip(a, FrameType::kPing, FrameType::kPong, timeout_ms);
   if (!r.ok()) return r.error();
   return OkStatus();

@@ -19,8 +19,6 @@
 // Any thread may use these functions; they hold no state.
 #pragma once
 
-#include <sys/socket.h>
-#include <sys/un.h>
 
 #include <cstdint>
 #include <memory>
@@ -118,22 +116,18 @@ struct ExitInfo {
   static Result<ExitInfo> FromJson(std::string_view s);
 };
 
-// Where an agent listens: a socket path, or "@name", an abstract name in the network
-// namespace `netns` (a sandbox's agent: nothing on the host's file system, so that a
-// checkpoint of the sandbox holds no host path).
-struct AgentAddr {
-  std::string path;
-  std::shared_ptr<UniqueFd> netns;  // null: sbxd's own
+// A way to reach one agent. The runtime that started the sandbox makes it; how it connects
+// (a unix socket in the sandbox's network namespace, a vsock port, a path) is that
+// runtime's business. Any thread.
+class Dialer {
+ public:
+  virtual ~Dialer() = default;
+  // One connection attempt, without blocking: a connected stream socket (nonblocking,
+  // close-on-exec); std::nullopt when the agent takes no connection now (its listen queue
+  // is full: try again later); or the error.
+  virtual Result<std::optional<UniqueFd>> TryDial() const = 0;
 };
-
-// A unix stream socket of `netns` (or of the caller's, if null), not yet connected, and
-// the address to connect it to. Any thread.
-struct AgentSocket {
-  UniqueFd fd;
-  struct sockaddr_un addr;
-  socklen_t addr_len;
-};
-Result<AgentSocket> NewAgentSocket(const AgentAddr& a, bool nonblocking);
+using DialerPtr = std::shared_ptr<const Dialer>;
 
 // How long sbxd waits for an agent to take a connection. Code in a sandbox can fill its
 // agent's listen queue (or stop the agent's handlers): every dial gives up at a deadline.
@@ -141,14 +135,10 @@ constexpr int kAgentDialMs = 5000;
 // How long a file or port request waits for the agent to take a frame or give its first
 // answer (a stopped handler would otherwise hold the request forever).
 constexpr int kAgentStallMs = 30000;
-// One attempt to connect the nonblocking socket `s`: 1 when connected, 0 when the
-// agent's listen queue is full (try again later), or the error.
-Result<int> TryConnect(const AgentSocket& s);
-
 // A blocking round trip to check that the agent at `a` answers (any thread); connecting
 // and answering together take at most `timeout_ms`.
-Status PingBlocking(const AgentAddr& a, int timeout_ms);
+Status PingBlocking(const Dialer& a, int timeout_ms);
 // Asks the agent to walk its root filesystem (warming the lookup caches); blocking.
-Status WarmBlocking(const AgentAddr& a, int timeout_ms);
+Status WarmBlocking(const Dialer& a, int timeout_ms);
 
 }  // namespace sbx::agent

@@ -40,8 +40,8 @@ json ShowEntry(json e) {
 }
 
 // Sends the request frame and waits for the agent's first answer.
-asio::awaitable<Result<json>> Begin(agent::Conn* conn, const agent::AgentAddr& addr, const json* op) {
-  agent::AgentAddr to = addr;  // a named local: see g++ 12 and co_await temporaries
+asio::awaitable<Result<json>> Begin(agent::Conn* conn, const agent::DialerPtr& addr, const json* op) {
+  agent::DialerPtr to = addr;  // a named local: see g++ 12 and co_await temporaries
   auto st = co_await conn->Open(to);
   if (!st.ok()) co_return st.error();
   std::string payload = op->dump(-1, ' ', false, json::error_handler_t::replace);

@@ -204,7 +204,7 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
   auto ex = co_await asio::this_coro::executor;
   agent::Conn conn(ex);
   std::string open = nlohmann::json{{"port", t.port}}.dump();
-  agent::AgentAddr addr = held->addr();
+  agent::DialerPtr addr = held->addr();
   auto st = co_await conn.Open(addr);
   if (st.ok()) st = co_await conn.Send(agent::FrameType::kPortOpen, open);
   if (st.ok()) {

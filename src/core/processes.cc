@@ -68,7 +68,7 @@ asio::awaitable<Result<ProcessInfo>> ProcessTable::Start(asio::any_io_executor e
   p->info.cwd = prep->req.cwd;
   p->info.tty = req.tty;
   p->info.started_ms = WallMs();
-  agent::AgentAddr addr = p->lease->addr();
+  agent::DialerPtr addr = p->lease->addr();
   auto st = co_await p->conn.Open(addr);
   if (!st.ok()) co_return st.error();
   std::string exec = prep->req.ToJson();

@@ -29,8 +29,7 @@ std::map<std::string, Result<runtime::Instance>> SandboxManager::AdoptAll(
     for (size_t i = at; i < std::min(todo.size(), at + kParallel); ++i) {
       const storage::SandboxRecord* r = todo[i];
       batch.emplace_back(r->id, std::async(std::launch::async, [this, r] {
-                           return runtime_->Adopt(SpecOf(*r), static_cast<pid_t>(r->pid),
-                                                  static_cast<uint64_t>(r->pid_start), r->state == "paused");
+                           return runtime_->Adopt(SpecOf(*r), r->runtime_state, r->state == "paused");
                          }));
     }
     for (auto& [id, f] : batch) out.emplace(id, f.get());
@@ -100,14 +99,14 @@ Status SandboxManager::Recover() {
         r.state = "paused";
         r.pause_mode = "hibernate";
         r.paused_ms = Now();
-        r.pid = r.pid_start = 0;
+        r.runtime_state.clear();
         live_ids.insert(r.id);
         SBX_LOG(kInfo) << "sandbox " << r.id << " was checkpointed as sbxd stopped: it is hibernated";
       } else {
         CloseBilling(r);
         r.state = "error";
         r.error = "its processes ended while sbxd was down (" + inst.error().message + ")";
-        r.pid = r.pid_start = 0;
+        r.runtime_state.clear();
         r.pause_mode.clear();
         r.paused_ms = 0;
         SBX_LOG(kWarn) << "sandbox " << r.id << ": " << r.error;
@@ -115,7 +114,7 @@ Status SandboxManager::Recover() {
     } else if (r.state == "creating") {
       r.state = "error";
       r.error = "sbxd stopped while the sandbox was being created";
-      r.pid = r.pid_start = 0;
+      r.runtime_state.clear();
     }
     SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
     e->rec = r;

@@ -404,8 +404,7 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
     return MakeError(Code::kNotFound, "sandbox " + r.id + " was deleted while it was created");
   }
   r.state = "running";
-  r.pid = inst->pid;
-  r.pid_start = static_cast<int64_t>(inst->pid_start);
+  r.runtime_state = inst->saved_state;
   OpenBilling(r);
   r.expires_ms = r.started_ms + r.ttl_seconds * 1000;
   e->last_active_ms = r.started_ms;
@@ -442,8 +441,7 @@ Result<SandboxView> SandboxManager::Claim(std::shared_ptr<Entry> e, const Create
   claimed.id = e->rec.id;
   claimed.layers_json = e->rec.layers_json;
   claimed.disks_json = e->rec.disks_json;
-  claimed.pid = e->rec.pid;
-  claimed.pid_start = e->rec.pid_start;
+  claimed.runtime_state = e->rec.runtime_state;
   runtime::Limits limits{static_cast<int>(claimed.cpus), static_cast<uint64_t>(claimed.memory_mb) << 20,
                          static_cast<int>(claimed.pids)};
   auto give_back = [&] {
@@ -520,7 +518,7 @@ bool SandboxManager::FillOne(const std::string& key, const PoolKey& k) {
   Result<runtime::Instance> inst = st.ok() ? runtime_->Start(spec) : Result<runtime::Instance>(st.error());
   if (inst.ok()) {
     // Walk the root once, so the first command of its user finds its files cached.
-    Status warm = agent::WarmBlocking(inst->agent, 60000);
+    Status warm = agent::WarmBlocking(*inst->agent, 60000);
     if (!warm.ok()) SBX_LOG(kWarn) << "warming pooled sandbox " << e->rec.id << ": " << warm.error().message;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -530,8 +528,7 @@ bool SandboxManager::FillOne(const std::string& key, const PoolKey& k) {
     return false;
   }
   e->inst = *inst;
-  e->rec.pid = inst->pid;
-  e->rec.pid_start = static_cast<int64_t>(inst->pid_start);
+  e->rec.runtime_state = inst->saved_state;
   (void)store_->UpdateSandbox(e->rec);
   if (!wanted_.count(key)) {
     // Its template went away meanwhile.
@@ -747,8 +744,7 @@ Status SandboxManager::StopLocked(std::unique_lock<std::mutex>& lock, const std:
   e->rec.state = "stopped";
   e->rec.pause_mode.clear();
   e->rec.paused_ms = 0;
-  e->rec.pid = 0;
-  e->rec.pid_start = 0;
+  e->rec.runtime_state.clear();
   e->rec.error = reason;
   e->inst = runtime::Instance();
   return store_->UpdateSandbox(e->rec);
@@ -789,8 +785,7 @@ Result<SandboxView> SandboxManager::Start(const std::string& id) {
   e->inst = *inst;
   e->rec.state = "running";
   e->rec.error.clear();
-  e->rec.pid = inst->pid;
-  e->rec.pid_start = static_cast<int64_t>(inst->pid_start);
+  e->rec.runtime_state = inst->saved_state;
   OpenBilling(e->rec);
   e->rec.expires_ms = e->rec.started_ms + e->rec.ttl_seconds * 1000;
   e->last_active_ms = e->rec.started_ms;
@@ -842,7 +837,7 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
   // under a real name (and the collector removes temporaries).
   std::string tmp = base + "/tmp-" + RandomHex(8);
   Result<layers::CopyStats> copied = layers::CopyStats{};
-  const bool snapshot = runtime_->CanSnapshotFiles();
+  const bool snapshot = runtime_->Caps().fast_capture;
   {
     if (running) SBX_RETURN_IF_ERROR(runtime_->Freeze(id));
     ScopeExit thaw([&] {
@@ -1230,7 +1225,7 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
                         "timeout_seconds must be between 1 and " + std::to_string(opts_.max_exec_timeout_seconds));
 
   agent::ExecRequest areq;
-  agent::AgentAddr addr;
+  agent::DialerPtr addr;
   std::shared_ptr<Entry> e;
   double usd_per_hour = 0;
   {
@@ -1289,7 +1284,7 @@ void SandboxManager::Tick() {
         CloseBilling(e->rec);
         e->rec.state = "error";
         e->rec.error = "the sandbox's init exited unexpectedly; start it to boot it again";
-        e->rec.pid = e->rec.pid_start = 0;
+        e->rec.runtime_state.clear();
         died.emplace_back(id, e->inst);
         e->inst = runtime::Instance();
         Status st = store_->UpdateSandbox(e->rec);
@@ -1349,7 +1344,7 @@ void SandboxManager::Tick() {
 Result<SandboxView> SandboxManager::Pause(const std::string& id, const std::string& mode) {
   if (mode != "freeze" && mode != "hibernate")
     return MakeError(Code::kInvalidArgument, "mode must be \"freeze\" or \"hibernate\"");
-  if (mode == "hibernate" && !runtime_->CanHibernate())
+  if (mode == "hibernate" && !runtime_->Caps().hibernate)
     return MakeError(Code::kInvalidArgument,
                      "hibernate is not available on this sbxd: it needs CRIU (start sbxd with --criu PATH; "
                      "scripts/build-criu.sh builds it); use mode \"freeze\"");
@@ -1376,7 +1371,7 @@ Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std
                                    const std::string& mode) {
   const std::string id = e->rec.id;
   const bool hibernate = mode == "hibernate";
-  if (hibernate && e->active_execs > 0)
+  if (hibernate && e->active_execs > 0 && !runtime_->Caps().hibernate_with_open_connections)
     // A connection from sbxd into the sandbox (an exec, a background process, a file or
     // port request) cannot be part of a checkpoint.
     return MakeError(Code::kFailedPrecondition,
@@ -1418,7 +1413,7 @@ Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std
   if (hibernate) {
     // Its processes are gone (saved in ImagesOf(id)); a resume restores them.
     e->inst = runtime::Instance();
-    e->rec.pid = e->rec.pid_start = 0;
+    e->rec.runtime_state.clear();
   }
   ++pauses_;
   return store_->UpdateSandbox(e->rec);
@@ -1467,8 +1462,7 @@ Status SandboxManager::ResumeLocked(std::unique_lock<std::mutex>& lock, const st
   if (!st.ok()) return st.error().Wrap("resuming " + id);
   if (hibernated) {
     e->inst = restored;
-    e->rec.pid = restored.pid;
-    e->rec.pid_start = static_cast<int64_t>(restored.pid_start);
+    e->rec.runtime_state = restored.saved_state;
   }
   int64_t now = Now();
   // The TTL clock stood still while paused; a sandbox paused by its TTL gets a new one.

@@ -75,18 +75,18 @@ struct Quotas {
 // held the sandbox counts as busy for its idle policy. Any thread may drop it.
 class AgentLease {
  public:
-  AgentLease(agent::AgentAddr addr, uint64_t disk_bytes, std::function<void()> release)
+  AgentLease(agent::DialerPtr addr, uint64_t disk_bytes, std::function<void()> release)
       : addr_(std::move(addr)), disk_bytes_(disk_bytes), release_(std::move(release)) {}
   ~AgentLease() {
     if (release_) release_();
   }
   AgentLease(const AgentLease&) = delete;
   AgentLease& operator=(const AgentLease&) = delete;
-  const agent::AgentAddr& addr() const { return addr_; }
+  const agent::DialerPtr& addr() const { return addr_; }
   uint64_t disk_bytes() const { return disk_bytes_; }  // the sandbox's disk limit
 
  private:
-  agent::AgentAddr addr_;
+  agent::DialerPtr addr_;
   uint64_t disk_bytes_;
   std::function<void()> release_;
 };

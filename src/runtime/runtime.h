@@ -38,18 +38,34 @@ struct StartSpec {
   Limits limits;
 };
 
-// A running sandbox as the runtime knows it.
+// A running sandbox as the runtime knows it. Core keeps it and gives it back; it reads
+// only `agent` and persists `saved_state` without reading it.
 struct Instance {
-  pid_t pid = 0;          // its init, as the host sees it
-  uint64_t pid_start = 0;  // that pid's start time, to detect reuse
-  agent::AgentAddr agent;  // where its agent listens
-  std::shared_ptr<UniqueFd> pidfd;  // readable once the init has exited
+  agent::DialerPtr agent;  // how sbxd reaches its agent
+  // Enough for Adopt to find the sandbox again after sbxd restarts.
+  std::string saved_state;
+  // The runtime's own handle on what runs (a process, a VMM); empty: nothing runs.
+  std::shared_ptr<void> handle;
+};
+
+// What a wall can do beyond start, stop and exec. Core asks these instead of knowing walls.
+struct Capabilities {
+  bool freeze = false;     // Freeze/Thaw: processes held still in place, memory kept
+  bool hibernate = false;  // Hibernate/Restore: a checkpoint to disk, memory freed
+  // A hibernate while sbxd holds connections into the sandbox (a checkpoint of a process
+  // tree cannot hold sbxd's end of them; a VM's memory snapshot can).
+  bool hibernate_with_open_connections = false;
+  bool fast_capture = false;      // SnapshotFiles: a capture in constant time
+  bool memory_snapshots = false;  // a template may keep the memory of its sandbox
 };
 
 class Runtime {
  public:
   virtual ~Runtime() = default;
+  // The isolation kind this runtime implements ("container", "gvisor", "microvm"; "fake"
+  // in unit tests).
   virtual std::string Kind() const = 0;
+  virtual Capabilities Caps() const = 0;
   // Creates the sandbox's writable layer under spec.dir (once, at create).
   virtual Status Prepare(const StartSpec& spec) = 0;
   // Boots the sandbox on its files; returns once its agent answers.
@@ -61,16 +77,12 @@ class Runtime {
   // Changes the limit on the files of the sandbox whose folder is `dir` (a no-op where
   // the runtime enforces none).
   virtual Status SetDiskLimit(const std::string& dir, uint64_t bytes) { return OkStatus(); }
-  // Whether CaptureFiles can take a sandbox's files at once (a file-system snapshot).
-  virtual bool CanSnapshotFiles() const { return false; }
   // A read-only capture of the sandbox folder `dir` at `dst`; its files are at dst/upper.
   virtual Status SnapshotFiles(const std::string& dir, const std::string& dst) {
     return MakeError(Code::kFailedPrecondition, "this runtime has no file-system snapshots");
   }
   // Removes a layer folder (a copy, or a snapshot from SnapshotFiles).
   virtual Status RemoveLayer(const std::string& path) { return fs::RemoveTree(path); }
-  // Whether Hibernate and Restore work here (a checkpoint tool is configured).
-  virtual bool CanHibernate() const { return false; }
   // Checkpoints every process of the running sandbox into the new folder `images`, then
   // ends them: their memory is freed, their files and kernel objects (cgroup) stay. On
   // failure the sandbox runs on.
@@ -91,7 +103,7 @@ class Runtime {
   virtual Status Destroy(const std::string& id, const std::string& dir) = 0;
   // Re-attaches to a sandbox that an earlier daemon started; fails if it is gone. A frozen
   // one (paused) stays frozen; any other is thawed (a capture cut short) and pinged.
-  virtual Result<Instance> Adopt(const StartSpec& spec, pid_t pid, uint64_t pid_start, bool frozen) = 0;
+  virtual Result<Instance> Adopt(const StartSpec& spec, const std::string& saved_state, bool frozen) = 0;
   // CPU time the sandbox's processes used so far, in nanoseconds (0 if unknown).
   virtual uint64_t CpuUsageNs(const std::string& id, const Instance& inst) = 0;
   // Ids of sandboxes that own kernel objects on this host (for reconciliation).

@@ -79,13 +79,20 @@ CREATE TABLE secrets (name TEXT PRIMARY KEY, sealed TEXT NOT NULL, updated_ms IN
     R"sql(
 ALTER TABLE sandboxes ADD COLUMN public_ports INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // The runtime's saved state replaces the container's pid and start time (which become
+    // that runtime's saved state); the old columns stay, written as 0.
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN runtime_state TEXT NOT NULL DEFAULT '';
+UPDATE sandboxes SET runtime_state = json_object('pid', pid, 'pid_start', pid_start) WHERE pid > 0;
+UPDATE sandboxes SET pid = 0, pid_start = 0;
+)sql",
 };
 
 const char* kSandboxCols =
     "id, name, state, type, isolation, image, layers_json, cpus, memory_mb, disk_mb, pids, ttl_seconds, "
     "ttl_action, idle_timeout_seconds, no_env, env_json, metadata_json, network_json, "
     "created_ms, started_ms, expires_ms, billed_ms, pid, pid_start, error, from_snapshot, disks_json, "
-    "pause_mode, paused_ms, auto_resume, billing, public_ports";
+    "pause_mode, paused_ms, auto_resume, billing, public_ports, runtime_state";
 
 std::vector<Value> SandboxValues(const SandboxRecord& r) {
   return {r.id,         r.name,        r.state,          r.type,
@@ -93,8 +100,9 @@ std::vector<Value> SandboxValues(const SandboxRecord& r) {
           r.disk_mb,    r.pids,        r.ttl_seconds,    r.ttl_action,
           r.idle_timeout_seconds, int64_t{r.no_env}, r.env_json, r.metadata_json,
           r.network_json, r.created_ms, r.started_ms,    r.expires_ms,
-          r.billed_ms,  r.pid,         r.pid_start,      r.error, r.from_snapshot, r.disks_json,
-          r.pause_mode, r.paused_ms, int64_t{r.auto_resume}, r.billing, int64_t{r.public_ports}};
+          r.billed_ms,  int64_t{0},    int64_t{0},       r.error, r.from_snapshot, r.disks_json,
+          r.pause_mode, r.paused_ms, int64_t{r.auto_resume}, r.billing, int64_t{r.public_ports},
+          r.runtime_state};
 }
 
 SandboxRecord SandboxFromRow(const Row& w) {
@@ -122,8 +130,7 @@ SandboxRecord SandboxFromRow(const Row& w) {
   r.started_ms = w.Int(i++);
   r.expires_ms = w.Int(i++);
   r.billed_ms = w.Int(i++);
-  r.pid = w.Int(i++);
-  r.pid_start = w.Int(i++);
+  i += 2;  // pid, pid_start: retired (see the last migration)
   r.error = w.Text(i++);
   r.from_snapshot = w.Text(i++);
   r.disks_json = w.Text(i++);
@@ -132,6 +139,7 @@ SandboxRecord SandboxFromRow(const Row& w) {
   r.auto_resume = w.Int(i++) != 0;
   r.billing = w.Text(i++);
   r.public_ports = w.Int(i++) != 0;
+  r.runtime_state = w.Text(i++);
   return r;
 }
 
@@ -165,7 +173,7 @@ Status Store::Migrate() {
 
 Status Store::InsertSandbox(const SandboxRecord& r) {
   return db_->Query(std::string("INSERT INTO sandboxes (") + kSandboxCols +
-                        ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     SandboxValues(r));
 }
 
@@ -177,7 +185,7 @@ Status Store::UpdateSandbox(const SandboxRecord& r) {
       "memory_mb=?, disk_mb=?, pids=?, ttl_seconds=?, ttl_action=?, idle_timeout_seconds=?, "
       "no_env=?, env_json=?, metadata_json=?, network_json=?, created_ms=?, started_ms=?, "
       "expires_ms=?, billed_ms=?, pid=?, pid_start=?, error=?, from_snapshot=?, disks_json=?, pause_mode=?, paused_ms=?, "
-      "auto_resume=?, billing=?, public_ports=? WHERE id=?",
+      "auto_resume=?, billing=?, public_ports=?, runtime_state=? WHERE id=?",
       v);
 }
 

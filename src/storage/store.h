@@ -33,8 +33,9 @@ struct SandboxRecord {
   int64_t started_ms = 0;  // when it last became running (0 if not running)
   int64_t expires_ms = 0;
   int64_t billed_ms = 0;   // closed billing periods
-  int64_t pid = 0;         // the sandbox's init as seen from the host
-  int64_t pid_start = 0;   // its start time, to tell it from a reused pid
+  // What the sandbox's runtime needs to find it again after a restart (opaque here; empty
+  // when nothing runs).
+  std::string runtime_state;
   std::string error;
   std::string from_snapshot;  // the snapshot it started from, if any
   std::string disks_json = "[]";  // [{"id", "mount_path"}]

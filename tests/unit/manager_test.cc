@@ -20,6 +20,12 @@
 namespace sbx::core {
 namespace {
 
+// The fake runtime's process, from the state it saves ({"pid", "pid_start"}).
+pid_t FakePid(const storage::SandboxRecord& r) {
+  auto j = nlohmann::json::parse(r.runtime_state, nullptr, false);
+  return j.is_object() ? j.value("pid", 0) : 0;
+}
+
 namespace asio = boost::asio;
 
 class ManagerTest : public ::testing::Test {
@@ -421,7 +427,7 @@ TEST_F(ManagerTest, RecoverReadoptsLiveSandboxesAndFlagsDeadOnes) {
   auto live = manager_->Create({.name = "live"});
   auto dead = manager_->Create({.name = "dead"});
   ASSERT_TRUE(live.ok() && dead.ok());
-  pid_t dead_pid = static_cast<pid_t>(dead->rec.pid);
+  pid_t dead_pid = FakePid(dead->rec);
   // A new manager over the same state, as after a daemon restart.
   manager_.reset();
   ::kill(dead_pid, SIGKILL);
@@ -449,7 +455,7 @@ namespace {
 TEST_F(ManagerTest, AnInitThatDiesIsMarkedErrorAndCanStartAgain) {
   auto v = manager_->Create({});
   ASSERT_TRUE(v.ok());
-  ::kill(static_cast<pid_t>(v->rec.pid), SIGKILL);
+  ::kill(FakePid(v->rec), SIGKILL);
   for (int i = 0; i < 200 && manager_->Get(v->rec.id)->rec.state == "running"; ++i) {
     usleep(5000);
     manager_->Tick();

@@ -26,8 +26,10 @@
 #include "base/scope_exit.h"
 #include "runtime/cgroup.h"
 #include "runtime/container/user_ns.h"
+#include "runtime/process_handle.h"
 #include "runtime/quota.h"
 #include "runtime/runtime.h"
+#include "runtime/unix_dialer.h"
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
@@ -65,13 +67,13 @@ std::vector<std::string> RelativeLayers(const StartSpec& spec) {
 
 constexpr const char* kAgentName = "@sbx-agent";
 
-// Where the agent whose init is `pid` listens: its abstract name, in that init's network
-// namespace (held open, so the address stays good whatever becomes of the pid).
-Result<agent::AgentAddr> AgentOf(pid_t pid) {
+// How sbxd reaches the agent whose init is `pid`: its abstract name, in that init's
+// network namespace (held open, so the address stays good whatever becomes of the pid).
+Result<agent::DialerPtr> AgentOf(pid_t pid) {
   auto netns = std::make_shared<UniqueFd>(
       ::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
   if (!netns->valid()) return ErrnoError("open the sandbox's network namespace");
-  return agent::AgentAddr{kAgentName, netns};
+  return agent::DialerPtr(std::make_shared<UnixDialer>(kAgentName, netns));
 }
 
 // Kernel files that a sandbox sees in place of the host's (its name in the sandbox's
@@ -295,27 +297,31 @@ class ContainerRuntime : public Runtime {
                                                           : "unexpected answer from the agent: " + line));
     }
     Instance inst;
-    inst.pid = pid;
-    inst.pid_start = proc::StartTime(pid);
     inst.agent = *addr;
-    inst.pidfd = pfd;
+    SetProcess(&inst, pid, std::move(*pfd));
     return inst;
   }
 
   Status Stop(const std::string& id, const Instance& inst) override {
     owners_.Release(id);
     CgroupDir cg(mode_, Group(id), o_.cgroup_root);
-    if (inst.pidfd && inst.pidfd->valid()) {
-      SBX_RETURN_IF_ERROR(proc::PidfdSignal(inst.pidfd->get(), SIGKILL));
+    if (const ProcessHandle* p = ProcessOf(inst); p && p->pidfd.valid()) {
+      SBX_RETURN_IF_ERROR(proc::PidfdSignal(p->pidfd.get(), SIGKILL));
       // A paused (frozen) sandbox dies only once thawed.
       (void)cg.Thaw();
-      proc::PidfdWait(inst.pidfd->get(), 10000);
+      proc::PidfdWait(p->pidfd.get(), 10000);
     }
     SBX_RETURN_IF_ERROR(cg.Kill());
     return cg.Remove();
   }
 
-  bool CanHibernate() const override { return !o_.criu.empty(); }
+  Capabilities Caps() const override {
+    Capabilities c;
+    c.freeze = true;
+    c.hibernate = !o_.criu.empty();  // with a CRIU binary
+    c.fast_capture = o_.disk_quotas;  // btrfs snapshots on the store
+    return c;
+  }
 
   // The mounts of a running sandbox that are binds of host files or folders, each with
   // its host source: device nodes and the masks made of /dev/null (devtmpfs), the API
@@ -379,6 +385,7 @@ class ContainerRuntime : public Runtime {
   Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& images) override {
     if (o_.criu.empty()) return Runtime::Hibernate(spec, inst, images);
     if (!Alive(inst)) return MakeError(Code::kUnavailable, "the sandbox's init is not running");
+    const ProcessHandle& init = *ProcessOf(inst);
     // It holds the sandbox's memory: owned by host root, readable by the sandbox's root
     // group, closed to everyone else. CRIU reads images from tasks it is turning into the
     // sandbox's: some still have host root's ids without its privileges (the owner),
@@ -387,8 +394,8 @@ class ContainerRuntime : public Runtime {
     if (::mkdir(images.c_str(), 0750) != 0 && errno != EEXIST) return ErrnoError("mkdir " + images);
     if (::chown(images.c_str(), 0, o_.uid_base) != 0 || ::chmod(images.c_str(), 0750) != 0)
       return ErrnoError("chown " + images);
-    SBX_ASSIGN_OR_RETURN(auto binds, HostBinds(spec, inst.pid));
-    std::vector<std::string> args = {"dump", "-t", std::to_string(inst.pid), "--tcp-established", "--file-locks"};
+    SBX_ASSIGN_OR_RETURN(auto binds, HostBinds(spec, init.pid));
+    std::vector<std::string> args = {"dump", "-t", std::to_string(init.pid), "--tcp-established", "--file-locks"};
     // The restore binds the same sources again: they are kept beside the images.
     std::string table;
     for (size_t i = 0; i < binds.size(); ++i) {
@@ -396,10 +403,10 @@ class ContainerRuntime : public Runtime {
       table += "sbx" + std::to_string(i) + "\t" + binds[i].second + "\n";
     }
     SBX_RETURN_IF_ERROR(fs::WriteFileAtomic(images + "/host-binds", table, 0600));
-    SBX_ASSIGN_OR_RETURN(uid_t owner, UserNsOwner(inst.pid));
+    SBX_ASSIGN_OR_RETURN(uid_t owner, UserNsOwner(init.pid));
     SBX_RETURN_IF_ERROR(RunCriu(args, images, "dump.log", "checkpointing the sandbox", owner));
     // CRIU ended the processes once they were saved.
-    if (inst.pidfd && inst.pidfd->valid()) proc::PidfdWait(inst.pidfd->get(), 10000);
+    if (init.pidfd.valid()) proc::PidfdWait(init.pidfd.get(), 10000);
     owners_.Release(spec.id);
     return OkStatus();
   }
@@ -453,17 +460,14 @@ class ContainerRuntime : public Runtime {
     auto pidfd = proc::PidfdOpen(pid);
     if (!pidfd.ok()) return fail(pidfd.error());
     Instance inst;
-    inst.pid = pid;
-    inst.pid_start = proc::StartTime(pid);
-    inst.pidfd = std::make_shared<UniqueFd>(std::move(*pidfd));
+    SetProcess(&inst, pid, std::move(*pidfd));
     auto addr = AgentOf(pid);
     if (!addr.ok()) return fail(addr.error());
     inst.agent = *addr;
-    if (auto st = agent::PingBlocking(inst.agent, 5000); !st.ok()) return fail(st.error());
+    if (auto st = agent::PingBlocking(*inst.agent, 5000); !st.ok()) return fail(st.error());
     return inst;
   }
 
-  bool CanSnapshotFiles() const override { return o_.disk_quotas; }
   Status SnapshotFiles(const std::string& dir, const std::string& dst) override {
     if (!o_.disk_quotas) return Runtime::SnapshotFiles(dir, dst);
     return SnapshotDir(dir, dst);
@@ -495,14 +499,14 @@ class ContainerRuntime : public Runtime {
     return fs::RemoveTree(dir);
   }
 
-  Result<Instance> Adopt(const StartSpec& spec, pid_t pid, uint64_t pid_start, bool frozen) override {
-    if (pid <= 0 || proc::StartTime(pid) != pid_start)
-      return MakeError(Code::kNotFound, "the sandbox's init is gone");
-    SBX_ASSIGN_OR_RETURN(UniqueFd fd, proc::PidfdOpen(pid));
-    // The pid was checked before the pidfd was opened: check again after.
-    if (proc::StartTime(pid) != pid_start) return MakeError(Code::kNotFound, "the sandbox's init is gone");
-    agent::AgentAddr addr{LegacySocket(spec.dir), nullptr};
-    if (::access(addr.path.c_str(), F_OK) != 0) {
+  Result<Instance> Adopt(const StartSpec& spec, const std::string& saved_state, bool frozen) override {
+    auto init = OpenSavedProcess(saved_state);
+    if (!init.ok()) return MakeError(Code::kNotFound, "the sandbox's init is gone");
+    const pid_t pid = (*init)->pid;
+    agent::DialerPtr addr;
+    if (::access(LegacySocket(spec.dir).c_str(), F_OK) == 0) {
+      addr = std::make_shared<UnixDialer>(LegacySocket(spec.dir));
+    } else {
       SBX_ASSIGN_OR_RETURN(addr, AgentOf(pid));
     }
     if (frozen) {
@@ -511,14 +515,12 @@ class ContainerRuntime : public Runtime {
     } else {
       // A capture cut short by a crash may have left it frozen: its agent could not answer.
       SBX_RETURN_IF_ERROR(Thaw(spec.id));
-      SBX_RETURN_IF_ERROR(agent::PingBlocking(addr, 2000));
+      SBX_RETURN_IF_ERROR(agent::PingBlocking(*addr, 2000));
     }
     owners_.Note(spec.id, pid);
     Instance inst;
-    inst.pid = pid;
-    inst.pid_start = pid_start;
     inst.agent = addr;
-    inst.pidfd = std::make_shared<UniqueFd>(std::move(fd));
+    SetProcess(&inst, std::move(*init));
     return inst;
   }
 
@@ -530,9 +532,7 @@ class ContainerRuntime : public Runtime {
     return ListCgroupChildren(mode_, "sbx-" + o_.instance, o_.cgroup_root);
   }
 
-  bool Alive(const Instance& inst) override {
-    return inst.pidfd && inst.pidfd->valid() && !proc::PidfdExited(inst.pidfd->get());
-  }
+  bool Alive(const Instance& inst) override { return ProcessAlive(inst); }
 
  private:
   ContainerOptions o_;

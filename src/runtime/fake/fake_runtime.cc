@@ -11,7 +11,9 @@
 #include "agent/protocol.h"
 #include "base/fs.h"
 #include "base/proc.h"
+#include "runtime/process_handle.h"
 #include "runtime/runtime.h"
+#include "runtime/unix_dialer.h"
 
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
@@ -24,6 +26,8 @@ class FakeRuntime : public Runtime {
  public:
   explicit FakeRuntime(std::string agent) : agent_(std::move(agent)) {}
   std::string Kind() const override { return "fake"; }
+  // Freeze and Thaw succeed but hold nothing still (no cgroup).
+  Capabilities Caps() const override { return Capabilities{.freeze = true}; }
 
   Status Prepare(const StartSpec& spec) override {
     SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir + "/ctl", 0700));
@@ -54,12 +58,10 @@ class FakeRuntime : public Runtime {
     }
     if (pid < 0) return ErrnoError("clone");
     Instance inst;
-    inst.pid = pid;
-    inst.pidfd = std::make_shared<UniqueFd>(pidfd);
-    inst.pid_start = proc::StartTime(pid);
-    inst.agent.path = sock;
+    SetProcess(&inst, pid, UniqueFd(pidfd));
+    inst.agent = std::make_shared<UnixDialer>(sock);
     for (int i = 0; i < 2000; ++i) {
-      if (agent::PingBlocking(inst.agent, 1000).ok()) return inst;
+      if (agent::PingBlocking(*inst.agent, 1000).ok()) return inst;
       if (proc::PidfdExited(pidfd)) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -68,9 +70,9 @@ class FakeRuntime : public Runtime {
   }
 
   Status Stop(const std::string&, const Instance& inst) override {
-    if (inst.pidfd && inst.pidfd->valid()) {
-      (void)proc::PidfdSignal(inst.pidfd->get(), SIGKILL);
-      proc::PidfdWait(inst.pidfd->get(), 5000);
+    if (const ProcessHandle* p = ProcessOf(inst); p && p->pidfd.valid()) {
+      (void)proc::PidfdSignal(p->pidfd.get(), SIGKILL);
+      proc::PidfdWait(p->pidfd.get(), 5000);
     }
     return OkStatus();
   }
@@ -85,27 +87,23 @@ class FakeRuntime : public Runtime {
 
   Status Destroy(const std::string&, const std::string& dir) override { return fs::RemoveTree(dir); }
 
-  Result<Instance> Adopt(const StartSpec& spec, pid_t pid, uint64_t pid_start, bool frozen) override {
-    if (pid <= 0 || proc::StartTime(pid) != pid_start) return MakeError(Code::kNotFound, "gone");
-    SBX_ASSIGN_OR_RETURN(UniqueFd fd, proc::PidfdOpen(pid));
+  Result<Instance> Adopt(const StartSpec& spec, const std::string& saved_state, bool frozen) override {
+    SBX_ASSIGN_OR_RETURN(auto p, OpenSavedProcess(saved_state));
     Instance inst;
-    inst.pid = pid;
-    inst.pid_start = pid_start;
-    inst.agent.path = spec.dir + "/ctl/a.sock";
-    inst.pidfd = std::make_shared<UniqueFd>(std::move(fd));
-    if (!frozen) SBX_RETURN_IF_ERROR(agent::PingBlocking(inst.agent, 2000));
+    SetProcess(&inst, std::move(p));
+    inst.agent = std::make_shared<UnixDialer>(spec.dir + "/ctl/a.sock");
+    if (!frozen) SBX_RETURN_IF_ERROR(agent::PingBlocking(*inst.agent, 2000));
     return inst;
   }
 
   // The agent's own CPU time and that of the children it has reaped.
   uint64_t CpuUsageNs(const std::string&, const Instance& inst) override {
-    return inst.pid > 0 ? proc::CpuTimeNs(inst.pid) : 0;
+    const ProcessHandle* p = ProcessOf(inst);
+    return p ? proc::CpuTimeNs(p->pid) : 0;
   }
 
   std::vector<std::string> ListKernelObjects() override { return {}; }
-  bool Alive(const Instance& inst) override {
-    return inst.pidfd && inst.pidfd->valid() && !proc::PidfdExited(inst.pidfd->get());
-  }
+  bool Alive(const Instance& inst) override { return ProcessAlive(inst); }
 
  private:
   std::string agent_;

@@ -1,0 +1,27 @@
+// Dialing an agent that listens on a unix stream socket: a path on the host, or an
+// abstract name ("@name") in a network namespace that the dialer holds open (so the
+// address stays good whatever becomes of the processes in it). Used by the container
+// runtime (its sandboxes' agents) and the fake one (a path).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "agent/protocol.h"
+#include "base/unique_fd.h"
+
+namespace sbx::runtime {
+
+class UnixDialer : public agent::Dialer {
+ public:
+  // `netns`: the network namespace the socket is made in (null: sbxd's own).
+  UnixDialer(std::string address, std::shared_ptr<UniqueFd> netns = nullptr)
+      : address_(std::move(address)), netns_(std::move(netns)) {}
+  Result<std::optional<UniqueFd>> TryDial() const override;
+
+ private:
+  std::string address_;
+  std::shared_ptr<UniqueFd> netns_;
+};
+
+}  // namespace sbx::runtime
