@@ -33,6 +33,7 @@
 #include "layers/images.h"
 #include "runtime/cgroup.h"
 #include "runtime/quota.h"
+#include "runtime/registry.h"
 #include "runtime/runtime.h"
 #include "storage/store.h"
 
@@ -456,7 +457,9 @@ int Run(int argc, char** argv) {
     t->usd_per_hour = usd;
     types.Put(*t);
   }
-  core::SandboxManager manager(mo, store->get(), &images, rt.get(), types);
+  runtime::Registry runtimes;
+  runtimes.Add("container", rt.get());
+  core::SandboxManager manager(mo, store->get(), &images, &runtimes, types);
   disks::DiskStore disk_store(data_dir, store->get(), co.uid_base);
   if (auto st = disk_store.MountAll(); !st.ok()) return fail(st.error().Wrap("mounting disks"));
   manager.AttachDisks(&disk_store);

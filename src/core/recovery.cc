@@ -29,7 +29,7 @@ std::map<std::string, Result<runtime::Instance>> SandboxManager::AdoptAll(
     for (size_t i = at; i < std::min(todo.size(), at + kParallel); ++i) {
       const storage::SandboxRecord* r = todo[i];
       batch.emplace_back(r->id, std::async(std::launch::async, [this, r] {
-                           return runtime_->Adopt(SpecOf(*r), r->runtime_state, r->state == "paused");
+                           return Rt(*r).Adopt(SpecOf(*r), r->runtime_state, r->state == "paused");
                          }));
     }
     for (auto& [id, f] : batch) out.emplace(id, f.get());
@@ -69,19 +69,19 @@ Status SandboxManager::Recover() {
     auto e = std::make_shared<Entry>();
     e->last_active_ms = Now();
     const bool frozen = r.state == "paused";
-    const bool checkpointed = fs::Exists(ImagesOf(r.id) + "/complete");
+    const bool checkpointed = Rt(r).HasCheckpoint(CheckpointDir(r.id));
     if (frozen && r.pause_mode == "hibernate") {
       // Its processes are a checkpoint on disk: nothing to adopt (its cgroup stays).
       if (checkpointed) {
         // Processes in its cgroup would be a restore that sbxd died before recording:
         // the checkpoint is what counts, they go (a resume restores it again).
-        (void)runtime_->Stop(r.id, runtime::Instance());
+        (void)Rt(r).Stop(r.id, runtime::Instance());
         live_ids.insert(r.id);
         SBX_LOG(kInfo) << "hibernated sandbox " << r.id << " stays hibernated";
       } else {
         CloseBilling(r);
         r.state = "error";
-        r.error = "its checkpoint is missing (" + ImagesOf(r.id) + ")";
+        r.error = "its checkpoint is missing (" + CheckpointDir(r.id) + ")";
         r.pause_mode.clear();
         r.paused_ms = 0;
         SBX_LOG(kWarn) << "sandbox " << r.id << ": " << r.error;
@@ -122,14 +122,16 @@ Status SandboxManager::Recover() {
     sandboxes_[r.id] = e;
   }
   // Kernel objects that belong to no live sandbox: kill and remove them.
-  for (const auto& id : runtime_->ListKernelObjects()) {
-    if (live_ids.count(id)) continue;
-    SBX_LOG(kInfo) << "cleaning orphaned kernel objects of " << id;
-    if (known_ids.count(id)) {
-      runtime::Instance none;
-      (void)runtime_->Stop(id, none);
-    } else {
-      (void)runtime_->Destroy(id, DirOf(id));
+  for (const auto& [kind, rt] : runtimes_->all()) {
+    for (const auto& id : rt->ListKernelObjects()) {
+      if (live_ids.count(id)) continue;
+      SBX_LOG(kInfo) << "cleaning orphaned kernel objects of " << id;
+      if (known_ids.count(id)) {
+        runtime::Instance none;
+        (void)rt->Stop(id, none);
+      } else {
+        (void)rt->Destroy(id, DirOf(id));
+      }
     }
   }
   // Directories that no row refers to.
@@ -138,7 +140,7 @@ Status SandboxManager::Recover() {
     for (const auto& d : *dirs)
       if (!known_ids.count(d)) {
         SBX_LOG(kInfo) << "removing orphaned sandbox directory " << d;
-        (void)runtime_->Destroy(d, DirOf(d));
+        (void)runtimes_->layers()->Destroy(d, DirOf(d));
       }
   // Checkpoints of sandboxes that are not hibernated (any more).
   auto saved = fs::ListDir(opts_.data_dir + "/hibernated");
@@ -148,7 +150,7 @@ Status SandboxManager::Recover() {
       auto it = sandboxes_.find(d);
       if (it == sandboxes_.end() || it->second->rec.pause_mode != "hibernate") {
         SBX_LOG(kInfo) << "removing the spent checkpoint of " << d;
-        (void)fs::RemoveTree(ImagesOf(d));
+        (void)runtimes_->layers()->DropCheckpoint(CheckpointDir(d));
       }
     }
   auto snaps = store_->ListSnapshots();

@@ -20,7 +20,6 @@
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/scope_exit.h"
-#include "layers/layer_copy.h"
 
 namespace sbx::core {
 
@@ -76,9 +75,9 @@ Status ValidateEnv(const std::map<std::string, std::string>& env, const char* wh
 }  // namespace
 
 SandboxManager::SandboxManager(ManagerOptions opts, storage::Store* store,
-                               layers::ImageStore* images, runtime::Runtime* runtime,
+                               layers::ImageStore* images, const runtime::Registry* runtimes,
                                TypeTable types)
-    : opts_(std::move(opts)), store_(store), images_(images), runtime_(runtime),
+    : opts_(std::move(opts)), store_(store), images_(images), runtimes_(runtimes),
       types_(std::move(types)) {
   budget_ = StoreBudget(opts_.store_dir, opts_.store_mb, opts_.min_free_mb, opts_.store_overcommit);
   if (!opts_.now_ms) opts_.now_ms = [] { return NowUnixMs(); };
@@ -225,7 +224,7 @@ Result<std::shared_ptr<SandboxManager::Entry>> SandboxManager::Find(const std::s
 
 Result<SandboxView> SandboxManager::Create(const CreateRequest& req) {
   SBX_ASSIGN_OR_RETURN(SandboxType type, types_.Find(req.type));
-  if (req.isolation != "container")
+  if (!runtimes_->Find(req.isolation))
     return MakeError(Code::kInvalidArgument,
                      req.isolation == "gvisor" || req.isolation == "microvm"
                          ? "isolation \"" + req.isolation + "\" is not available on this sbxd yet"
@@ -335,16 +334,17 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
     std::lock_guard<std::mutex> lock(mu_);
     SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, req.memory_mb.value_or(type.memory_mb), DiskMbFor(req, type)));
   }
-  if (use_pool && opts_.pool_size > 0 && req.isolation == "container") {
-    // The key: the root's layers, and the disks bound at boot (repeated serverless calls
-    // on one disk claim sandboxes that already have it).
+  if (use_pool && opts_.pool_size > 0) {
+    // The key: the isolation kind, the root's layers, and the disks bound at boot
+    // (repeated serverless calls on one disk claim sandboxes that already have it).
     json disk_key = json::array();
     for (const auto& [d, path] : req.disks) disk_key.push_back({d, path});
-    std::string key = req.disks.empty() ? json(layers).dump() : json{layers, disk_key}.dump();
+    std::string key = req.isolation + " " + (req.disks.empty() ? json(layers).dump() : json{layers, disk_key}.dump());
     std::shared_ptr<Entry> pooled;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto& k = wanted_[key];
+      k.isolation = req.isolation;
       k.image = image_name;
       k.from = req.from;
       k.layers = layers;
@@ -383,8 +383,9 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
   FaultPoint("create.row_inserted");
 
   runtime::StartSpec spec = SpecOf(r);
-  Status prepared = runtime_->Prepare(spec);
-  Result<runtime::Instance> inst = prepared.ok() ? runtime_->Start(spec) : Result<runtime::Instance>(prepared.error());
+  runtime::Runtime& rt = Rt(r);
+  Status prepared = rt.Prepare(spec);
+  Result<runtime::Instance> inst = prepared.ok() ? rt.Start(spec) : Result<runtime::Instance>(prepared.error());
 
   FaultPoint("create.started");
   std::unique_lock<std::mutex> lock(mu_);
@@ -394,7 +395,7 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
     // Nothing of a failed create stays: no row, no files, no cgroup.
     sandboxes_.erase(r.id);
     lock.unlock();
-    (void)runtime_->Destroy(r.id, spec.dir);
+    (void)rt.Destroy(r.id, spec.dir);
     (void)store_->DeleteSandbox(r.id);
     return OnDataDir(inst.error());
   }
@@ -426,7 +427,7 @@ std::shared_ptr<SandboxManager::Entry> SandboxManager::TakePooled(const std::str
   while (it != pool_.end() && !it->second.empty()) {
     auto e = it->second.front();
     it->second.pop_front();
-    if (runtime_->Alive(e->inst)) return e;
+    if (Rt(e->rec).Alive(e->inst)) return e;
     // Died while waiting (killed from outside): it goes.
     DiscardLocked(e);
   }
@@ -449,14 +450,14 @@ Result<SandboxView> SandboxManager::Claim(std::shared_ptr<Entry> e, const Create
     DiscardLocked(e);
   };
   if (claimed.cpus != e->rec.cpus || claimed.memory_mb != e->rec.memory_mb || claimed.pids != e->rec.pids) {
-    Status st = runtime_->UpdateLimits(e->rec.id, limits);
+    Status st = Rt(e->rec).UpdateLimits(e->rec.id, limits);
     if (!st.ok()) {
       give_back();
       return st.error();
     }
   }
   if (claimed.disk_mb != e->rec.disk_mb) {
-    Status st = runtime_->SetDiskLimit(DirOf(e->rec.id), static_cast<uint64_t>(claimed.disk_mb) << 20);
+    Status st = Rt(e->rec).SetDiskLimit(DirOf(e->rec.id), static_cast<uint64_t>(claimed.disk_mb) << 20);
     if (!st.ok()) {
       give_back();
       return st.error();
@@ -505,6 +506,7 @@ bool SandboxManager::FillOne(const std::string& key, const PoolKey& k) {
       return false;
     }
   CreateRequest req;
+  req.isolation = k.isolation;
   req.from = k.from;
   req.disks = k.disks;
   if (!k.disks.empty()) req.metadata = {{"serverless_disk", k.disks.front().first}};
@@ -514,8 +516,9 @@ bool SandboxManager::FillOne(const std::string& key, const PoolKey& k) {
   // The row first, so a crash leaves something Recover() removes.
   if (!store_->InsertSandbox(e->rec).ok()) return false;
   runtime::StartSpec spec = SpecOf(e->rec);
-  Status st = runtime_->Prepare(spec);
-  Result<runtime::Instance> inst = st.ok() ? runtime_->Start(spec) : Result<runtime::Instance>(st.error());
+  runtime::Runtime& rt = Rt(e->rec);
+  Status st = rt.Prepare(spec);
+  Result<runtime::Instance> inst = st.ok() ? rt.Start(spec) : Result<runtime::Instance>(st.error());
   if (inst.ok()) {
     // Walk the root once, so the first command of its user finds its files cached.
     Status warm = agent::WarmBlocking(*inst->agent, 60000);
@@ -684,10 +687,12 @@ void SandboxManager::TeardownLoop() {
     // killed, so the delete waits neither for a large checkpoint nor for a restored agent
     // that does not answer.
     runtime::Instance inst;
+    runtime::Runtime* rt = runtimes_->layers();
     bool cancelled = false;
     while (true) {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = deleting_.find(id);
+      if (it != deleting_.end()) rt = &Rt(it->second->rec);
       if (it == deleting_.end() || (!it->second->busy && it->second->captures == 0)) {
         if (it != deleting_.end()) inst = it->second->inst;
         break;
@@ -696,17 +701,16 @@ void SandboxManager::TeardownLoop() {
       mu_.unlock();
       if (cancel) {
         cancelled = true;
-        Status killed = runtime_->Stop(id, runtime::Instance());
+        Status killed = rt->Stop(id, runtime::Instance());
         if (!killed.ok()) SBX_LOG(kWarn) << "cancelling the restore of " << id << ": " << killed.error().message;
       } else {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
       mu_.lock();
     }
-    Status st = runtime_->Stop(id, inst);
-    if (st.ok()) st = runtime_->Destroy(id, DirOf(id));
-    if (st.ok()) st = fs::RemoveTree(ImagesOf(id));
-    ::unlink((ImagesOf(id) + ".failed.log").c_str());
+    Status st = rt->Stop(id, inst);
+    if (st.ok()) st = rt->Destroy(id, DirOf(id));
+    if (st.ok()) st = rt->DropCheckpoint(CheckpointDir(id));
     if (st.ok()) st = store_->DeleteSandbox(id);
     if (!st.ok()) SBX_LOG(kError) << "teardown of " << id << ": " << st.error().message;
     {
@@ -732,14 +736,15 @@ Status SandboxManager::StopLocked(std::unique_lock<std::mutex>& lock, const std:
   e->busy = true;
   runtime::Instance inst = e->inst;
   std::string id = e->rec.id;
+  runtime::Runtime& rt = Rt(e->rec);
   lock.unlock();
-  Status st = runtime_->Stop(id, inst);
+  Status st = rt.Stop(id, inst);
   lock.lock();
   e->busy = false;
   if (!st.ok()) return st.error().Wrap("stopping " + id);
   if (e->rec.state == "deleting") return OkStatus();
   // A hibernated sandbox's checkpoint goes: a start boots it afresh.
-  if (e->rec.pause_mode == "hibernate") (void)fs::RemoveTree(ImagesOf(id));
+  if (e->rec.pause_mode == "hibernate") (void)rt.DropCheckpoint(CheckpointDir(id));
   CloseBilling(e->rec);
   e->rec.state = "stopped";
   e->rec.pause_mode.clear();
@@ -770,14 +775,15 @@ Result<SandboxView> SandboxManager::Start(const std::string& id) {
   if (e->rec.state == "running") return ViewLocked(*e);
   if (e->rec.state != "stopped" && e->rec.state != "error")
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state);
-  if (!fs::IsDir(DirOf(id) + "/upper"))
+  if (!Rt(e->rec).HasFiles(DirOf(id)))
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " has lost its files and cannot start");
   SBX_RETURN_IF_ERROR(CheckQuotaLocked(1, e->rec.memory_mb, 0));
   SBX_RETURN_IF_ERROR(CheckDataDirSpace());
   e->busy = true;
   runtime::StartSpec spec = SpecOf(e->rec);
+  runtime::Runtime& rt = Rt(e->rec);
   lock.unlock();
-  auto inst = runtime_->Start(spec);
+  auto inst = rt.Start(spec);
   lock.lock();
   e->busy = false;
   if (!inst.ok()) return inst.error();
@@ -811,9 +817,11 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
   std::shared_ptr<Entry> e;
   bool running;
   std::vector<std::string> layers;
+  runtime::Runtime* rt;
   {
     std::lock_guard<std::mutex> lock(mu_);
     SBX_ASSIGN_OR_RETURN(e, Find(id));
+    rt = &Rt(e->rec);
     if (e->busy) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state; try again");
     if (e->rec.state != "running" && e->rec.state != "stopped" && e->rec.state != "paused")
       return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state);
@@ -836,40 +844,32 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
   // Copied under a temporary name, renamed when whole: a crash leaves no half layer
   // under a real name (and the collector removes temporaries).
   std::string tmp = base + "/tmp-" + RandomHex(8);
-  Result<layers::CopyStats> copied = layers::CopyStats{};
-  const bool snapshot = runtime_->Caps().fast_capture;
+  Result<runtime::Runtime::Captured> captured = MakeError(Code::kInternal, "not captured");
   {
-    if (running) SBX_RETURN_IF_ERROR(runtime_->Freeze(id));
+    if (running) SBX_RETURN_IF_ERROR(rt->Freeze(id));
     ScopeExit thaw([&] {
       if (running) {
-        Status st = runtime_->Thaw(id);
+        Status st = rt->Thaw(id);
         if (!st.ok()) SBX_LOG(kError) << "thawing " << id << ": " << st.error().message;
       }
     });
     FaultPoint("snapshot.frozen");
-    if (snapshot) {
-      // A file-system snapshot of the sandbox's folder: constant time, whatever its files.
-      Status st = runtime_->SnapshotFiles(DirOf(id), tmp);
-      if (!st.ok()) copied = st.error();
-    } else {
-      copied = layers::CopyTree(DirOf(id) + "/upper", tmp);
-    }
+    captured = rt->CaptureFiles(DirOf(id), tmp);
     FaultPoint("snapshot.copied");
   }
-  if (!copied.ok()) {
-    (void)runtime_->RemoveLayer(tmp);
-    return OnDataDir(copied.error().Wrap("capturing " + id));
+  if (!captured.ok()) {
+    (void)rt->RemoveLayer(tmp);
+    return OnDataDir(captured.error().Wrap("capturing " + id));
   }
   std::string dir = base + "/l-" + RandomHex(8);
   if (::rename(tmp.c_str(), dir.c_str()) != 0) {
     Error err = ErrnoError("rename " + tmp);
-    (void)runtime_->RemoveLayer(tmp);
+    (void)rt->RemoveLayer(tmp);
     return err;
   }
-  // A snapshot holds the whole folder: the layer is its upper.
-  std::string layer = snapshot ? dir + "/upper" : dir;
+  std::string layer = captured->root.empty() ? dir : dir + "/" + captured->root;
   // Its size is walked only when asked for (a named snapshot shows it; a fork does not).
-  if (snapshot && bytes) copied->bytes = TreeBytes(layer);
+  uint64_t size = bytes && !captured->bytes ? TreeBytes(layer) : captured->bytes.value_or(0);
   ::chmod(layer.c_str(), 0755);
   {
     // Until its caller has recorded it, the layer is in no row: keep the collector off it.
@@ -877,7 +877,7 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
     pending_layers_.insert(layer);
   }
   FaultPoint("snapshot.renamed");
-  if (bytes) *bytes = copied->bytes;
+  if (bytes) *bytes = size;
   layers.insert(layers.begin(), layer);
   return layers;
 }
@@ -1075,8 +1075,17 @@ Status SandboxManager::DeleteSnapshot(const std::string& name) {
   SBX_ASSIGN_OR_RETURN(bool removed, store_->DeleteSnapshot(name));
   if (!removed) return MakeError(Code::kNotFound, "snapshot \"" + name + "\" not found");
   if (snap.ok() && snap->has_value()) {
+    // Warm sandboxes of the snapshot (on any runtime, with or without disks) go.
+    std::vector<std::string> layers;
+    auto arr = json::parse((*snap)->layers_json, nullptr, false);
+    if (arr.is_array())
+      for (const auto& l : arr)
+        if (l.is_string()) layers.push_back(l.get<std::string>());
     std::lock_guard<std::mutex> lock(mu_);
-    DropPool(json::parse((*snap)->layers_json, nullptr, false).dump());
+    std::vector<std::string> keys;
+    for (const auto& [key, k] : wanted_)
+      if (k.layers == layers) keys.push_back(key);
+    for (const auto& key : keys) DropPool(key);
   }
   CollectLayers();
   return OkStatus();
@@ -1128,10 +1137,11 @@ void SandboxManager::CollectLayers() {
   }
   for (const auto& d : *dirs) {
     std::string path = base + "/" + d;
-    // A layer is the folder, or (a file-system snapshot) its upper.
-    if (used.count(path) || used.count(path + "/upper")) continue;
+    // A layer's root is its folder, or a folder in it (Runtime::Captured::root).
+    auto at = used.lower_bound(path);
+    if (at != used.end() && (*at == path || at->rfind(path + "/", 0) == 0)) continue;
     SBX_LOG(kDebug) << "removing unused layer " << d;
-    (void)runtime_->RemoveLayer(path);
+    (void)runtimes_->layers()->RemoveLayer(path);
   }
 }
 
@@ -1143,7 +1153,7 @@ Status SandboxManager::RunnableLocked(const std::string& id, const Entry& e) {
   if (e.rec.state != "running" || e.busy)
     return MakeError(Code::kFailedPrecondition,
                      "sandbox " + id + " is " + (e.busy ? std::string("changing state") : e.rec.state) + ", not running");
-  if (!runtime_->Alive(e.inst))
+  if (!Rt(e.rec).Alive(e.inst))
     return MakeError(Code::kUnavailable,
                      "sandbox " + id + " has stopped unexpectedly (its init exited); it will be marked error");
   return OkStatus();
@@ -1273,19 +1283,24 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
 
 void SandboxManager::Tick() {
   std::vector<std::string> expired, idle;
-  std::vector<std::pair<std::string, runtime::Instance>> died;
+  struct Died {
+    std::string id;
+    runtime::Instance inst;
+    runtime::Runtime* rt;
+  };
+  std::vector<Died> died;
   {
     std::lock_guard<std::mutex> lock(mu_);
     int64_t now = Now();
     for (const auto& [id, e] : sandboxes_) {
       if (e->rec.state != "running" || e->busy) continue;
-      if (!runtime_->Alive(e->inst)) {
+      if (!Rt(e->rec).Alive(e->inst)) {
         // Its init ended (killed from outside, or the whole sandbox was OOM-killed).
         CloseBilling(e->rec);
         e->rec.state = "error";
         e->rec.error = "the sandbox's init exited unexpectedly; start it to boot it again";
         e->rec.runtime_state.clear();
-        died.emplace_back(id, e->inst);
+        died.push_back({id, e->inst, &Rt(e->rec)});
         e->inst = runtime::Instance();
         Status st = store_->UpdateSandbox(e->rec);
         if (!st.ok()) SBX_LOG(kError) << st.error().message;
@@ -1300,7 +1315,7 @@ void SandboxManager::Tick() {
       // Idle policy: an exec or a capture in flight is activity, and so is CPU use above
       // the threshold since the last sample (a build started in the background).
       if (e->active_execs > 0 || e->captures > 0) e->last_active_ms = now;
-      uint64_t cpu = runtime_->CpuUsageNs(id, e->inst);
+      uint64_t cpu = Rt(e->rec).CpuUsageNs(id, e->inst);
       if (e->cpu_sample_ms > 0 && now > e->cpu_sample_ms && cpu >= e->cpu_ns) {
         double share = static_cast<double>(cpu - e->cpu_ns) / (static_cast<double>(now - e->cpu_sample_ms) * 1e6);
         if (share > opts_.idle_cpu_threshold) e->last_active_ms = now;
@@ -1313,8 +1328,8 @@ void SandboxManager::Tick() {
     }
   }
   // What the dead sandboxes left (other processes, cgroups) goes; their files stay.
-  for (const auto& [id, inst] : died) {
-    Status st = runtime_->Stop(id, inst);
+  for (const auto& [id, inst, rt] : died) {
+    Status st = rt->Stop(id, inst);
     if (!st.ok()) SBX_LOG(kError) << st.error().message;
   }
   for (const auto& id : expired) {
@@ -1344,13 +1359,15 @@ void SandboxManager::Tick() {
 Result<SandboxView> SandboxManager::Pause(const std::string& id, const std::string& mode) {
   if (mode != "freeze" && mode != "hibernate")
     return MakeError(Code::kInvalidArgument, "mode must be \"freeze\" or \"hibernate\"");
-  if (mode == "hibernate" && !runtime_->Caps().hibernate)
-    return MakeError(Code::kInvalidArgument,
-                     "hibernate is not available on this sbxd: it needs CRIU (start sbxd with --criu PATH; "
-                     "scripts/build-criu.sh builds it); use mode \"freeze\"");
   int64_t t0 = SteadyUs();
   std::unique_lock<std::mutex> lock(mu_);
   SBX_ASSIGN_OR_RETURN(auto e, Find(id));
+  if (mode == "hibernate" && !Rt(e->rec).Caps().hibernate)
+    return MakeError(Code::kInvalidArgument,
+                     "hibernate is not available on this sbxd: it needs CRIU (start sbxd with --criu PATH; "
+                     "scripts/build-criu.sh builds it); use mode \"freeze\"");
+  if (mode == "freeze" && !Rt(e->rec).Caps().freeze)
+    return MakeError(Code::kFailedPrecondition, "sandbox " + id + "'s isolation cannot freeze it");
   if (e->rec.state == "paused" && !e->busy) {
     if (e->rec.pause_mode == mode) return ViewLocked(*e);
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is already paused with mode " +
@@ -1365,13 +1382,16 @@ Result<SandboxView> SandboxManager::Pause(const std::string& id, const std::stri
   return ViewLocked(*e);
 }
 
-std::string SandboxManager::ImagesOf(const std::string& id) const { return opts_.data_dir + "/hibernated/" + id; }
+std::string SandboxManager::CheckpointDir(const std::string& id) const {
+  return opts_.data_dir + "/hibernated/" + id;
+}
 
 Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e,
                                    const std::string& mode) {
   const std::string id = e->rec.id;
   const bool hibernate = mode == "hibernate";
-  if (hibernate && e->active_execs > 0 && !runtime_->Caps().hibernate_with_open_connections)
+  runtime::Runtime& rt = Rt(e->rec);
+  if (hibernate && e->active_execs > 0 && !rt.Caps().hibernate_with_open_connections)
     // A connection from sbxd into the sandbox (an exec, a background process, a file or
     // port request) cannot be part of a checkpoint.
     return MakeError(Code::kFailedPrecondition,
@@ -1384,22 +1404,13 @@ Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std
   lock.unlock();
   Status st = OkStatus();
   if (hibernate) {
-    (void)fs::RemoveTree(ImagesOf(id));  // a leftover of a failed attempt
     // Its memory goes to disk: only if it fits with the reserve still free.
-    std::string parent = ImagesOf(id).substr(0, ImagesOf(id).rfind('/'));
+    std::string parent = opts_.data_dir + "/hibernated";
     (void)fs::MkdirAll(parent, 0711);
-    st = budget_.CheckWrite(parent, runtime_->CheckpointBytes(id));
-    if (st.ok()) st = runtime_->Hibernate(spec, inst, ImagesOf(id));
-    // The mark of a whole checkpoint: a restart after a crash from here on finds the
-    // sandbox hibernated, even before its row says so.
-    if (st.ok()) st = fs::WriteFileAtomic(ImagesOf(id) + "/complete", "");
-    if (!st.ok()) {
-      // CRIU's log of the failed attempt stays beside (until the sandbox goes).
-      ::rename((ImagesOf(id) + "/dump.log").c_str(), (ImagesOf(id) + ".failed.log").c_str());
-      (void)fs::RemoveTree(ImagesOf(id));
-    }
+    st = budget_.CheckWrite(parent, rt.CheckpointBytes(id));
+    if (st.ok()) st = rt.Hibernate(spec, inst, CheckpointDir(id));
   } else {
-    st = runtime_->Freeze(id);
+    st = rt.Freeze(id);
   }
   FaultPoint("pause.done");
   lock.lock();
@@ -1411,7 +1422,7 @@ Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std
   e->rec.pause_mode = mode;
   e->rec.paused_ms = Now();
   if (hibernate) {
-    // Its processes are gone (saved in ImagesOf(id)); a resume restores them.
+    // Its processes are gone (saved in CheckpointDir(id)); a resume restores them.
     e->inst = runtime::Instance();
     e->rec.runtime_state.clear();
   }
@@ -1442,21 +1453,22 @@ Status SandboxManager::ResumeLocked(std::unique_lock<std::mutex>& lock, const st
   e->busy = true;
   e->restoring = hibernated;
   runtime::StartSpec spec = SpecOf(e->rec);
+  runtime::Runtime& rt = Rt(e->rec);
   lock.unlock();
   Status st = OkStatus();
   runtime::Instance restored;
   if (hibernated) {
-    auto inst = runtime_->Restore(spec, ImagesOf(id));
+    auto inst = rt.Restore(spec, CheckpointDir(id));
     if (inst.ok()) restored = *inst;
     else st = inst.error();
   } else {
-    st = runtime_->Thaw(id);
+    st = rt.Thaw(id);
   }
   lock.lock();
   e->busy = false;
   e->restoring = false;
   if (e->rec.state == "deleting") {
-    if (hibernated && st.ok()) (void)runtime_->Stop(id, restored);
+    if (hibernated && st.ok()) (void)rt.Stop(id, restored);
     return MakeError(Code::kNotFound, "sandbox " + id + " was deleted");
   }
   if (!st.ok()) return st.error().Wrap("resuming " + id);
@@ -1477,7 +1489,7 @@ Status SandboxManager::ResumeLocked(std::unique_lock<std::mutex>& lock, const st
   ++resumes_;
   SBX_RETURN_IF_ERROR(store_->UpdateSandbox(e->rec));
   // The checkpoint is spent once the record points at the restored processes.
-  if (hibernated) (void)fs::RemoveTree(ImagesOf(id));
+  if (hibernated) (void)rt.DropCheckpoint(CheckpointDir(id));
   return OkStatus();
 }
 

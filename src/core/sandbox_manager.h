@@ -27,6 +27,7 @@
 #include "core/types.h"
 #include "disks/disk_store.h"
 #include "layers/images.h"
+#include "runtime/registry.h"
 #include "runtime/runtime.h"
 #include "core/store_budget.h"
 #include "storage/store.h"
@@ -148,7 +149,7 @@ struct ManagerOptions {
 class SandboxManager {
  public:
   SandboxManager(ManagerOptions opts, storage::Store* store, layers::ImageStore* images,
-                 runtime::Runtime* runtime, TypeTable types = TypeTable::Defaults());
+                 const runtime::Registry* runtimes, TypeTable types = TypeTable::Defaults());
   ~SandboxManager();
 
   // Disks become available to sandboxes (optional: unit tests run without).
@@ -272,6 +273,7 @@ class SandboxManager {
                                     const std::string& image, const std::vector<std::string>& layers);
   // The warm pool.
   struct PoolKey {
+    std::string isolation;  // the runtime the warm sandboxes boot on
     std::string image, from;
     std::vector<std::string> layers;
     std::vector<std::pair<std::string, std::string>> disks;  // bound at boot
@@ -313,7 +315,7 @@ class SandboxManager {
   // mode "freeze" or "hibernate".
   Status PauseLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e, const std::string& mode);
   // Where a hibernated sandbox's checkpoint is kept.
-  std::string ImagesOf(const std::string& id) const;
+  std::string CheckpointDir(const std::string& id) const;
   Status ResumeLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e);
 
   Status StopLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Entry>& e,
@@ -325,7 +327,12 @@ class SandboxManager {
   storage::Store* store_;
   layers::ImageStore* images_;
   disks::DiskStore* disks_ = nullptr;
-  runtime::Runtime* runtime_;
+  const runtime::Registry* runtimes_;
+  // The runtime of a sandbox (by its isolation kind).
+  runtime::Runtime& Rt(const storage::SandboxRecord& r) const {
+    runtime::Runtime* rt = runtimes_->Find(r.isolation);
+    return rt ? *rt : *runtimes_->layers();
+  }
   TypeTable types_;
 
   std::mutex mu_;

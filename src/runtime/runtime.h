@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,7 @@ struct Capabilities {
   // A hibernate while sbxd holds connections into the sandbox (a checkpoint of a process
   // tree cannot hold sbxd's end of them; a VM's memory snapshot can).
   bool hibernate_with_open_connections = false;
-  bool fast_capture = false;      // SnapshotFiles: a capture in constant time
+  bool fast_capture = false;      // CaptureFiles in constant time, whatever the files
   bool memory_snapshots = false;  // a template may keep the memory of its sandbox
 };
 
@@ -77,23 +78,34 @@ class Runtime {
   // Changes the limit on the files of the sandbox whose folder is `dir` (a no-op where
   // the runtime enforces none).
   virtual Status SetDiskLimit(const std::string& dir, uint64_t bytes) { return OkStatus(); }
-  // A read-only capture of the sandbox folder `dir` at `dst`; its files are at dst/upper.
-  virtual Status SnapshotFiles(const std::string& dir, const std::string& dst) {
-    return MakeError(Code::kFailedPrecondition, "this runtime has no file-system snapshots");
-  }
-  // Removes a layer folder (a copy, or a snapshot from SnapshotFiles).
-  virtual Status RemoveLayer(const std::string& path) { return fs::RemoveTree(path); }
-  // Checkpoints every process of the running sandbox into the new folder `images`, then
-  // ends them: their memory is freed, their files and kernel objects (cgroup) stay. On
-  // failure the sandbox runs on.
-  virtual Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& images) {
+  // Whether the sandbox whose folder is `dir` still has its files (it can start).
+  virtual bool HasFiles(const std::string& dir) = 0;
+  // The files the sandbox in folder `dir` wrote, captured as a new read-only layer in the
+  // folder `dst` (which must not exist). The sandbox is frozen or stopped meanwhile.
+  struct Captured {
+    std::string root;          // the layer's root, relative to dst ("" for dst itself)
+    std::optional<uint64_t> bytes;  // its size, when the capture counted it
+  };
+  virtual Result<Captured> CaptureFiles(const std::string& dir, const std::string& dst) = 0;
+  // Removes a layer folder made by CaptureFiles (or a half-made one), with all it holds.
+  virtual Status RemoveLayer(const std::string& path) = 0;
+  // Checkpoints every process of the running sandbox into the folder `dir` (the runtime
+  // owns it whole: it clears what an earlier attempt left, and marks the checkpoint whole
+  // last), then ends them: their memory is freed, their files and kernel objects stay. On
+  // failure the sandbox runs on, and the tool's log may stay beside `dir` until
+  // DropCheckpoint.
+  virtual Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& dir) {
     return MakeError(Code::kFailedPrecondition, "this runtime cannot hibernate a sandbox");
   }
   // About how many bytes Hibernate would write for this sandbox now (0 if unknown).
   virtual uint64_t CheckpointBytes(const std::string& id) { return 0; }
-  // Restores a sandbox from the checkpoint in `images` (same pids, memory, open files);
+  // Whether `dir` holds a whole checkpoint from Hibernate.
+  virtual bool HasCheckpoint(const std::string& dir) { return false; }
+  // Removes a checkpoint and whatever a failed attempt left beside it.
+  virtual Status DropCheckpoint(const std::string& dir) { return fs::RemoveTree(dir); }
+  // Restores a sandbox from the checkpoint in `dir` (same pids, memory, open files);
   // returns once its agent answers.
-  virtual Result<Instance> Restore(const StartSpec& spec, const std::string& images) {
+  virtual Result<Instance> Restore(const StartSpec& spec, const std::string& dir) {
     return MakeError(Code::kFailedPrecondition, "this runtime cannot restore a sandbox");
   }
   // Stops every process of a running sandbox in place (memory kept), and lets them go on.

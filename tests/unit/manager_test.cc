@@ -61,7 +61,9 @@ class ManagerTest : public ::testing::Test {
     o.output_cap = cap;
     o.default_cwd = "";  // the fake agent runs in the sandbox's upper dir
     o.now_ms = [this] { return now_.load(); };
-    manager_ = std::make_unique<SandboxManager>(o, store_.get(), images_.get(), runtime_.get());
+    runtimes_ = runtime::Registry();
+    runtimes_.Add("container", runtime_.get());
+    manager_ = std::make_unique<SandboxManager>(o, store_.get(), images_.get(), &runtimes_);
   }
   Result<ExecResult> Exec(const std::string& id, ExecRequest req, std::string* out = nullptr,
                           std::string* err = nullptr) {
@@ -96,6 +98,7 @@ class ManagerTest : public ::testing::Test {
   std::unique_ptr<storage::Store> store_;
   std::unique_ptr<layers::ImageStore> images_;
   std::unique_ptr<runtime::Runtime> runtime_;
+  runtime::Registry runtimes_;
   std::unique_ptr<SandboxManager> manager_;
 };
 

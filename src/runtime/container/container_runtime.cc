@@ -24,6 +24,7 @@
 #include "base/proc.h"
 #include "base/reaper.h"
 #include "base/scope_exit.h"
+#include "layers/layer_copy.h"
 #include "runtime/cgroup.h"
 #include "runtime/container/user_ns.h"
 #include "runtime/process_handle.h"
@@ -382,9 +383,30 @@ class ContainerRuntime : public Runtime {
     return MakeError(Code::kInternal, what + " failed (CRIU exit " + std::to_string(r->exit_code) + "): " + msg);
   }
 
+  // The checkpoint folder: CRIU's images, `host-binds` (the sources of the external
+  // mounts) and, last, `complete`. A failed attempt's log stays at `<dir>.failed.log`.
   Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& images) override {
     if (o_.criu.empty()) return Runtime::Hibernate(spec, inst, images);
     if (!Alive(inst)) return MakeError(Code::kUnavailable, "the sandbox's init is not running");
+    (void)DropCheckpoint(images);  // what an earlier attempt left
+    Status st = Dump(spec, inst, images);
+    // The mark of a whole checkpoint: a restart after a crash from here on finds the
+    // sandbox hibernated, even before its row says so.
+    if (st.ok()) st = fs::WriteFileAtomic(images + "/complete", "");
+    if (!st.ok()) {
+      ::rename((images + "/dump.log").c_str(), (images + ".failed.log").c_str());
+      (void)fs::RemoveTree(images);
+    }
+    return st;
+  }
+
+  bool HasCheckpoint(const std::string& dir) override { return fs::Exists(dir + "/complete"); }
+  Status DropCheckpoint(const std::string& dir) override {
+    ::unlink((dir + ".failed.log").c_str());
+    return fs::RemoveTree(dir);
+  }
+
+  Status Dump(const StartSpec& spec, const Instance& inst, const std::string& images) {
     const ProcessHandle& init = *ProcessOf(inst);
     // It holds the sandbox's memory: owned by host root, readable by the sandbox's root
     // group, closed to everyone else. CRIU reads images from tasks it is turning into the
@@ -468,9 +490,17 @@ class ContainerRuntime : public Runtime {
     return inst;
   }
 
-  Status SnapshotFiles(const std::string& dir, const std::string& dst) override {
-    if (!o_.disk_quotas) return Runtime::SnapshotFiles(dir, dst);
-    return SnapshotDir(dir, dst);
+  bool HasFiles(const std::string& dir) override { return fs::IsDir(dir + "/upper"); }
+
+  // On the store, a snapshot of the sandbox's subvolume (constant time; its layer is the
+  // snapshot's upper); else a copy of the overlay's upper folder, whiteouts and all.
+  Result<Captured> CaptureFiles(const std::string& dir, const std::string& dst) override {
+    if (o_.disk_quotas) {
+      SBX_RETURN_IF_ERROR(SnapshotDir(dir, dst));
+      return Captured{"upper", std::nullopt};
+    }
+    SBX_ASSIGN_OR_RETURN(layers::CopyStats copied, layers::CopyTree(dir + "/upper", dst));
+    return Captured{"", copied.bytes};
   }
   Status RemoveLayer(const std::string& path) override {
     return o_.disk_quotas ? RemoveLimitedDir(path) : fs::RemoveTree(path);

@@ -11,6 +11,7 @@
 #include "agent/protocol.h"
 #include "base/fs.h"
 #include "base/proc.h"
+#include "layers/layer_copy.h"
 #include "runtime/process_handle.h"
 #include "runtime/runtime.h"
 #include "runtime/unix_dialer.h"
@@ -86,6 +87,13 @@ class FakeRuntime : public Runtime {
   Status Thaw(const std::string&) override { return OkStatus(); }
 
   Status Destroy(const std::string&, const std::string& dir) override { return fs::RemoveTree(dir); }
+
+  bool HasFiles(const std::string& dir) override { return fs::IsDir(dir + "/upper"); }
+  Result<Captured> CaptureFiles(const std::string& dir, const std::string& dst) override {
+    SBX_ASSIGN_OR_RETURN(layers::CopyStats copied, layers::CopyTree(dir + "/upper", dst));
+    return Captured{"", copied.bytes};
+  }
+  Status RemoveLayer(const std::string& path) override { return fs::RemoveTree(path); }
 
   Result<Instance> Adopt(const StartSpec& spec, const std::string& saved_state, bool frozen) override {
     SBX_ASSIGN_OR_RETURN(auto p, OpenSavedProcess(saved_state));
