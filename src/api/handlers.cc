@@ -177,6 +177,8 @@ Api::Api(core::SandboxManager* manager, layers::ImageStore* images, disks::DiskS
 
 Api::~Api() = default;
 
+std::optional<std::string> Api::SandboxOfPeer(int fd) const { return manager_->SandboxOfPeer(fd); }
+
 const RouteInfo* Api::Match(Request& req) const {
   auto segs = Split(req.path);
   for (const auto& r : kRoutes) {

@@ -49,6 +49,8 @@ class Api {
       std::string admin_key_hash, boost::asio::thread_pool* pool, std::string tmp_dir);
   ~Api();
 
+  // The sandbox whose process is the peer of the unix socket `fd` (in-sandbox API).
+  std::optional<std::string> SandboxOfPeer(int fd) const;
   // Finds the route for a method and path; fills req.params. nullptr if none.
   const RouteInfo* Match(Request& req) const;
   boost::asio::awaitable<Response> Handle(Request& req);

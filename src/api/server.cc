@@ -22,7 +22,6 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -51,37 +50,6 @@ int64_t SteadyUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-// The sandbox a connection on the in-sandbox socket comes from: the cgroup of its peer
-// process, read while a pidfd pins that process (so a reused pid cannot pass for it).
-std::optional<std::string> PeerSandbox(int fd, const std::string& instance) {
-#ifndef SO_PEERPIDFD
-#define SO_PEERPIDFD 77
-#endif
-  struct ucred cr = {};
-  socklen_t len = sizeof cr;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || cr.pid <= 0) return std::nullopt;
-  int pidfd = -1;
-  len = sizeof pidfd;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0 || pidfd < 0)
-    return std::nullopt;
-  UniqueFd pin(pidfd);
-  std::ifstream in("/proc/" + std::to_string(cr.pid) + "/cgroup");
-  std::string line, id;
-  const std::string mark = "/sbx-" + instance + "/";
-  while (std::getline(in, line)) {
-    size_t at = line.find(mark);
-    if (at == std::string::npos) continue;
-    std::string rest = line.substr(at + mark.size());
-    std::string this_id = rest.substr(0, rest.find('/'));
-    if (!id.empty() && this_id != id) return std::nullopt;  // hierarchies disagree
-    id = this_id;
-  }
-  if (id.empty() || !ValidName(id)) return std::nullopt;
-  // Still the same process (not exited, so its pid was not reused) after the read.
-  if (::syscall(SYS_pidfd_send_signal, pin.get(), 0, nullptr, 0) != 0) return std::nullopt;
-  return id;
 }
 
 // Open connections, all together and per sandbox (in-sandbox socket and port proxy).
@@ -393,7 +361,7 @@ struct Server::Impl {
       if (sandboxes) {
         // Each connection on the in-sandbox socket is the sandbox its peer process is in,
         // or is closed unanswered.
-        auto id = PeerSandbox(s.native_handle(), opts.instance);
+        auto id = api->SandboxOfPeer(s.native_handle());
         if (!id) continue;
         auto taken = counter->Take(*id);
         if (!taken) continue;

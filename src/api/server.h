@@ -21,9 +21,8 @@ struct ServerOptions {
   std::string socket_path;  // empty: no unix socket
   ConnLimits limits;
   // The in-sandbox API socket (empty: none): bound into every sandbox; each connection
-  // is the sandbox whose cgroup (below sbx-<instance>/) its peer process is in.
+  // is the sandbox its peer process is in (asked of the sandbox's runtime).
   std::string sandbox_socket_path;
-  std::string instance;
 };
 
 class Server {

@@ -177,6 +177,12 @@ int64_t SandboxManager::CommittedDiskMbLocked() const {
   return sum;
 }
 
+std::optional<std::string> SandboxManager::SandboxOfPeer(int fd) const {
+  for (const auto& [kind, rt] : runtimes_->all())
+    if (auto id = rt->SandboxOfPeer(fd); id && ValidName(*id)) return id;
+  return std::nullopt;
+}
+
 StoreStats SandboxManager::StoreUse() {
   std::lock_guard<std::mutex> lock(mu_);
   return budget_.Stats(CommittedDiskMbLocked());

@@ -246,6 +246,8 @@ class SandboxManager {
   };
   Latencies& latencies() { return lat_; }
   uint64_t output_cap() const { return opts_.output_cap; }
+  // The sandbox whose process is the peer of the unix socket `fd`, as its runtime tells.
+  std::optional<std::string> SandboxOfPeer(int fd) const;
   // The store's size, free space and committed quotas (enabled() false: no store).
   bool has_store() const { return budget_.enabled(); }
   StoreStats StoreUse();

@@ -122,6 +122,9 @@ class Runtime {
   virtual std::vector<std::string> ListKernelObjects() = 0;
   // True while the instance's init lives.
   virtual bool Alive(const Instance& inst) = 0;
+  // The id of this runtime's sandbox whose process is the peer of the unix socket `fd`
+  // (a connection on the in-sandbox API socket), if any.
+  virtual std::optional<std::string> SandboxOfPeer(int fd) { return std::nullopt; }
 };
 
 struct ContainerOptions {
