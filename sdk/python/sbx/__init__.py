@@ -6,7 +6,16 @@
         print(sb.exec("echo hello", check=True).stdout)
 """
 
-from .client import Answer, Api, Client, Disk, Disks, ExecResult, Files, Images, Process, Processes, Sandbox, Secrets, Snapshot, Snapshots, Timing
+from .client import Client
+from .disk import Disk, Disks
+from .files import Files
+from .http import Api
+from .images import Images
+from .processes import Process, Processes
+from .sandbox import Sandbox
+from .secrets import Secrets
+from .snapshots import Snapshot, Snapshots
+from .types import Answer, ExecResult, Timing
 from .errors import (
     ApiError,
     AuthError,

@@ -1,0 +1,110 @@
+"""A sandbox's files: ``sandbox.files``."""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any, Dict, List, Optional, Tuple, Union, TYPE_CHECKING
+
+from .errors import NotFoundError, SbxError
+from .http import _get_bytes
+from .types import Answer
+
+if TYPE_CHECKING:
+    from .http import Api
+    from .sandbox import Sandbox
+
+__all__ = ["Files"]
+
+
+class Files:
+    """The files of a running sandbox: ``sb.files``. Paths are absolute inside the sandbox
+    and resolve inside its root (symlinks too). A paused sandbox is resumed first."""
+
+    def __init__(self, sandbox: "Sandbox") -> None:
+        self._sb = sandbox
+
+    def _api(self) -> "Api":
+        return self._sb._client.api
+
+    def read_bytes(self, path: str) -> bytes:
+        return _get_bytes(self._api(), self._sb._path("/files"), [("path", path)],
+                          timeout=max(self._api().timeout, 600.0))
+
+    def read(self, path: str, encoding: str = "utf-8") -> str:
+        return self.read_bytes(path).decode(encoding)
+
+    def write(self, path: str, data: Union[str, bytes, Any], mode: Optional[int] = None,
+              parents: bool = True) -> Answer:
+        """Write a whole file (str, bytes or a binary file object). It appears under
+        ``path`` only once complete; ``mode`` is its permission bits (e.g. 0o755)."""
+        raw = data.encode() if isinstance(data, str) else data
+        query: List[Tuple[str, Any]] = [("path", path)]
+        if mode is not None:
+            query.append(("mode", "%o" % mode))
+        if not parents:
+            query.append(("parents", "false"))
+        return Answer(self._api()._call("PUT", self._sb._path("/files"), query=query, raw=raw,
+                                        content_type="application/octet-stream",
+                                        timeout=max(self._api().timeout, 600.0)))
+
+    def list(self, path: str = "/", depth: int = 1) -> List[Dict[str, Any]]:
+        d = self._api().request("GET", self._sb._path("/files/list"), query=[("path", path), ("depth", depth)])
+        return list((d or {}).get("entries") or [])
+
+    def stat(self, path: str) -> Dict[str, Any]:
+        return dict(self._api().request("GET", self._sb._path("/files/stat"), query=[("path", path)]) or {})
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.stat(path)
+            return True
+        except NotFoundError:
+            return False
+
+    def remove(self, path: str, recursive: bool = False) -> Answer:
+        q = [("path", path)] + ([("recursive", "true")] if recursive else [])
+        return Answer(self._api().request("DELETE", self._sb._path("/files"), query=q))
+
+    def mkdir(self, path: str, parents: bool = True) -> Answer:
+        return Answer(self._api().request("POST", self._sb._path("/files/mkdir"),
+                                          body={"path": path, "parents": parents}))
+
+    def move(self, src: str, dst: str, overwrite: bool = False) -> Answer:
+        return Answer(self._api().request("POST", self._sb._path("/files/move"),
+                                          body={"from": src, "to": dst, "overwrite": overwrite}))
+
+    def upload_dir(self, local_dir: str, remote_dir: str) -> Answer:
+        """Copy a local folder's contents into ``remote_dir`` (one tar, streamed)."""
+        import tarfile
+        import tempfile
+        with tempfile.TemporaryFile() as tmp:
+            with tarfile.open(fileobj=tmp, mode="w") as tf:
+                for name in sorted(os.listdir(local_dir)):
+                    tf.add(os.path.join(local_dir, name), arcname=name)
+            tmp.seek(0)
+            return Answer(self._api()._call("PUT", self._sb._path("/archive"), query=[("path", remote_dir)],
+                                            raw=tmp, content_type="application/x-tar",
+                                            timeout=max(self._api().timeout, 600.0)))
+
+    def download_dir(self, remote_dir: str, local_dir: str) -> None:
+        """Copy ``remote_dir``'s contents into a local folder. The archive is extracted
+        with tarfile's "data" filter: nothing lands outside ``local_dir``."""
+        import tarfile
+        data = _get_bytes(self._api(), self._sb._path("/archive"), [("path", remote_dir)],
+                          timeout=max(self._api().timeout, 600.0))
+        os.makedirs(local_dir, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tf:
+            if hasattr(tarfile, "data_filter"):
+                tf.extractall(local_dir, filter="data")
+            else:  # Python before 3.11.4: the same checks by hand
+                for m in tf.getmembers():
+                    inside = not m.name.startswith("/") and ".." not in m.name.split("/")
+                    if m.issym():
+                        target = os.path.normpath(os.path.join(os.path.dirname(m.name), m.linkname))
+                        inside = inside and not m.linkname.startswith("/") and not target.startswith("..")
+                    elif not (m.isfile() or m.isdir()):
+                        inside = False
+                    if not inside:
+                        raise SbxError("unsafe archive member %r" % m.name)
+                tf.extractall(local_dir)

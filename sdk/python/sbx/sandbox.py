@@ -1,0 +1,254 @@
+"""A sandbox: exec (buffered and streamed), lifecycle, snapshots and forks."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import warnings
+from typing import Any, Dict, List, Optional, Sequence, Union, TYPE_CHECKING
+
+from .errors import ExecError, NotFoundError, SbxConnectionError, SbxError, error_from_payload
+from .files import Files
+from .http import _EXEC_GRACE, _SERVER_EXEC_TIMEOUT, _decode, _drop_none, _seg
+from .processes import Processes
+from .snapshots import Snapshot
+from .types import ExecResult
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .http import Callback
+
+__all__ = ["Sandbox"]
+
+
+class Sandbox:
+    """A sandbox on the daemon. ``data`` holds its latest JSON description."""
+
+    def __init__(self, client: "Client", data: Dict[str, Any]) -> None:
+        self._client = client
+        self._id = str(data["id"])
+        self.data: Dict[str, Any] = data
+        self.files = Files(self)
+        self.processes = Processes(self)
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def name(self) -> Optional[str]:
+        return self.data.get("name")
+
+    @property
+    def state(self) -> Optional[str]:
+        return self.data.get("state")
+
+    def __repr__(self) -> str:
+        return "Sandbox(id=%r, name=%r, state=%r)" % (self.id, self.name, self.state)
+
+    def _path(self, suffix: str = "") -> str:
+        return "/v1/sandboxes/" + _seg(self._id) + suffix
+
+    def _update(self, d: Any) -> "Sandbox":
+        if isinstance(d, dict) and d.get("id") is not None:
+            self.data = d
+        return self
+
+    # -- lifecycle --------------------------------------------------------
+
+    def refresh(self) -> "Sandbox":
+        """Fetch the sandbox again and update ``data``."""
+        return self._update(self._client.api.request("GET", self._path()))
+
+    def stop(self) -> "Sandbox":
+        return self._update(self._client.api.request("POST", self._path("/stop")))
+
+    def start(self) -> "Sandbox":
+        return self._update(self._client.api.request("POST", self._path("/start")))
+
+    def pause(self, mode: str = "freeze") -> "Sandbox":
+        """Pause: ``"freeze"`` keeps memory in RAM (resume in milliseconds);
+        ``"hibernate"`` checkpoints the processes to disk and frees their memory.
+        Compute is not billed while paused. Idempotent."""
+        return self._update(self._client.api.request("POST", self._path("/pause"), body={"mode": mode}))
+
+    def resume(self) -> "Sandbox":
+        """Resume a paused sandbox (an exec on it resumes it too, unless
+        ``auto_resume`` is off). Idempotent."""
+        return self._update(self._client.api.request("POST", self._path("/resume")))
+
+    def update(
+        self,
+        ttl_seconds: Optional[int] = None,
+        ttl_action: Optional[str] = None,
+        idle_timeout_seconds: Optional[int] = None,
+        auto_resume: Optional[bool] = None,
+        public: Optional[bool] = None,
+    ) -> "Sandbox":
+        """Change the lifecycle policy; ``ttl_seconds`` restarts the TTL from now."""
+        body = _drop_none(
+            {
+                "ttl_seconds": ttl_seconds,
+                "ttl_action": ttl_action,
+                "idle_timeout_seconds": idle_timeout_seconds,
+                "auto_resume": auto_resume,
+                "public": public,
+            }
+        )
+        return self._update(self._client.api.request("PATCH", self._path(), body=body))
+
+    def set_timeout(self, seconds: int) -> "Sandbox":
+        """Extend the TTL: the sandbox now expires ``seconds`` from now."""
+        return self._update(self._client.api.request("POST", self._path("/timeout"), body={"timeout_seconds": seconds}))
+
+    def snapshot(self, name: str) -> "Snapshot":
+        """Capture this sandbox's files as the immutable named snapshot ``name``.
+
+        A running sandbox is frozen only for the copy and keeps running.
+        """
+        return Snapshot(self._client, self._client.api.request("POST", self._path("/snapshot"), body={"name": name}))
+
+    def fork(self, count: Optional[int] = None) -> Any:
+        """New running sandboxes with a copy-on-write view of this one's files.
+
+        ``fork()`` returns one :class:`Sandbox`; ``fork(count=K)`` returns a list of K.
+        """
+        body = {} if count is None else {"count": count}
+        d = self._client.api.request("POST", self._path("/fork"), body=body) or {}
+        made = [Sandbox(self._client, s) for s in (d.get("sandboxes") or [])]
+        return made[0] if count is None else made
+
+    def get_url(self, port: int, path: str = "/") -> str:
+        """The URL that reaches ``port`` inside the sandbox through the daemon's port proxy
+        (send the API key or this sandbox's token as a Bearer header)."""
+        api = self._client.api
+        return "%s://%s:%d%s/v1/sandboxes/%s/ports/%d%s" % (
+            api._scheme, api._host, api._port, api._prefix, _seg(self.id), int(port),
+            path if path.startswith("/") else "/" + path)
+
+    def delete(self) -> Any:
+        """Delete the sandbox; returns the daemon's answer."""
+        return self._client.api.request("DELETE", self._path())
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self.delete()
+        except NotFoundError:
+            pass
+        except SbxError as e:
+            if exc_type is None:
+                raise
+            # Do not hide the exception that ended the block.
+            warnings.warn("could not delete sandbox %s: %s" % (self._id, e), RuntimeWarning)
+
+    # -- exec -------------------------------------------------------------
+
+    def exec(
+        self,
+        cmd: Union[str, Sequence[str]],
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Dict[str, str]] = None,
+        stdin: Optional[str] = None,
+        timeout_seconds: Optional[int] = None,
+        check: bool = False,
+        on_stdout: Optional[Callback] = None,
+        on_stderr: Optional[Callback] = None,
+    ) -> ExecResult:
+        """Run a command in the sandbox and wait for it.
+
+        ``cmd`` is a string (run by ``/bin/sh -c``) or a list of strings (argv,
+        no shell). With ``on_stdout``/``on_stderr`` the output is streamed and
+        each callback gets ``str`` chunks as they arrive; the returned result
+        still holds the whole output. With ``check=True`` a non-zero exit code
+        raises :class:`sbx.ExecError`.
+        """
+        if isinstance(cmd, str):
+            cmd_value: Any = cmd
+        else:
+            cmd_value = [str(a) for a in cmd]
+            if not cmd_value:
+                raise ValueError("cmd must not be an empty list")
+        body = _drop_none(
+            {
+                "cmd": cmd_value,
+                "cwd": cwd,
+                "env": dict(env) if env is not None else None,
+                "stdin": stdin,
+                "timeout_seconds": timeout_seconds,
+            }
+        )
+        limit = timeout_seconds if timeout_seconds is not None else _SERVER_EXEC_TIMEOUT
+        http_timeout = max(self._client.api.timeout, float(limit) + _EXEC_GRACE)
+
+        if on_stdout is None and on_stderr is None:
+            d = self._client.api._call("POST", self._path("/exec"), body=body, timeout=http_timeout)
+            result = ExecResult._from_json(d or {})
+        else:
+            result = self._exec_stream(body, http_timeout, on_stdout, on_stderr)
+        if check and result.exit_code != 0:
+            raise ExecError(result)
+        return result
+
+    def _exec_stream(
+        self,
+        body: Dict[str, Any],
+        http_timeout: float,
+        on_stdout: Optional[Callback],
+        on_stderr: Optional[Callback],
+    ) -> ExecResult:
+        api = self._client.api
+        conn, resp = api._open_stream("POST", self._path("/exec"), body, http_timeout)
+        try:
+            ctype = (resp.getheader("Content-Type") or "").lower()
+            if "ndjson" not in ctype:
+                # The daemon answered with a plain JSON result: replay it.
+                d = _decode(resp.status, resp.reason, resp.read()) or {}
+                result = ExecResult._from_json(d)
+                if on_stdout is not None and result.stdout:
+                    on_stdout(result.stdout)
+                if on_stderr is not None and result.stderr:
+                    on_stderr(result.stderr)
+                return result
+            out: List[str] = []
+            err: List[str] = []
+            while True:
+                try:
+                    line = resp.readline()
+                except socket.timeout as e:
+                    raise SbxConnectionError("exec stream timed out after %gs" % http_timeout) from e
+                except (OSError, http.client.HTTPException) as e:
+                    raise SbxConnectionError("exec stream broke: %s" % e) from e
+                if not line:
+                    raise SbxConnectionError("exec stream ended before the command finished")
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    ev = json.loads(line.decode("utf-8", errors="replace"))
+                except ValueError:
+                    continue
+                if not isinstance(ev, dict):
+                    continue
+                kind = ev.get("type")
+                if kind == "stdout":
+                    chunk = ev.get("data") or ""
+                    out.append(chunk)
+                    if on_stdout is not None and chunk:
+                        on_stdout(chunk)
+                elif kind == "stderr":
+                    chunk = ev.get("data") or ""
+                    err.append(chunk)
+                    if on_stderr is not None and chunk:
+                        on_stderr(chunk)
+                elif kind == "exit":
+                    return ExecResult._from_json(ev, stdout="".join(out), stderr="".join(err))
+                elif kind == "error":
+                    raise error_from_payload(None, ev)
+                # "keepalive" and unknown events are ignored.
+        finally:
+            conn.close()
