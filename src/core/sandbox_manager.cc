@@ -714,9 +714,10 @@ void SandboxManager::TeardownLoop() {
       }
       mu_.lock();
     }
+    // The checkpoint goes before the sandbox's folder: a folder gone means all of it is.
     Status st = rt->Stop(id, inst);
-    if (st.ok()) st = rt->Destroy(id, DirOf(id));
     if (st.ok()) st = rt->DropCheckpoint(CheckpointDir(id));
+    if (st.ok()) st = rt->Destroy(id, DirOf(id));
     if (st.ok()) st = store_->DeleteSandbox(id);
     if (!st.ok()) SBX_LOG(kError) << "teardown of " << id << ": " << st.error().message;
     {

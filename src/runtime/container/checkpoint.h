@@ -1,0 +1,55 @@
+// The container wall's checkpoints, with CRIU: a hibernate saves the sandbox's whole
+// process tree into a folder it owns (CRIU's images, `host-binds`: the sources of the
+// external mounts, and last `complete`), and a restore makes the tree again in the
+// sandbox's cgroup. Also the pieces the container runtime's files share. Internal to
+// src/runtime/container.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/result.h"
+#include "runtime/cgroup.h"
+#include "runtime/runtime.h"
+
+namespace sbx::runtime {
+
+class NsOwners;
+
+// The cgroup (below each hierarchy's root) of the sandbox `id`.
+inline std::string CgroupName(const ContainerOptions& o, const std::string& id) {
+  return "sbx-" + o.instance + "/" + id;
+}
+// The sandbox's layers as paths relative to its folder, topmost first.
+std::vector<std::string> RelativeLayers(const StartSpec& spec);
+// How sbxd reaches the agent whose init is `pid`.
+Result<agent::DialerPtr> AgentOf(pid_t pid);
+// Kernel files that a sandbox sees in place of the host's: their name in the sandbox's
+// `kernel` folder, and their path inside.
+extern const std::pair<const char*, const char*> kKernelFiles[2];
+
+class Checkpointer {
+ public:
+  Checkpointer(const ContainerOptions* o, CgroupMode mode, NsOwners* owners) : o_(*o), mode_(mode), owners_(owners) {}
+  // The sandbox must be running (its init alive).
+  Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& images);
+  bool HasCheckpoint(const std::string& dir);
+  Status DropCheckpoint(const std::string& dir);
+  Result<Instance> Restore(const StartSpec& spec, const std::string& images);
+
+ private:
+  Result<std::vector<std::pair<std::string, std::string>>> HostBinds(const StartSpec& spec, pid_t pid) const;
+  Status RunCriu(std::vector<std::string> args, const std::string& images, const std::string& log,
+                 const std::string& what, uid_t owner, const std::function<Status(pid_t)>& before_exec = nullptr);
+  Status Dump(const StartSpec& spec, const Instance& inst, const std::string& images);
+
+  const ContainerOptions& o_;
+  CgroupMode mode_;
+  NsOwners* owners_;
+};
+
+}  // namespace sbx::runtime
