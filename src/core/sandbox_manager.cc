@@ -396,6 +396,7 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
   FaultPoint("create.started");
   std::unique_lock<std::mutex> lock(mu_);
   e->busy = false;
+  settled_cv_.notify_all();
   bool deleted = sandboxes_.find(r.id) == sandboxes_.end();
   if (!inst.ok()) {
     // Nothing of a failed create stays: no row, no files, no cgroup.
@@ -695,24 +696,26 @@ void SandboxManager::TeardownLoop() {
     runtime::Instance inst;
     runtime::Runtime* rt = runtimes_->layers();
     bool cancelled = false;
-    while (true) {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = deleting_.find(id);
-      if (it != deleting_.end()) rt = &Rt(it->second->rec);
-      if (it == deleting_.end() || (!it->second->busy && it->second->captures == 0)) {
-        if (it != deleting_.end()) inst = it->second->inst;
-        break;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (true) {
+        auto it = deleting_.find(id);
+        if (it != deleting_.end()) rt = &Rt(it->second->rec);
+        if (it == deleting_.end() || (!it->second->busy && it->second->captures == 0)) {
+          if (it != deleting_.end()) inst = it->second->inst;
+          break;
+        }
+        if (it->second->restoring && !cancelled) {
+          cancelled = true;
+          lock.unlock();
+          Status killed = rt->Stop(id, runtime::Instance());
+          if (!killed.ok()) SBX_LOG(kWarn) << "cancelling the restore of " << id << ": " << killed.error().message;
+          lock.lock();
+          continue;
+        }
+        // Woken when a transition or a capture ends (the timeout only bounds a missed wake).
+        settled_cv_.wait_for(lock, std::chrono::milliseconds(200));
       }
-      bool cancel = it->second->restoring && !cancelled;
-      mu_.unlock();
-      if (cancel) {
-        cancelled = true;
-        Status killed = rt->Stop(id, runtime::Instance());
-        if (!killed.ok()) SBX_LOG(kWarn) << "cancelling the restore of " << id << ": " << killed.error().message;
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-      mu_.lock();
     }
     // The checkpoint goes before the sandbox's folder: a folder gone means all of it is.
     Status st = rt->Stop(id, inst);
@@ -724,6 +727,7 @@ void SandboxManager::TeardownLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       deleting_.erase(id);
     }
+    settled_cv_.notify_all();
     CollectLayers();
     {
       std::lock_guard<std::mutex> lock(tq_mu_);
@@ -748,6 +752,7 @@ Status SandboxManager::StopLocked(std::unique_lock<std::mutex>& lock, const std:
   Status st = rt.Stop(id, inst);
   lock.lock();
   e->busy = false;
+  settled_cv_.notify_all();
   if (!st.ok()) return st.error().Wrap("stopping " + id);
   if (e->rec.state == "deleting") return OkStatus();
   // A hibernated sandbox's checkpoint goes: a start boots it afresh.
@@ -793,6 +798,7 @@ Result<SandboxView> SandboxManager::Start(const std::string& id) {
   auto inst = rt.Start(spec);
   lock.lock();
   e->busy = false;
+  settled_cv_.notify_all();
   if (!inst.ok()) return inst.error();
   if (e->rec.state == "deleting") return MakeError(Code::kNotFound, "sandbox " + id + " was deleted");
   e->inst = *inst;
@@ -844,6 +850,7 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
   ScopeExit release([&] {
     std::lock_guard<std::mutex> lock(mu_);
     --e->captures;
+    settled_cv_.notify_all();
   });
   SBX_RETURN_IF_ERROR(CheckDataDirSpace());
   std::string base = opts_.data_dir + "/layers";
@@ -911,18 +918,19 @@ Status SandboxManager::DeleteDisk(const std::string& id) {
         if (d == id || d == disk.id || d == disk.name) keys.push_back(key);
     for (const auto& key : keys) DropPool(key);
   }
-  for (int i = 0; i < 1000; ++i) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
+  {
+    // A teardown that still holds the disk is waited for (at most 10 s).
+    std::unique_lock<std::mutex> lock(mu_);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (true) {
       for (const auto& [sid, e] : sandboxes_)
         if (UsesDisk(e->rec, disk.id))
           return MakeError(Code::kFailedPrecondition, "disk " + disk.id + " is in use by sandbox " + sid);
       bool tearing_down = false;
       for (const auto& [sid, e] : deleting_)
         if (UsesDisk(e->rec, disk.id)) tearing_down = true;
-      if (!tearing_down) break;
+      if (!tearing_down || settled_cv_.wait_until(lock, deadline) == std::cv_status::timeout) break;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a teardown still holds it
   }
   return disks_->Delete(disk.id);
 }
@@ -1422,6 +1430,7 @@ Status SandboxManager::PauseLocked(std::unique_lock<std::mutex>& lock, const std
   FaultPoint("pause.done");
   lock.lock();
   e->busy = false;
+  settled_cv_.notify_all();
   if (!st.ok()) return st.error().Wrap("pausing " + id);
   if (e->rec.state == "deleting") return MakeError(Code::kNotFound, "sandbox " + id + " was deleted");
   CloseBilling(e->rec);
@@ -1473,6 +1482,7 @@ Status SandboxManager::ResumeLocked(std::unique_lock<std::mutex>& lock, const st
   }
   lock.lock();
   e->busy = false;
+  settled_cv_.notify_all();
   e->restoring = false;
   if (e->rec.state == "deleting") {
     if (hibernated && st.ok()) (void)rt.Stop(id, restored);

@@ -353,6 +353,8 @@ class SandboxManager {
   std::map<std::string, std::deque<std::shared_ptr<Entry>>> pool_;        // by layers_json
   int64_t pool_claims_ = 0;
   std::condition_variable pool_cv_;
+  // Notified (with mu_) when a sandbox's transition or capture ends, or a teardown finishes.
+  std::condition_variable settled_cv_;
   std::thread pool_thread_;
 
   std::mutex tq_mu_;
