@@ -12,6 +12,7 @@ namespace sbx::cli {
 namespace {
 
 bool g_raw = false;
+constexpr char kHex[] = "0123456789abcdef";
 
 // `cat -v` style: ^[ for ESC, ^? for DEL, \u009b for a C1 control.
 void Neutralise(std::string_view in, std::string* out) {
@@ -25,7 +26,6 @@ void Neutralise(std::string_view in, std::string* out) {
     } else if (c == 0xc2 && i + 1 < in.size() && static_cast<unsigned char>(in[i + 1]) >= 0x80 &&
                static_cast<unsigned char>(in[i + 1]) <= 0x9f) {
       // U+0080..U+009F in UTF-8: C1 controls (CSI is U+009B).
-      static const char kHex[] = "0123456789abcdef";
       unsigned char c1 = static_cast<unsigned char>(in[++i]);
       *out += "\\u00";
       out->push_back(kHex[c1 >> 4]);
@@ -33,7 +33,6 @@ void Neutralise(std::string_view in, std::string* out) {
     } else if (c >= 0x80 && c <= 0x9f) {
       // A lone 8-bit C1 byte (not UTF-8): a terminal in 8-bit mode would obey it.
       *out += "\\x";
-      static const char kHex[] = "0123456789abcdef";
       out->push_back(kHex[c >> 4]);
       out->push_back(kHex[c & 15]);
     } else {

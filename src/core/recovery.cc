@@ -44,10 +44,7 @@ Status SandboxManager::Recover() {
   std::vector<std::string> layers_in_use;
   for (auto& r : rows) {
     known_ids.insert(r.id);
-    auto layers = json::parse(r.layers_json, nullptr, false);
-    if (layers.is_array())
-      for (const auto& l : layers)
-        if (l.is_string()) layers_in_use.push_back(l.get<std::string>());
+    for (auto& l : LayerPaths(r.layers_json)) layers_in_use.push_back(std::move(l));
     // A serverless call's sandbox outlives its call only by a crash: nobody waits for
     // its answer any more, so it goes (its disk keeps whatever the command wrote).
     if (r.billing == "call" && r.state != "deleting") {
@@ -155,12 +152,8 @@ Status SandboxManager::Recover() {
     }
   auto snaps = store_->ListSnapshots();
   if (snaps.ok())
-    for (const auto& sn : *snaps) {
-      auto layers = json::parse(sn.layers_json, nullptr, false);
-      if (layers.is_array())
-        for (const auto& l : layers)
-          if (l.is_string()) layers_in_use.push_back(l.get<std::string>());
-    }
+    for (const auto& sn : *snaps)
+      for (auto& l : LayerPaths(sn.layers_json)) layers_in_use.push_back(std::move(l));
   images_->CollectGarbage(layers_in_use);
   CollectLayers();
   return OkStatus();

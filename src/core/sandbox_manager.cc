@@ -107,13 +107,19 @@ SandboxManager::~SandboxManager() {
   for (auto& t : teardown_threads_) t.join();
 }
 
+std::vector<std::string> SandboxManager::LayerPaths(const std::string& layers_json) {
+  std::vector<std::string> out;
+  auto arr = json::parse(layers_json, nullptr, false);
+  if (arr.is_array())
+    for (const auto& l : arr)
+      if (l.is_string()) out.push_back(l.get<std::string>());
+  return out;
+}
+
 runtime::StartSpec SandboxManager::SpecOf(const SandboxRecord& r) const {
   runtime::StartSpec s;
   s.id = r.id;
-  auto layers = json::parse(r.layers_json, nullptr, false);
-  if (layers.is_array())
-    for (const auto& l : layers)
-      if (l.is_string()) s.layers.push_back(l.get<std::string>());
+  s.layers = LayerPaths(r.layers_json);
   s.dir = DirOf(r.id);
   s.hostname = r.id;
   auto ds = json::parse(r.disks_json, nullptr, false);
@@ -277,11 +283,7 @@ Result<SandboxView> SandboxManager::Create(const CreateRequest& req) {
     if (!req.image.empty())
       return MakeError(Code::kInvalidArgument, "give either image or from, not both");
     SBX_ASSIGN_OR_RETURN(auto snap, GetSnapshot(req.from));
-    std::vector<std::string> layers;
-    auto arr = json::parse(snap.layers_json, nullptr, false);
-    if (arr.is_array())
-      for (const auto& l : arr)
-        if (l.is_string()) layers.push_back(l.get<std::string>());
+    std::vector<std::string> layers = LayerPaths(snap.layers_json);
     if (layers.empty()) return MakeError(Code::kInternal, "snapshot " + req.from + " has no layers");
     return CreateOn(req, snap.image, layers);
   }
@@ -842,10 +844,7 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
     running = e->rec.state == "running";
     ++e->captures;
     ++capture_starts_;
-    auto arr = json::parse(e->rec.layers_json, nullptr, false);
-    if (arr.is_array())
-      for (const auto& l : arr)
-        if (l.is_string()) layers.push_back(l.get<std::string>());
+    layers = LayerPaths(e->rec.layers_json);
   }
   ScopeExit release([&] {
     std::lock_guard<std::mutex> lock(mu_);
@@ -936,22 +935,19 @@ Status SandboxManager::DeleteDisk(const std::string& id) {
 }
 
 std::string SandboxManager::ShellFor(const SandboxView& v) const {
-  auto layers = json::parse(v.rec.layers_json, nullptr, false);
-  if (layers.is_array())
-    for (const auto& l : layers) {
-      if (!l.is_string()) continue;
-      // Resolved inside the layer (a tenant's layer may hold symlinks that point anywhere).
-      UniqueFd root(::open(l.get<std::string>().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-      if (!root.valid()) continue;
-      for (const char* p : {"usr/bin/bash", "bin/bash"}) {
-        struct open_how how = {};
-        how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
-        how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-        UniqueFd f(static_cast<int>(::syscall(SYS_openat2, root.get(), p, &how, sizeof how)));
-        struct stat st;
-        if (f.valid() && ::fstat(f.get(), &st) == 0 && S_ISREG(st.st_mode)) return "/bin/bash";
-      }
+  for (const auto& l : LayerPaths(v.rec.layers_json)) {
+    // Resolved inside the layer (a tenant's layer may hold symlinks that point anywhere).
+    UniqueFd root(::open(l.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root.valid()) continue;
+    for (const char* p : {"usr/bin/bash", "bin/bash"}) {
+      struct open_how how = {};
+      how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
+      how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+      UniqueFd f(static_cast<int>(::syscall(SYS_openat2, root.get(), p, &how, sizeof how)));
+      struct stat st;
+      if (f.valid() && ::fstat(f.get(), &st) == 0 && S_ISREG(st.st_mode)) return "/bin/bash";
     }
+  }
   return "/bin/sh";
 }
 
@@ -1091,11 +1087,7 @@ Status SandboxManager::DeleteSnapshot(const std::string& name) {
   if (!removed) return MakeError(Code::kNotFound, "snapshot \"" + name + "\" not found");
   if (snap.ok() && snap->has_value()) {
     // Warm sandboxes of the snapshot (on any runtime, with or without disks) go.
-    std::vector<std::string> layers;
-    auto arr = json::parse((*snap)->layers_json, nullptr, false);
-    if (arr.is_array())
-      for (const auto& l : arr)
-        if (l.is_string()) layers.push_back(l.get<std::string>());
+    std::vector<std::string> layers = LayerPaths((*snap)->layers_json);
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<std::string> keys;
     for (const auto& [key, k] : wanted_)
@@ -1125,10 +1117,7 @@ void SandboxManager::CollectLayers() {
   }
   std::set<std::string> used;
   auto add = [&](const std::string& layers_json) {
-    auto arr = json::parse(layers_json, nullptr, false);
-    if (arr.is_array())
-      for (const auto& l : arr)
-        if (l.is_string()) used.insert(l.get<std::string>());
+    for (auto& l : LayerPaths(layers_json)) used.insert(std::move(l));
   };
   auto rows = store_->ListSandboxes();
   auto snaps = store_->ListSnapshots();

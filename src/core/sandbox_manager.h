@@ -311,7 +311,9 @@ class SandboxManager {
   void OpenBilling(storage::SandboxRecord& r);                 // mu_ held
   // kResourceExhausted if `add` more live sandboxes of this size would pass a quota.
   Status CheckQuotaLocked(int add, int64_t memory_mb, int64_t disk_mb) const;  // mu_ held
-  int64_t CommittedDiskMbLocked() const;                                        // mu_ held
+  int64_t CommittedDiskMbLocked() const;
+  // The layer paths of a record's or snapshot's layers_json, topmost first.
+  static std::vector<std::string> LayerPaths(const std::string& layers_json);                                        // mu_ held
   // The disk_mb a new sandbox of `type` gets for `req`.
   int64_t DiskMbFor(const CreateRequest& req, const SandboxType& type) const;
   // mode "freeze" or "hibernate".

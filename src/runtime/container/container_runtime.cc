@@ -92,8 +92,10 @@ Status WriteKernelFiles(const std::string& dir) {
   id[16] = "89ab"[id[16] % 4];
   std::string uuid = id.substr(0, 8) + "-" + id.substr(8, 4) + "-" + id.substr(12, 4) + "-" + id.substr(16, 4) + "-" +
                      id.substr(20);
-  SBX_RETURN_IF_ERROR(fs::WriteFileAtomic(k + "/cmdline", "ro quiet\n", 0444));
-  return fs::WriteFileAtomic(k + "/boot_id", uuid + "\n", 0444);
+  // Plain writes (no fsync on the start path): the files serve a sandbox that runs or is
+  // hibernated, neither of which outlives a host crash. The command line never changes.
+  if (!fs::Exists(k + "/cmdline")) SBX_RETURN_IF_ERROR(fs::WriteFile(k + "/cmdline", "ro quiet\n", true, 0444));
+  return fs::WriteFile(k + "/boot_id", uuid + "\n", true, 0444);
 }
 
 // What the clone child runs with, prepared before the clone.

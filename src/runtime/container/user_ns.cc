@@ -16,11 +16,9 @@ namespace sbx::runtime {
 Result<uid_t> NsOwners::Take(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = taken_.find(id); it != taken_.end()) return it->second;
-  std::map<uid_t, bool> used;
-  for (const auto& [_, u] : taken_) used[u] = true;
   for (uid_t i = 0; i < count_; ++i) {
     uid_t u = base_ + (next_++ % count_);
-    if (used.count(u)) continue;
+    if (!in_use_.insert(u).second) continue;
     taken_[id] = u;
     return u;
   }
@@ -32,12 +30,17 @@ void NsOwners::Note(const std::string& id, pid_t init) {
   auto u = UserNsOwner(init);
   if (!u.ok() || *u < base_ || *u - base_ >= count_) return;
   std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = taken_.find(id); it != taken_.end()) in_use_.erase(it->second);
   taken_[id] = *u;
+  in_use_.insert(*u);
 }
 
 void NsOwners::Release(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  taken_.erase(id);
+  auto it = taken_.find(id);
+  if (it == taken_.end()) return;
+  in_use_.erase(it->second);
+  taken_.erase(it);
 }
 
 Result<uid_t> UserNsOwner(pid_t pid) {

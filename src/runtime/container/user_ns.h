@@ -9,6 +9,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ class NsOwners {
   uid_t base_, count_;
   std::mutex mu_;
   std::map<std::string, uid_t> taken_;
+  std::set<uid_t> in_use_;  // the values of taken_
   uid_t next_ = 0;
 };
 
