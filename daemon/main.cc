@@ -402,7 +402,7 @@ int Run(int argc, char** argv) {
   if (auto st = disk_store.MountAll(); !st.ok()) return fail(st.error().Wrap("mounting disks"));
   manager.AttachDisks(&disk_store);
   if (auto st = manager.Recover(); !st.ok()) return fail(st.error().Wrap("recovering state"));
-  if (auto st = manager.LoadSecrets(); !st.ok()) return fail(st.error().Wrap("loading secrets"));
+  if (auto st = manager.secrets().Load(); !st.ok()) return fail(st.error().Wrap("loading secrets"));
 
   asio::io_context io;
   asio::thread_pool pool(8);

@@ -40,16 +40,14 @@ const char* ErrorCode(Code c) {
   return "internal";
 }
 
-Response ErrorResponse(int status, const char* code, const std::string& message) {
+Response ErrorResponse(Code code, const std::string& message) {
   Response r;
-  r.status = status;
-  nlohmann::json j = {{"error", {{"code", code}, {"message", message}}}};
+  r.status = HttpStatus(code);
+  nlohmann::json j = {{"error", {{"code", ErrorCode(code)}, {"message", message}}}};
   r.body = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return r;
 }
 
-Response ErrorResponse(const Error& e) {
-  return ErrorResponse(HttpStatus(e.code), ErrorCode(e.code), e.message);
-}
+Response ErrorResponse(const Error& e) { return ErrorResponse(e.code, e.message); }
 
 }  // namespace sbx::api

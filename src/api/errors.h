@@ -9,6 +9,7 @@ namespace sbx::api {
 int HttpStatus(Code code);
 const char* ErrorCode(Code code);
 Response ErrorResponse(const Error& e);
-Response ErrorResponse(int status, const char* code, const std::string& message);
+// Handlers name an error by its code only; its status and body come from here.
+Response ErrorResponse(Code code, const std::string& message);
 
 }  // namespace sbx::api

@@ -110,16 +110,8 @@ asio::awaitable<Result<json>> Upload(agent::Conn* conn, const std::string* body_
 
 }  // namespace
 
-asio::awaitable<Status> Api::ResumeIfWanted(const std::string& id) {
-  if (!manager_->WantsResume(id)) co_return OkStatus();
-  // auto_resume: a paused sandbox wakes for the call.
-  std::function<Result<core::SandboxView>()> fn = [this, &id] { return manager_->Resume(id); };
-  auto v = co_await RunBlocking(pool_, &fn);
-  if (!v.ok() && v.error().code != Code::kFailedPrecondition) co_return v.error();
-  co_return OkStatus();
-}
-
-asio::awaitable<Response> Api::DispatchFiles(const std::string& pat, Request& req) {
+asio::awaitable<Response> Api::Files(Request& req) {
+  const std::string& pat = req.pattern;
   const std::string id = req.params["id"];
   const std::string& m = req.method;
   json op;
@@ -169,8 +161,7 @@ asio::awaitable<Response> Api::DispatchFiles(const std::string& pat, Request& re
       }
     }
   }
-  if (auto st = co_await ResumeIfWanted(id); !st.ok()) co_return ErrorResponse(st.error());
-  auto lease = manager_->LeaseAgent(id);
+  auto lease = co_await manager_->AcquireAgent(id);
   if (!lease.ok()) co_return ErrorResponse(lease.error());
   std::shared_ptr<core::AgentLease> held = *lease;
   std::string kind = op["op"];

@@ -15,6 +15,7 @@
 
 #include "api/errors.h"
 #include "api/http_types.h"
+#include "base/run_blocking.h"
 
 namespace sbx::api {
 
@@ -32,22 +33,7 @@ inline int64_t NowUs() {
 
 inline Response Bad(const std::string& msg) { return ErrorResponse(MakeError(Code::kInvalidArgument, msg)); }
 
-template <typename R>
-boost::asio::awaitable<void> CallInto(std::optional<R>* out, const std::function<R()>* fn) {
-  out->emplace((*fn)());
-  co_return;
-}
-
-// Runs a blocking call on the pool and resumes the caller's coroutine on its executor.
-// Only pointers cross into the coroutines: g++ 12 destroys some class-type coroutine
-// parameters (capturing closures among them) twice.
-template <typename R>
-boost::asio::awaitable<R> RunBlocking(boost::asio::thread_pool* pool, const std::function<R()>* fn) {
-  std::optional<R> out;
-  auto call = CallInto<R>(&out, fn);
-  co_await boost::asio::co_spawn(*pool, std::move(call), boost::asio::use_awaitable);
-  co_return std::move(*out);
-}
+using sbx::RunBlocking;
 
 // Text of `data` after `carry` (bytes held back from the last call), valid up to its last
 // whole UTF-8 sequence; a sequence cut at the end is held back in `carry`.

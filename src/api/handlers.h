@@ -7,6 +7,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,16 +15,30 @@
 #include <vector>
 
 #include "api/http_types.h"
+#include "base/run_blocking.h"
 #include "core/processes.h"
 #include "core/sandbox_manager.h"
 #include "layers/images.h"
 
 namespace sbx::api {
 
+class Api;
+
+// What a route's body is: none, a JSON object, raw bytes in memory, or a large body that
+// the server streams to a temporary file (req.body_file) before the handler runs.
+enum class Body { kNone, kJson, kRaw, kFile };
+// Who may call a route: anyone, the admin key only, or the admin key and the token of
+// the sandbox the route names ({id}).
+enum class Access { kPublic, kAdmin, kOwnSandbox };
+
 struct RouteInfo {
   const char* method;
   const char* pattern;  // segments in braces are parameters
-  bool large_body;      // the body is streamed to a temp file
+  Body body;
+  Access access;
+  // Decodes the request, makes one core call and renders its answer.
+  boost::asio::awaitable<Response> (Api::*handler)(Request&);
+  bool large_body() const { return body == Body::kFile; }
 };
 
 // Every route the server answers; the OpenAPI document must list exactly these and
@@ -76,13 +91,49 @@ class Api {
   core::ProcessTable* processes() { return processes_.get(); }
 
  private:
-  boost::asio::awaitable<Response> Dispatch(const RouteInfo& route, Request& req);
-  // The files and archive routes (file_routes.cc).
-  boost::asio::awaitable<Response> DispatchFiles(const std::string& pat, Request& req);
-  // The background-process routes (process_routes.cc).
-  boost::asio::awaitable<Response> DispatchProcesses(const std::string& pat, Request& req);
-  // Resumes a paused sandbox whose auto_resume is on (before an exec or a file call).
-  boost::asio::awaitable<Status> ResumeIfWanted(const std::string& id);
+  friend const std::vector<RouteInfo>& Routes();
+  using Handler = boost::asio::awaitable<Response>;
+  // admin_routes.cc
+  Handler Health(Request& req);
+  Handler OpenApi(Request& req);
+  Handler Metrics(Request& req);
+  Handler Usage(Request& req);
+  Handler ListSecrets(Request& req);
+  Handler SetSecret(Request& req);
+  Handler DeleteSecret(Request& req);
+  // sandbox_routes.cc
+  Handler CreateSandbox(Request& req);
+  Handler ListSandboxes(Request& req);
+  Handler GetSandbox(Request& req);
+  Handler UpdateSandbox(Request& req);
+  Handler DeleteSandbox(Request& req);
+  Handler SetTimeout(Request& req);
+  Handler StopSandbox(Request& req);
+  Handler StartSandbox(Request& req);
+  Handler PauseSandbox(Request& req);
+  Handler ResumeSandbox(Request& req);
+  Handler SnapshotSandbox(Request& req);
+  Handler ForkSandbox(Request& req);
+  // exec_routes.cc
+  Handler ExecInSandbox(Request& req);
+  // file_routes.cc: every files and archive route
+  Handler Files(Request& req);
+  // process_routes.cc: every background-process route
+  Handler Processes(Request& req);
+  // template_routes.cc: named snapshots and images
+  Handler ListSnapshots(Request& req);
+  Handler GetSnapshot(Request& req);
+  Handler DeleteSnapshot(Request& req);
+  Handler ListImages(Request& req);
+  Handler ImportImage(Request& req);
+  // disk_routes.cc
+  Handler CreateDisk(Request& req);
+  Handler ListDisks(Request& req);
+  Handler GetDisk(Request& req);
+  Handler DeleteDisk(Request& req);
+  Handler ReadDiskFile(Request& req);
+  Handler WriteDiskFile(Request& req);
+  Handler DiskExec(Request& req);
   // Who calls: the admin key, a sandbox's scoped token (for that sandbox), or nobody.
   struct Caller {
     enum Kind { kNone, kAdmin, kSandbox } kind = kNone;

@@ -26,6 +26,7 @@ struct Request {
   // from (its processes' cgroup), which is then the caller whatever the headers say.
   std::string via_sandbox;
   bool admin = false;  // the admin key came with it (set by Api::Refusal)
+  std::string pattern;  // the route it matched (set by Api::Match)
   std::string Header(const std::string& name) const {
     auto it = headers.find(name);
     return it == headers.end() ? "" : it->second;

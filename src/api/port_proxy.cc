@@ -188,7 +188,7 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
   const bool chunked_in = hp.chunked();
   const auto declared = hp.content_length();
   if (declared && *declared > limits.max_upload_bytes) {
-    Response answer = ErrorResponse(413, "too_large", "the request body is too large");
+    Response answer = ErrorResponse(Code::kTooLarge, "the request body is too large");
     co_await AnswerAndClose(stream, answer);
     co_return;
   }
@@ -255,8 +255,8 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
   if (sent != SendResult::kSent) {
     Response answer =
         sent == SendResult::kTooLarge
-            ? ErrorResponse(413, "too_large", "the request body is too large")
-            : ErrorResponse(503, "unavailable", "the sandbox's server did not take the request");
+            ? ErrorResponse(Code::kTooLarge, "the request body is too large")
+            : ErrorResponse(Code::kUnavailable, "the sandbox's server did not take the request");
     co_await AnswerAndClose(stream, answer);
     co_return;
   }
@@ -276,7 +276,7 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
     if (ec) {
       {
         Response answer = ErrorResponse(
-            503, "unavailable",
+            Code::kUnavailable,
             up_dog.fired() ? "the sandbox's server did not answer in time"
                            : "the sandbox's server sent no valid HTTP answer: " + ec.message());
         co_await AnswerAndClose(stream, answer);
@@ -291,7 +291,7 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
   const int code = res.result_int();
   if (code == 101 && !upgrade) {
     Response answer =
-        ErrorResponse(503, "unavailable", "the sandbox's server switched protocols unasked");
+        ErrorResponse(Code::kUnavailable, "the sandbox's server switched protocols unasked");
     co_await AnswerAndClose(stream, answer);
     co_return;
   }

@@ -64,7 +64,8 @@ std::string Line(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 }  // namespace
 
-asio::awaitable<Response> Api::DispatchProcesses(const std::string& pat, Request& req) {
+asio::awaitable<Response> Api::Processes(Request& req) {
+  const std::string& pat = req.pattern;
   const std::string id = req.params["id"];
   if (pat == "/v1/sandboxes/{id}/processes" && req.method == "POST") {
     auto j = ParseObject(req.body, {"cmd", "cwd", "env", "tty", "cols", "rows"});
@@ -82,7 +83,6 @@ asio::awaitable<Response> Api::DispatchProcesses(const std::string& pat, Request
     if (e.cols < 1 || e.cols > 10000 || e.rows < 1 || e.rows > 10000)
       co_return Bad("cols and rows must be between 1 and 10000");
     if (auto st = DecodeCommand(*j, &e); !st.ok()) co_return ErrorResponse(st.error());
-    if (auto st = co_await ResumeIfWanted(id); !st.ok()) co_return ErrorResponse(st.error());
     auto ex = co_await asio::this_coro::executor;
     auto started = co_await processes_->Start(ex, id, std::move(e));
     if (!started.ok()) co_return ErrorResponse(started.error());

@@ -12,11 +12,11 @@ namespace sbx::api {
 namespace {
 
 const std::vector<RouteInfo> kProxyRoutes = {
-    {"GET", "/v1/sandboxes/{id}/ports/{port}/{path}", false},
-    {"POST", "/v1/sandboxes/{id}/ports/{port}/{path}", false},
-    {"PUT", "/v1/sandboxes/{id}/ports/{port}/{path}", false},
-    {"PATCH", "/v1/sandboxes/{id}/ports/{port}/{path}", false},
-    {"DELETE", "/v1/sandboxes/{id}/ports/{port}/{path}", false},
+    {"GET", "/v1/sandboxes/{id}/ports/{port}/{path}", Body::kRaw, Access::kOwnSandbox, nullptr},
+    {"POST", "/v1/sandboxes/{id}/ports/{port}/{path}", Body::kRaw, Access::kOwnSandbox, nullptr},
+    {"PUT", "/v1/sandboxes/{id}/ports/{port}/{path}", Body::kRaw, Access::kOwnSandbox, nullptr},
+    {"PATCH", "/v1/sandboxes/{id}/ports/{port}/{path}", Body::kRaw, Access::kOwnSandbox, nullptr},
+    {"DELETE", "/v1/sandboxes/{id}/ports/{port}/{path}", Body::kRaw, Access::kOwnSandbox, nullptr},
 };
 
 Result<int> ParsePort(std::string_view s) {
@@ -75,7 +75,7 @@ std::optional<Result<ProxyTarget>> Api::ProxyRoute(const Request& req, std::stri
 
 std::optional<Response> Api::Unauthenticated(const Request& req) const {
   if (Authorize(req).kind != Caller::kNone) return std::nullopt;
-  return ErrorResponse(401, "unauthorized", "a valid API key or a sandbox's token is required (Authorization: Bearer ...)");
+  return ErrorResponse(Code::kUnauthenticated, "a valid API key or a sandbox's token is required (Authorization: Bearer ...)");
 }
 
 std::optional<Response> Api::ProxyRefusal(const ProxyTarget& t, const Request& req) const {
@@ -83,18 +83,16 @@ std::optional<Response> Api::ProxyRefusal(const ProxyTarget& t, const Request& r
   // A `public` sandbox's ports are open to anyone who reaches sbxd.
   if (caller.kind == Caller::kNone && manager_->PortsArePublic(t.id)) return std::nullopt;
   if (caller.kind == Caller::kNone)
-    return ErrorResponse(401, "unauthorized", "a valid API key or this sandbox's token is required (Authorization: Bearer ...)");
+    return ErrorResponse(Code::kUnauthenticated, "a valid API key or this sandbox's token is required (Authorization: Bearer ...)");
   if (caller.kind == Caller::kSandbox && caller.sandbox != t.id)
-    return ErrorResponse(403, "forbidden", "a sandbox token may only reach its own sandbox's ports");
+    return ErrorResponse(Code::kPermissionDenied, "a sandbox token may only reach its own sandbox's ports");
   return std::nullopt;
 }
 
 boost::asio::awaitable<Result<std::shared_ptr<core::AgentLease>>> Api::ProxyLease(const std::string& id) {
   // Port traffic counts as activity for the idle policy, and wakes a paused sandbox.
   manager_->Touch(id);
-  auto st = co_await ResumeIfWanted(id);
-  if (!st.ok()) co_return st.error();
-  co_return manager_->LeaseAgent(id);
+  co_return co_await manager_->AcquireAgent(id);
 }
 
 }  // namespace sbx::api

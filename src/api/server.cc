@@ -145,7 +145,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
     if (hr.failure == HeaderFailure::kClosed || hr.failure == HeaderFailure::kTimedOut) break;
     if (hr.failure != HeaderFailure::kNone) {
       {
-        Response answer = ErrorResponse(400, "invalid_request", hr.message);
+        Response answer = ErrorResponse(Code::kInvalidArgument, hr.message);
         co_await AnswerAndClose(stream, answer);
       }
       break;
@@ -176,7 +176,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
         if (!held) {
           {
             Response answer = ErrorResponse(
-                503, "unavailable", "too many open connections to sandbox " + t.id + "; try again");
+                Code::kUnavailable, "too many open connections to sandbox " + t.id + "; try again");
             co_await AnswerAndClose(stream, answer);
           }
         } else {
@@ -191,7 +191,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
     std::optional<Response> early;
     if (!route) {
       std::string shown = req.path.size() > 200 ? req.path.substr(0, 200) + "..." : req.path;
-      early = ErrorResponse(404, "not_found", "no route for " + req.method + " " + shown);
+      early = ErrorResponse(Code::kNotFound, "no route for " + req.method + " " + shown);
     } else if (auto refused = api->Refusal(*route, req)) {
       early = std::move(refused);
     }
@@ -202,11 +202,10 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
     }
     uint64_t limit = limits.small_body_bytes;
     if (route && req.admin)
-      limit = route->large_body ? limits.max_upload_bytes : limits.max_body_bytes;
+      limit = route->large_body() ? limits.max_upload_bytes : limits.max_body_bytes;
     if (!early && hp.content_length() && *hp.content_length() > limit)
       early = ErrorResponse(
-          413, "too_large",
-          "the request body is too large (at most " + std::to_string(limit) + " bytes here)");
+          Code::kTooLarge, "the request body is too large (at most " + std::to_string(limit) + " bytes here)");
     if (early) {
       if (hp.is_done() && keep) {  // no body to skip: the connection goes on
         if (!co_await WriteResponse(stream, *early, true)) break;
@@ -223,7 +222,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       if (ec) break;
     }
     std::string tmp_file;
-    if (route->large_body) {
+    if (route->large_body()) {
       tmp_file = api->tmp_dir() + "/upload-" + RandomHex(8);
       http::request_parser<http::file_body> fp{std::move(hp)};
       fp.body_limit(limit);
@@ -231,7 +230,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       if (ec) {
         {
           Response answer =
-              ErrorResponse(500, "internal", "cannot store the upload: " + ec.message());
+              ErrorResponse(Code::kInternal, "cannot store the upload: " + ec.message());
           co_await AnswerAndClose(stream, answer);
         }
         break;
@@ -249,7 +248,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       if (!tmp_file.empty()) ::unlink(tmp_file.c_str());
       if (ec == http::error::body_limit) {
         {
-          Response answer = ErrorResponse(413, "too_large", "the request body is too large");
+          Response answer = ErrorResponse(Code::kTooLarge, "the request body is too large");
           co_await AnswerAndClose(stream, answer);
         }
       } else if (ec != http::error::end_of_stream && ec != asio::error::eof &&
@@ -257,7 +256,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
                  ec != http::error::partial_message) {
         {
           Response answer =
-              ErrorResponse(400, "invalid_request", "malformed HTTP request: " + ec.message());
+              ErrorResponse(Code::kInvalidArgument, "malformed HTTP request: " + ec.message());
           co_await AnswerAndClose(stream, answer);
         }
       }

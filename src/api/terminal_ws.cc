@@ -43,15 +43,14 @@ asio::awaitable<void> Terminal(Stream& stream, http::request_parser<http::empty_
     parsed = false;
   }
   if (!parsed) {
-    Response bad = ErrorResponse(400, "invalid_request", "bad pid or since");
+    Response bad = ErrorResponse(Code::kInvalidArgument, "bad pid or since");
     co_await WriteResponse(stream, bad, false);
     co_return;
   }
   core::ProcessTable* table = api->processes();
   auto info = table->Get(id, pid);
   if (!info.ok() || !info->tty) {
-    Response bad = info.ok() ? ErrorResponse(409, "conflict",
-                                             "process " + std::to_string(pid) +
+    Response bad = info.ok() ? ErrorResponse(Code::kFailedPrecondition, "process " + std::to_string(pid) +
                                                  " has no terminal (start it with tty: true)")
                              : ErrorResponse(info.error());
     co_await WriteResponse(stream, bad, false);

@@ -60,7 +60,8 @@ asio::awaitable<Result<ProcessInfo>> ProcessTable::Start(asio::any_io_executor e
       co_return MakeError(Code::kResourceExhausted, "sandbox " + sandbox + " already runs " + std::to_string(running) +
                                                         " background processes (the limit)");
   }
-  auto prep = manager_->PrepareProcess(sandbox, req);
+  ExecRequest preq = req;
+  auto prep = co_await manager_->PrepareProcess(sandbox, std::move(preq));
   if (!prep.ok()) co_return prep.error();
   auto p = std::make_shared<Proc>(asio::make_strand(ex), ring_bytes_);
   p->lease = prep->lease;

@@ -21,15 +21,15 @@ std::map<std::string, Result<runtime::Instance>> SandboxManager::AdoptAll(
   std::map<std::string, Result<runtime::Instance>> out;
   std::vector<const storage::SandboxRecord*> todo;
   for (const auto& r : rows) {
-    bool hibernated = r.state == "paused" && r.pause_mode == "hibernate";
-    if ((r.state == "running" || r.state == "paused") && !hibernated && r.billing != "call") todo.push_back(&r);
+    bool hibernated = ParseState(r.state) == State::kPaused && r.pause_mode == "hibernate";
+    if ((ParseState(r.state) == State::kRunning || ParseState(r.state) == State::kPaused) && !hibernated && r.billing != "call") todo.push_back(&r);
   }
   for (size_t at = 0; at < todo.size(); at += kParallel) {
     std::vector<std::pair<std::string, std::future<Result<runtime::Instance>>>> batch;
     for (size_t i = at; i < std::min(todo.size(), at + kParallel); ++i) {
       const storage::SandboxRecord* r = todo[i];
       batch.emplace_back(r->id, std::async(std::launch::async, [this, r] {
-                           return Rt(*r).Adopt(SpecOf(*r), r->runtime_state, r->state == "paused");
+                           return Rt(*r).Adopt(SpecOf(*r), r->runtime_state, ParseState(r->state) == State::kPaused);
                          }));
     }
     for (auto& [id, f] : batch) out.emplace(id, f.get());
@@ -48,24 +48,24 @@ Status SandboxManager::Recover() {
     // A serverless call's sandbox outlives its call only by a crash: nobody waits for
     // its answer any more, so it goes (its disk keeps whatever the command wrote).
     if (r.billing == "call" && r.state != "deleting") {
-      CloseBilling(r);
-      r.state = "deleting";
+      metering_.Close(r);
+      r.state = StateName(State::kDeleting);
       SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
-      EnqueueTeardown(r.id);
+      teardowns_->Enqueue(r.id);
       continue;
     }
-    if (r.state == "deleting" || r.state == "pooled") {
+    if (ParseState(r.state) == State::kDeleting || ParseState(r.state) == State::kPooled) {
       // A warm-pool sandbox is cheaper to make again than to re-adopt.
-      if (r.state == "pooled") {
-        r.state = "deleting";
+      if (ParseState(r.state) == State::kPooled) {
+        r.state = StateName(State::kDeleting);
         SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
       }
-      EnqueueTeardown(r.id);
+      teardowns_->Enqueue(r.id);
       continue;
     }
     auto e = std::make_shared<Entry>();
     e->last_active_ms = Now();
-    const bool frozen = r.state == "paused";
+    const bool frozen = ParseState(r.state) == State::kPaused;
     const bool checkpointed = Rt(r).HasCheckpoint(CheckpointDir(r.id));
     if (frozen && r.pause_mode == "hibernate") {
       // Its processes are a checkpoint on disk: nothing to adopt (its cgroup stays).
@@ -76,47 +76,47 @@ Status SandboxManager::Recover() {
         live_ids.insert(r.id);
         SBX_LOG(kInfo) << "hibernated sandbox " << r.id << " stays hibernated";
       } else {
-        CloseBilling(r);
-        r.state = "error";
+        metering_.Close(r);
+        r.state = StateName(State::kError);
         r.error = "its checkpoint is missing (" + CheckpointDir(r.id) + ")";
         r.pause_mode.clear();
         r.paused_ms = 0;
         SBX_LOG(kWarn) << "sandbox " << r.id << ": " << r.error;
       }
-    } else if (r.state == "running" || frozen) {
+    } else if (ParseState(r.state) == State::kRunning || frozen) {
       // A frozen sandbox stays frozen: it is adopted without a word from its agent.
       auto inst = std::move(adopted.at(r.id));
       if (inst.ok()) {
         e->inst = *inst;
         live_ids.insert(r.id);
         SBX_LOG(kInfo) << "re-adopted " << r.state << " sandbox " << r.id;
-      } else if (r.state == "running" && checkpointed) {
+      } else if (ParseState(r.state) == State::kRunning && checkpointed) {
         // sbxd died between the checkpoint and recording it: the sandbox is hibernated.
-        CloseBilling(r);
-        r.state = "paused";
+        metering_.Close(r);
+        r.state = StateName(State::kPaused);
         r.pause_mode = "hibernate";
         r.paused_ms = Now();
         r.runtime_state.clear();
         live_ids.insert(r.id);
         SBX_LOG(kInfo) << "sandbox " << r.id << " was checkpointed as sbxd stopped: it is hibernated";
       } else {
-        CloseBilling(r);
-        r.state = "error";
+        metering_.Close(r);
+        r.state = StateName(State::kError);
         r.error = "its processes ended while sbxd was down (" + inst.error().message + ")";
         r.runtime_state.clear();
         r.pause_mode.clear();
         r.paused_ms = 0;
         SBX_LOG(kWarn) << "sandbox " << r.id << ": " << r.error;
       }
-    } else if (r.state == "creating") {
-      r.state = "error";
+    } else if (ParseState(r.state) == State::kCreating) {
+      r.state = StateName(State::kError);
       r.error = "sbxd stopped while the sandbox was being created";
       r.runtime_state.clear();
     }
     SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
     e->rec = r;
-    std::lock_guard<std::mutex> lock(mu_);
-    sandboxes_[r.id] = e;
+    Lock lock(table_.mu);
+    table_.Add(e);
   }
   // Kernel objects that belong to no live sandbox: kill and remove them.
   for (const auto& [kind, rt] : runtimes_->all()) {
@@ -143,9 +143,9 @@ Status SandboxManager::Recover() {
   auto saved = fs::ListDir(opts_.data_dir + "/hibernated");
   if (saved.ok())
     for (const auto& d : *saved) {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = sandboxes_.find(d);
-      if (it == sandboxes_.end() || it->second->rec.pause_mode != "hibernate") {
+      Lock lock(table_.mu);
+      EntryPtr e = table_.Get(d);
+      if (!e || e->rec.pause_mode != "hibernate") {
         SBX_LOG(kInfo) << "removing the spent checkpoint of " << d;
         (void)runtimes_->layers()->DropCheckpoint(CheckpointDir(d));
       }

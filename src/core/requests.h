@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/result.h"
+
 namespace sbx::core {
 
 struct CreateRequest {
@@ -54,5 +56,9 @@ struct UpdateRequest {
   std::optional<bool> auto_resume;
   std::optional<bool> public_ports;
 };
+
+// kInvalidArgument for an environment that a process cannot take (a name empty, over
+// 1024 bytes or holding '=', a NUL anywhere); `what` names it in the message.
+Status ValidateEnv(const std::map<std::string, std::string>& env, const char* what);
 
 }  // namespace sbx::core

@@ -259,7 +259,6 @@ TEST_F(ManagerTest, PauseStopsBillingAndTheTtlClockAndResumeRestartsThem) {
   EXPECT_EQ(manager_->Pause(id, "sleep").error().code, Code::kInvalidArgument);
   EXPECT_EQ(manager_->Pause(id, "hibernate").error().code, Code::kInvalidArgument);
   EXPECT_EQ(manager_->Get(id)->rec.state, "paused");
-  EXPECT_TRUE(manager_->WantsResume(id));
   now_ += 500'000;  // far past the TTL: paused time neither bills nor counts toward it
   manager_->Tick();
   EXPECT_EQ(manager_->Get(id)->rec.state, "paused");
@@ -275,7 +274,7 @@ TEST_F(ManagerTest, PauseStopsBillingAndTheTtlClockAndResumeRestartsThem) {
   now_ += 5'000;
   ASSERT_TRUE(manager_->Delete(id).ok());
   now_ += 100'000;  // deleted: nothing more is billed
-  auto u = manager_->Usage(0, now_.load() + 1);
+  auto u = manager_->metering().Usage(0, now_.load() + 1);
   ASSERT_TRUE(u.ok()) << u.error().message;
   ASSERT_EQ(u->sandboxes.size(), 1u);
   EXPECT_EQ(u->sandboxes[0].id, id);
@@ -285,10 +284,10 @@ TEST_F(ManagerTest, PauseStopsBillingAndTheTtlClockAndResumeRestartsThem) {
   EXPECT_DOUBLE_EQ(u->seconds, 15.0);
   EXPECT_DOUBLE_EQ(u->total_usd, 15.0 / 3600 * 0.018);
   // A window clips the periods: the first 10 s ran from 1,000,000 ms.
-  auto w = manager_->Usage(1'000'000 + 4'000, 1'000'000 + 8'000);
+  auto w = manager_->metering().Usage(1'000'000 + 4'000, 1'000'000 + 8'000);
   ASSERT_TRUE(w.ok());
   EXPECT_DOUBLE_EQ(w->seconds, 4.0);
-  EXPECT_EQ(manager_->Usage(10, 10).error().code, Code::kInvalidArgument);
+  EXPECT_EQ(manager_->metering().Usage(10, 10).error().code, Code::kInvalidArgument);
 }
 
 TEST_F(ManagerTest, AnExecOnAPausedSandboxWithoutAutoResumeIsAConflict) {
@@ -297,12 +296,16 @@ TEST_F(ManagerTest, AnExecOnAPausedSandboxWithoutAutoResumeIsAConflict) {
   auto v = manager_->Create(c);
   ASSERT_TRUE(v.ok());
   ASSERT_TRUE(manager_->Pause(v->rec.id, "freeze").ok());
-  EXPECT_FALSE(manager_->WantsResume(v->rec.id));
   EXPECT_EQ(Exec(v->rec.id, Sh("true")).error().code, Code::kFailedPrecondition);
+  EXPECT_EQ(manager_->Get(v->rec.id)->rec.state, "paused");
+  // With auto_resume on, core wakes it for the exec.
   UpdateRequest u;
   u.auto_resume = true;
   ASSERT_TRUE(manager_->Update(v->rec.id, u).ok());
-  EXPECT_TRUE(manager_->WantsResume(v->rec.id));
+  auto woke = Exec(v->rec.id, Sh("true"));
+  ASSERT_TRUE(woke.ok()) << woke.error().message;
+  EXPECT_EQ(manager_->Get(v->rec.id)->rec.state, "running");
+  ASSERT_TRUE(manager_->Pause(v->rec.id, "freeze").ok());
   // Stop and delete work on a paused sandbox.
   auto s = manager_->Stop(v->rec.id);
   ASSERT_TRUE(s.ok()) << s.error().message;
@@ -410,19 +413,21 @@ TEST_F(ManagerTest, QuotasRefuseCreatesAndChangeNothing) {
 }
 
 TEST_F(ManagerTest, ServerlessCallsAreBilledPerCall) {
-  auto v = manager_->CreateForDiskCall("disk-x", "", "");
+  CreateRequest call;
+  call.per_call = true;
+  call.disks = {{"disk-x", "/mnt/disk"}};
   // No disk store in unit tests: the call's sandbox cannot bind its disk.
-  EXPECT_FALSE(v.ok());
-  ASSERT_TRUE(manager_->RecordCall("disk-x", "sb-1").ok());
-  ASSERT_TRUE(manager_->RecordCall("disk-x", "sb-2").ok());
+  EXPECT_EQ(manager_->Create(call).error().code, Code::kInvalidArgument);
+  ASSERT_TRUE(manager_->metering().RecordCall("disk-x", "sb-1").ok());
+  ASSERT_TRUE(manager_->metering().RecordCall("disk-x", "sb-2").ok());
   now_ += 1000;
-  ASSERT_TRUE(manager_->RecordCall("disk-y", "sb-3").ok());
-  auto u = manager_->Usage(0, now_.load() + 1);
+  ASSERT_TRUE(manager_->metering().RecordCall("disk-y", "sb-3").ok());
+  auto u = manager_->metering().Usage(0, now_.load() + 1);
   ASSERT_TRUE(u.ok());
   EXPECT_EQ(u->calls, 3);
   EXPECT_DOUBLE_EQ(u->calls_usd, 3 * 0.05 / 1000);
   EXPECT_DOUBLE_EQ(u->seconds, 0.0);
-  auto w = manager_->Usage(now_.load(), now_.load() + 1);
+  auto w = manager_->metering().Usage(now_.load(), now_.load() + 1);
   EXPECT_EQ(w->calls, 1);
 }
 

@@ -1,0 +1,171 @@
+// The route table (the one list of routes: the router, the auth check and the OpenAPI
+// test read it), matching, authorization, and the dispatch to a route's handler.
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "api/decode.h"
+#include "api/errors.h"
+#include "api/handler_util.h"
+#include "api/handlers.h"
+#include "base/ids.h"
+#include "base/log.h"
+
+namespace sbx::api {
+
+namespace asio = boost::asio;
+
+const std::vector<RouteInfo>& Routes() {
+  static const std::vector<RouteInfo> kRoutes = {
+      {"GET", "/v1/health",                                 Body::kNone, Access::kPublic, &Api::Health},
+      {"GET", "/v1/openapi.json",                           Body::kNone, Access::kPublic, &Api::OpenApi},
+      {"GET", "/metrics",                                   Body::kNone, Access::kAdmin, &Api::Metrics},
+      {"POST", "/v1/sandboxes",                             Body::kJson, Access::kAdmin, &Api::CreateSandbox},
+      {"GET", "/v1/sandboxes",                              Body::kNone, Access::kAdmin, &Api::ListSandboxes},
+      {"GET", "/v1/sandboxes/{id}",                         Body::kNone, Access::kOwnSandbox, &Api::GetSandbox},
+      {"DELETE", "/v1/sandboxes/{id}",                      Body::kNone, Access::kAdmin, &Api::DeleteSandbox},
+      {"PATCH", "/v1/sandboxes/{id}",                       Body::kJson, Access::kAdmin, &Api::UpdateSandbox},
+      {"POST", "/v1/sandboxes/{id}/exec",                   Body::kJson, Access::kAdmin, &Api::ExecInSandbox},
+      {"POST", "/v1/sandboxes/{id}/stop",                   Body::kJson, Access::kAdmin, &Api::StopSandbox},
+      {"POST", "/v1/sandboxes/{id}/start",                  Body::kJson, Access::kAdmin, &Api::StartSandbox},
+      {"POST", "/v1/sandboxes/{id}/pause",                  Body::kJson, Access::kAdmin, &Api::PauseSandbox},
+      {"POST", "/v1/sandboxes/{id}/resume",                 Body::kJson, Access::kAdmin, &Api::ResumeSandbox},
+      {"POST", "/v1/sandboxes/{id}/timeout",                Body::kJson, Access::kAdmin, &Api::SetTimeout},
+      {"POST", "/v1/sandboxes/{id}/snapshot",               Body::kJson, Access::kAdmin, &Api::SnapshotSandbox},
+      {"POST", "/v1/sandboxes/{id}/fork",                   Body::kJson, Access::kAdmin, &Api::ForkSandbox},
+      {"GET", "/v1/sandboxes/{id}/files",                   Body::kNone, Access::kAdmin, &Api::Files},
+      {"PUT", "/v1/sandboxes/{id}/files",                   Body::kFile, Access::kAdmin, &Api::Files},
+      {"DELETE", "/v1/sandboxes/{id}/files",                Body::kNone, Access::kAdmin, &Api::Files},
+      {"GET", "/v1/sandboxes/{id}/files/list",              Body::kNone, Access::kAdmin, &Api::Files},
+      {"GET", "/v1/sandboxes/{id}/files/stat",              Body::kNone, Access::kAdmin, &Api::Files},
+      {"POST", "/v1/sandboxes/{id}/files/mkdir",            Body::kJson, Access::kAdmin, &Api::Files},
+      {"POST", "/v1/sandboxes/{id}/files/move",             Body::kJson, Access::kAdmin, &Api::Files},
+      {"GET", "/v1/sandboxes/{id}/archive",                 Body::kNone, Access::kAdmin, &Api::Files},
+      {"PUT", "/v1/sandboxes/{id}/archive",                 Body::kFile, Access::kAdmin, &Api::Files},
+      {"POST", "/v1/sandboxes/{id}/processes",              Body::kJson, Access::kAdmin, &Api::Processes},
+      {"GET", "/v1/sandboxes/{id}/processes",               Body::kNone, Access::kAdmin, &Api::Processes},
+      {"GET", "/v1/sandboxes/{id}/processes/{pid}",         Body::kNone, Access::kAdmin, &Api::Processes},
+      {"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", Body::kJson, Access::kAdmin, &Api::Processes},
+      {"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin",  Body::kRaw, Access::kAdmin, &Api::Processes},
+      {"GET", "/v1/sandboxes/{id}/processes/{pid}/output",  Body::kNone, Access::kAdmin, &Api::Processes},
+      {"POST", "/v1/sandboxes/{id}/processes/{pid}/resize", Body::kJson, Access::kAdmin, &Api::Processes},
+      {"GET", "/v1/sandboxes/{id}/processes/{pid}/tty",     Body::kNone, Access::kAdmin, &Api::Processes},
+      {"GET", "/v1/snapshots",                              Body::kNone, Access::kAdmin, &Api::ListSnapshots},
+      {"GET", "/v1/snapshots/{name}",                       Body::kNone, Access::kAdmin, &Api::GetSnapshot},
+      {"DELETE", "/v1/snapshots/{name}",                    Body::kNone, Access::kAdmin, &Api::DeleteSnapshot},
+      {"POST", "/v1/disks",                                 Body::kJson, Access::kAdmin, &Api::CreateDisk},
+      {"GET", "/v1/disks",                                  Body::kNone, Access::kAdmin, &Api::ListDisks},
+      {"GET", "/v1/disks/{id}",                             Body::kNone, Access::kAdmin, &Api::GetDisk},
+      {"DELETE", "/v1/disks/{id}",                          Body::kNone, Access::kAdmin, &Api::DeleteDisk},
+      {"POST", "/v1/disks/{id}/exec",                       Body::kJson, Access::kAdmin, &Api::DiskExec},
+      {"GET", "/v1/disks/{id}/files",                       Body::kNone, Access::kAdmin, &Api::ReadDiskFile},
+      {"PUT", "/v1/disks/{id}/files",                       Body::kRaw, Access::kAdmin, &Api::WriteDiskFile},
+      {"GET", "/v1/usage",                                  Body::kNone, Access::kAdmin, &Api::Usage},
+      {"GET", "/v1/secrets",                                Body::kNone, Access::kAdmin, &Api::ListSecrets},
+      {"PUT", "/v1/secrets/{name}",                         Body::kJson, Access::kAdmin, &Api::SetSecret},
+      {"DELETE", "/v1/secrets/{name}",                      Body::kNone, Access::kAdmin, &Api::DeleteSecret},
+      {"GET", "/v1/images",                                 Body::kNone, Access::kAdmin, &Api::ListImages},
+      {"POST", "/v1/images/{name}",                         Body::kFile, Access::kAdmin, &Api::ImportImage},
+  };
+  return kRoutes;
+}
+
+namespace {
+
+std::vector<std::string> Split(const std::string& path) {
+  std::vector<std::string> out;
+  std::stringstream ss(path);
+  std::string seg;
+  while (std::getline(ss, seg, '/'))
+    if (!seg.empty()) out.push_back(PercentDecode(seg, false));
+  return out;
+}
+
+}  // namespace
+
+Api::Api(core::SandboxManager* manager, layers::ImageStore* images, disks::DiskStore* disks,
+         std::string admin_key_hash, asio::thread_pool* pool, std::string tmp_dir)
+    : manager_(manager), images_(images), disks_(disks), admin_key_hash_(std::move(admin_key_hash)),
+      pool_(pool), tmp_dir_(std::move(tmp_dir)), processes_(std::make_unique<core::ProcessTable>(manager)) {}
+
+Api::~Api() = default;
+
+std::optional<std::string> Api::SandboxOfPeer(int fd) const { return manager_->SandboxOfPeer(fd); }
+
+const RouteInfo* Api::Match(Request& req) const {
+  auto segs = Split(req.path);
+  for (const auto& r : Routes()) {
+    if (req.method != r.method) continue;
+    auto pat = Split(r.pattern);
+    if (pat.size() != segs.size()) continue;
+    std::map<std::string, std::string> params;
+    bool ok = true;
+    for (size_t i = 0; i < pat.size() && ok; ++i) {
+      if (pat[i].front() == '{') params[pat[i].substr(1, pat[i].size() - 2)] = segs[i];
+      else ok = pat[i] == segs[i];
+    }
+    if (ok) {
+      req.params = std::move(params);
+      req.pattern = r.pattern;
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+Api::Caller Api::Authorize(const Request& req) const {
+  if (!req.via_sandbox.empty()) return {Caller::kSandbox, req.via_sandbox};
+  std::string h = req.Header("authorization");
+  const std::string prefix = "Bearer ";
+  if (h.size() <= prefix.size() || h.compare(0, prefix.size(), prefix) != 0) return {};
+  std::string presented = h.substr(prefix.size());
+  if (presented.rfind("sbt_", 0) == 0) {
+    auto id = manager_->SandboxOfToken(presented);
+    if (id) return {Caller::kSandbox, *id};
+    return {};
+  }
+  std::string got = Sha256Hex(presented);
+  if (got.size() != admin_key_hash_.size()) return {};
+  unsigned char diff = 0;  // constant time
+  for (size_t i = 0; i < got.size(); ++i) diff |= got[i] ^ admin_key_hash_[i];
+  if (diff != 0) return {};
+  return {Caller::kAdmin, ""};
+}
+
+std::optional<Response> Api::Refusal(const RouteInfo& route, Request& req) const {
+  if (route.access == Access::kPublic) return std::nullopt;
+  Caller caller = Authorize(req);
+  req.admin = caller.kind == Caller::kAdmin;
+  if (caller.kind == Caller::kNone)
+    return ErrorResponse(Code::kUnauthenticated, "a valid API key is required (Authorization: Bearer KEY)");
+  if (caller.kind == Caller::kSandbox) {
+    // A sandbox's token reads that sandbox and nothing else: it creates, execs and
+    // deletes nothing.
+    bool own = route.access == Access::kOwnSandbox && req.params["id"] == caller.sandbox;
+    if (!own) return ErrorResponse(Code::kPermissionDenied, "a sandbox token may only read its own sandbox");
+  }
+  return std::nullopt;
+}
+
+asio::awaitable<Response> Api::Handle(Request& req) {
+  const RouteInfo* route = Match(req);
+  if (!route) {
+    std::string shown = req.path.size() > 200 ? req.path.substr(0, 200) + "..." : req.path;
+    co_return ErrorResponse(Code::kNotFound, "no route for " + req.method + " " + shown);
+  }
+  std::string pat = route->pattern;
+  if (auto refused = Refusal(*route, req)) co_return std::move(*refused);
+  for (const auto& [k, v] : req.params) {
+    if (pat.rfind("/v1/secrets/", 0) == 0) continue;  // environment names; checked by the manager
+    if (!ValidName(v)) co_return Bad("invalid " + k + ": ids and names match [a-z0-9][a-z0-9._-]{0,62}");
+  }
+  // Any API call on a sandbox is activity for its idle policy.
+  if (pat.rfind("/v1/sandboxes/{id}", 0) == 0) manager_->Touch(req.params["id"]);
+  try {
+    co_return co_await (this->*route->handler)(req);
+  } catch (const std::exception& e) {
+    SBX_LOG(kError) << "handler for " << req.method << " " << req.path << " threw: " << e.what();
+    co_return ErrorResponse(Code::kInternal, "internal error");
+  }
+}
+
+}  // namespace sbx::api

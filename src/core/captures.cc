@@ -1,0 +1,277 @@
+// Captures: a sandbox's files taken as a new layer over its own (frozen only for the
+// copy), kept as a named snapshot or started as forks; and the collection of layers that
+// no sandbox and no snapshot uses any more.
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "base/fault.h"
+#include "base/fs.h"
+#include "base/ids.h"
+#include "base/log.h"
+#include "base/scope_exit.h"
+#include "core/sandbox_manager.h"
+
+namespace sbx::core {
+
+using nlohmann::json;
+
+namespace {
+// The bytes of the regular files below `dir` (links not followed).
+uint64_t TreeBytes(const std::string& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code fec;
+    if (it->is_regular_file(fec) && !it->is_symlink(fec)) total += it->file_size(fec);
+  }
+  return total;
+}
+}  // namespace
+
+Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, uint64_t* bytes) {
+  EntryPtr e;
+  bool running;
+  std::vector<std::string> layers;
+  runtime::Runtime* rt;
+  {
+    Lock lock(table_.mu);
+    SBX_ASSIGN_OR_RETURN(e, table_.Find(id));
+    rt = &Rt(e->rec);
+    if (e->busy) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state; try again");
+    if (!e->is(State::kRunning) && !e->is(State::kStopped) && !e->is(State::kPaused))
+      return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state);
+    // A paused sandbox's processes already hold still: no freeze (and no thaw after).
+    running = e->is(State::kRunning);
+    ++e->captures;
+    ++capture_starts_;
+    layers = LayerPaths(e->rec.layers_json);
+  }
+  ScopeExit release([&] {
+    {
+      Lock lock(table_.mu);
+      --e->captures;
+    }
+    table_.NotifySettled();
+  });
+  SBX_RETURN_IF_ERROR(admission_.CheckDataDirSpace());
+  std::string base = opts_.data_dir + "/layers";
+  SBX_RETURN_IF_ERROR(fs::MkdirAll(base, 0711));
+  // Copied under a temporary name, renamed when whole: a crash leaves no half layer
+  // under a real name (and the collector removes temporaries).
+  std::string tmp = base + "/tmp-" + RandomHex(8);
+  Result<runtime::Runtime::Captured> captured = MakeError(Code::kInternal, "not captured");
+  {
+    if (running) SBX_RETURN_IF_ERROR(rt->Freeze(id));
+    ScopeExit thaw([&] {
+      if (running) {
+        Status st = rt->Thaw(id);
+        if (!st.ok()) SBX_LOG(kError) << "thawing " << id << ": " << st.error().message;
+      }
+    });
+    FaultPoint("snapshot.frozen");
+    captured = rt->CaptureFiles(DirOf(id), tmp);
+    FaultPoint("snapshot.copied");
+  }
+  if (!captured.ok()) {
+    (void)rt->RemoveLayer(tmp);
+    return OnDataDir(captured.error().Wrap("capturing " + id));
+  }
+  std::string dir = base + "/l-" + RandomHex(8);
+  if (::rename(tmp.c_str(), dir.c_str()) != 0) {
+    Error err = ErrnoError("rename " + tmp);
+    (void)rt->RemoveLayer(tmp);
+    return err;
+  }
+  std::string layer = captured->root.empty() ? dir : dir + "/" + captured->root;
+  // Its size is walked only when asked for (a named snapshot shows it; a fork does not).
+  uint64_t size = bytes && !captured->bytes ? TreeBytes(layer) : captured->bytes.value_or(0);
+  ::chmod(layer.c_str(), 0755);
+  {
+    // Until its caller has recorded it, the layer is in no row: keep the collector off it.
+    Lock lock(table_.mu);
+    pending_layers_.insert(layer);
+  }
+  FaultPoint("snapshot.renamed");
+  if (bytes) *bytes = size;
+  layers.insert(layers.begin(), layer);
+  return layers;
+}
+
+void SandboxManager::Unpin(const std::string& layer) {
+  Lock lock(table_.mu);
+  auto it = pending_layers_.find(layer);
+  if (it != pending_layers_.end()) pending_layers_.erase(it);
+}
+
+Result<storage::SnapshotRecord> SandboxManager::Snapshot(const std::string& id, const std::string& name) {
+  if (!ValidName(name))
+    return MakeError(Code::kInvalidArgument, "invalid snapshot name: names match [a-z0-9][a-z0-9._-]{0,62}");
+  {
+    auto existing = store_->GetSnapshot(name);
+    if (!existing.ok()) return existing.error();
+    if (existing->has_value()) return MakeError(Code::kAlreadyExists, "a snapshot named \"" + name + "\" exists");
+  }
+  std::string image;
+  {
+    Lock lock(table_.mu);
+    SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));
+    image = e->rec.image;
+  }
+  uint64_t bytes = 0;
+  SBX_ASSIGN_OR_RETURN(auto chain, Capture(id, &bytes));
+  ScopeExit unpin([&] { Unpin(chain.front()); });
+  storage::SnapshotRecord rec;
+  rec.name = name;
+  rec.layers_json = json(chain).dump();
+  rec.image = image;
+  rec.source = id;
+  rec.size_bytes = static_cast<int64_t>(bytes);
+  rec.created_ms = Now();
+  {
+    Lock lock(table_.mu);
+    if (auto e = table_.Get(id)) rec.parent = e->rec.from_snapshot;
+  }
+  Status st = store_->InsertSnapshot(rec);
+  FaultPoint("snapshot.recorded");
+  if (!st.ok()) {
+    // The name was taken meanwhile (or the write failed): the fresh layer goes.
+    unpin.Release();
+    Unpin(chain.front());
+    CollectLayers();
+    if (st.error().code == Code::kAlreadyExists)
+      return MakeError(Code::kAlreadyExists, "a snapshot named \"" + name + "\" exists");
+    return st.error();
+  }
+  Lock lock(table_.mu);
+  ++snapshots_;
+  return rec;
+}
+
+Result<std::vector<SandboxView>> SandboxManager::Fork(const std::string& id, int count) {
+  if (count < 1 || count > 64) return MakeError(Code::kInvalidArgument, "count must be between 1 and 64");
+  CreateRequest req;
+  std::string image;
+  {
+    Lock lock(table_.mu);
+    SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));
+    const auto& r = e->rec;
+    req.type = r.type;
+    req.isolation = r.isolation;
+    req.ttl_seconds = r.ttl_seconds;
+    req.ttl_action = r.ttl_action;
+    req.no_env = r.no_env;
+    req.public_ports = r.public_ports;
+    req.cpus = static_cast<int>(r.cpus);
+    req.memory_mb = r.memory_mb;
+    req.disk_mb = r.disk_mb;
+    req.pids = static_cast<int>(r.pids);
+    auto strings_of = [](const std::string& text, std::map<std::string, std::string>& to) {
+      auto obj = json::parse(text, nullptr, false);
+      if (obj.is_object())
+        for (auto& [k, v] : obj.items())
+          if (v.is_string()) to[k] = v.get<std::string>();
+    };
+    strings_of(r.env_json, req.env);
+    strings_of(r.metadata_json, req.metadata);
+    req.metadata["forked_from"] = id;
+    req.from = r.from_snapshot;
+    image = r.image;
+  }
+  SBX_ASSIGN_OR_RETURN(auto chain, Capture(id, nullptr));
+  FaultPoint("fork.captured");
+  std::vector<SandboxView> out;
+  for (int i = 0; i < count; ++i) {
+    auto v = CreateOn(req, image, chain, /*use_pool=*/false);
+    if (!v.ok()) {
+      for (const auto& made : out) (void)Delete(made.rec.id);
+      Unpin(chain.front());
+      CollectLayers();
+      return v.error().Wrap("fork " + std::to_string(i + 1) + " of " + std::to_string(count));
+    }
+    out.push_back(*v);
+  }
+  Unpin(chain.front());
+  Lock lock(table_.mu);
+  forks_ += count;
+  return out;
+}
+
+Result<std::vector<storage::SnapshotRecord>> SandboxManager::ListSnapshots() { return store_->ListSnapshots(); }
+
+Result<storage::SnapshotRecord> SandboxManager::GetSnapshot(const std::string& name) {
+  if (!ValidName(name)) return MakeError(Code::kInvalidArgument, "invalid snapshot name");
+  SBX_ASSIGN_OR_RETURN(auto rec, store_->GetSnapshot(name));
+  if (!rec) return MakeError(Code::kNotFound, "snapshot \"" + name + "\" not found");
+  return *rec;
+}
+
+Status SandboxManager::DeleteSnapshot(const std::string& name) {
+  if (!ValidName(name)) return MakeError(Code::kInvalidArgument, "invalid snapshot name");
+  auto snap = store_->GetSnapshot(name);
+  SBX_ASSIGN_OR_RETURN(bool removed, store_->DeleteSnapshot(name));
+  if (!removed) return MakeError(Code::kNotFound, "snapshot \"" + name + "\" not found");
+  if (snap.ok() && snap->has_value()) {
+    // Warm sandboxes of the snapshot (on any runtime, with or without disks) go.
+    std::vector<std::string> layers = LayerPaths((*snap)->layers_json);
+    DropPoolIf([&](const PoolKey& k) { return k.layers == layers; });
+  }
+  CollectLayers();
+  return OkStatus();
+}
+
+void SandboxManager::CollectLayers() {
+  Lock gc(gc_mu_);
+  // A capture in flight writes a temporary, then a fresh layer that no row names yet:
+  // nothing is collected unless no capture ran at all from before this view of what is
+  // used until the folder is listed (a capture started later makes only new names).
+  auto quiet_since = [&](uint64_t starts) SBX_REQUIRES(table_.mu) {
+    if (capture_starts_ != starts) return false;
+    for (const auto& [_, e] : table_.live())
+      if (e->captures) return false;
+    return true;
+  };
+  uint64_t starts;
+  {
+    Lock lock(table_.mu);
+    starts = capture_starts_;
+    if (!quiet_since(starts)) return;
+  }
+  std::set<std::string> used;
+  auto add = [&](const std::string& layers_json) {
+    for (auto& l : LayerPaths(layers_json)) used.insert(std::move(l));
+  };
+  auto rows = store_->ListSandboxes();
+  auto snaps = store_->ListSnapshots();
+  if (!rows.ok() || !snaps.ok()) return;  // never collect on a partial view
+  for (const auto& r : *rows) add(r.layers_json);
+  for (const auto& r : *snaps) add(r.layers_json);
+  {
+    Lock lock(table_.mu);
+    for (const auto& [_, e] : table_.live()) add(e->rec.layers_json);
+    for (const auto& [_, e] : table_.deleting()) add(e->rec.layers_json);
+    for (const auto& [_, q] : pool_)
+      for (const auto& e : q) add(e->rec.layers_json);
+    for (const auto& l : pending_layers_) used.insert(l);
+  }
+  std::string base = opts_.data_dir + "/layers";
+  auto dirs = fs::ListDir(base);
+  if (!dirs.ok()) return;
+  {
+    Lock lock(table_.mu);
+    if (!quiet_since(starts)) return;
+  }
+  for (const auto& d : *dirs) {
+    std::string path = base + "/" + d;
+    // A layer's root is its folder, or a folder in it (Runtime::Captured::root).
+    auto at = used.lower_bound(path);
+    if (at != used.end() && (*at == path || at->rfind(path + "/", 0) == 0)) continue;
+    SBX_LOG(kDebug) << "removing unused layer " << d;
+    (void)runtimes_->layers()->RemoveLayer(path);
+  }
+}
+
+}  // namespace sbx::core

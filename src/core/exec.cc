@@ -1,0 +1,177 @@
+// Exec: a command in a running sandbox through its agent, with the environment core
+// composes (base, id and token, secrets, the sandbox's, the request's); the leases that
+// file, port and process operations hold on an agent; and auto-resume, core's policy for
+// a paused sandbox that a call reaches.
+#include <chrono>
+
+#include <nlohmann/json.hpp>
+
+#include "base/fault.h"
+#include "base/run_blocking.h"
+#include "core/sandbox_manager.h"
+
+namespace sbx::core {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+int64_t SteadyUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+Status SandboxManager::RunnableLocked(const Entry& e) {
+  const std::string& id = e.rec.id;
+  if (e.is(State::kPaused) && !e.busy)
+    return MakeError(Code::kFailedPrecondition,
+                     "sandbox " + id + " is paused" +
+                         (e.rec.auto_resume ? std::string("; try again") : std::string(" and its auto_resume is off; resume it first")));
+  if (!e.is(State::kRunning) || e.busy)
+    return MakeError(Code::kFailedPrecondition,
+                     "sandbox " + id + " is " + (e.busy ? std::string("changing state") : e.rec.state) + ", not running");
+  if (!Rt(e.rec).Alive(e.inst))
+    return MakeError(Code::kUnavailable,
+                     "sandbox " + id + " has stopped unexpectedly (its init exited); it will be marked error");
+  return OkStatus();
+}
+
+std::vector<std::string> SandboxManager::ExecEnv(const Entry& e, const std::map<std::string, std::string>& extra) const {
+  std::map<std::string, std::string> env = opts_.base_env;
+  env["SBX_SANDBOX_ID"] = e.rec.id;
+  if (secrets_.enabled()) env["SBX_TOKEN"] = secrets_.TokenFor(e.rec.id);
+  if (!e.rec.no_env) secrets_.AddTo(env);
+  auto senv = json::parse(e.rec.env_json, nullptr, false);
+  if (senv.is_object())
+    for (auto& [k, v] : senv.items())
+      if (v.is_string()) env[k] = v.get<std::string>();
+  for (const auto& [k, v] : extra) env[k] = v;
+  std::vector<std::string> out;
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+Status SandboxManager::CheckExecRequest(const ExecRequest& req) const {
+  if (req.argv.empty() || req.argv[0].empty()) return MakeError(Code::kInvalidArgument, "cmd is empty");
+  SBX_RETURN_IF_ERROR(ValidateEnv(req.env, "exec env"));
+  for (const auto& a : req.argv)
+    if (a.find('\0') != std::string::npos) return MakeError(Code::kInvalidArgument, "cmd holds a NUL byte");
+  if (req.cwd.find('\0') != std::string::npos) return MakeError(Code::kInvalidArgument, "cwd holds a NUL byte");
+  return OkStatus();
+}
+
+asio::awaitable<Status> SandboxManager::Wake(const std::string& id) {
+  bool wanted;
+  {
+    Lock lock(table_.mu);
+    EntryPtr e = table_.Get(id);
+    wanted = e && e->is(State::kPaused) && e->rec.auto_resume;
+  }
+  if (!wanted) co_return OkStatus();
+  // auto_resume: a paused sandbox wakes for the call (a resume that another call started
+  // first answers kFailedPrecondition; the call then finds it running, or says why not).
+  std::function<Result<SandboxView>()> fn = [this, &id] { return Resume(id); };
+  auto v = co_await RunBlocking(&blocking_, &fn);
+  if (!v.ok() && v.error().code != Code::kFailedPrecondition) co_return v.error();
+  co_return OkStatus();
+}
+
+Result<std::shared_ptr<AgentLease>> SandboxManager::LeaseAgent(const std::string& id) {
+  Lock lock(table_.mu);
+  SBX_ASSIGN_OR_RETURN(EntryPtr e, table_.Find(id));
+  SBX_RETURN_IF_ERROR(RunnableLocked(*e));
+  ++e->active_execs;
+  e->last_active_ms = Now();
+  return std::make_shared<AgentLease>(e->inst.agent, static_cast<uint64_t>(e->rec.disk_mb) << 20, [this, e] {
+    Lock lock(table_.mu);
+    --e->active_execs;
+    e->last_active_ms = Now();
+  });
+}
+
+asio::awaitable<Result<std::shared_ptr<AgentLease>>> SandboxManager::AcquireAgent(const std::string& id) {
+  if (Status st = co_await Wake(id); !st.ok()) co_return st.error();
+  co_return LeaseAgent(id);
+}
+
+asio::awaitable<Result<PreparedProcess>> SandboxManager::PrepareProcess(const std::string& id, ExecRequest req) {
+  if (Status st = CheckExecRequest(req); !st.ok()) co_return st.error();
+  auto lease = co_await AcquireAgent(id);
+  if (!lease.ok()) co_return lease.error();
+  PreparedProcess p;
+  p.lease = *lease;
+  Lock lock(table_.mu);
+  auto found = table_.Find(id);
+  if (!found.ok()) co_return found.error();
+  p.req.env = ExecEnv(**found, req.env);
+  p.req.argv = req.argv;
+  p.req.cwd = req.cwd.empty() ? opts_.default_cwd : req.cwd;
+  p.req.timeout_ms = 0;                              // runs until it ends or is signalled
+  p.req.stdout_cap = p.req.stderr_cap = UINT64_MAX;  // the daemon's ring keeps the latest
+  p.req.stdin_open = true;
+  p.req.report_pid = true;
+  p.req.tty = req.tty;
+  p.req.cols = req.cols;
+  p.req.rows = req.rows;
+  p.req.keepalive_ms = opts_.keepalive_ms;
+  ++execs_;
+  co_return p;
+}
+
+asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor ex, const std::string& id,
+                                                         ExecRequest req, agent::OutputFn on_output) {
+  if (auto st = CheckExecRequest(req); !st.ok()) co_return st.error();
+  if (req.timeout_seconds < 1 || req.timeout_seconds > opts_.max_exec_timeout_seconds)
+    co_return MakeError(Code::kInvalidArgument,
+                        "timeout_seconds must be between 1 and " + std::to_string(opts_.max_exec_timeout_seconds));
+  if (Status st = co_await Wake(id); !st.ok()) co_return st.error();
+
+  agent::ExecRequest areq;
+  agent::DialerPtr addr;
+  EntryPtr e;
+  double usd_per_hour = 0;
+  {
+    Lock lock(table_.mu);
+    auto found = table_.Find(id);
+    if (!found.ok()) co_return found.error();
+    e = *found;
+    if (auto st = RunnableLocked(*e); !st.ok()) co_return st.error();
+    areq.env = ExecEnv(*e, req.env);
+    areq.argv = req.argv;
+    areq.cwd = req.cwd.empty() ? opts_.default_cwd : req.cwd;
+    areq.timeout_ms = req.timeout_seconds * 1000;
+    areq.stdout_cap = areq.stderr_cap = opts_.output_cap;
+    areq.keepalive_ms = opts_.keepalive_ms;
+    areq.stdin_open = req.stdin_data.has_value();
+    addr = e->inst.agent;
+    ++e->active_execs;
+    ++execs_;
+    e->last_active_ms = Now();
+    auto t = types_.Find(e->rec.type);
+    if (t.ok()) usd_per_hour = t->usd_per_hour;
+  }
+  FaultPoint("exec.started");
+  // Arguments are named locals: g++ 12 may destroy a temporary made inside a co_await
+  // expression twice.
+  std::string stdin_data = req.stdin_data.value_or("");
+  auto res = co_await agent::Exec(ex, addr, std::move(areq), std::move(stdin_data), on_output);
+  {
+    Lock lock(table_.mu);
+    --e->active_execs;
+    e->last_active_ms = Now();
+  }
+  if (!res.ok()) co_return res.error().Wrap("exec in " + id);
+  ExecResult out;
+  out.exit = *res;
+  int64_t total_us = SteadyUs() - (req.arrival_us ? req.arrival_us : SteadyUs());
+  out.execute_ms_exact = res->execute_us / 1000.0;
+  out.queue_ms_exact = std::max<double>(0, (total_us - res->execute_us) / 1000.0);
+  out.execute_ms = res->execute_us / 1000;
+  out.queue_ms = static_cast<int64_t>(out.queue_ms_exact);
+  out.cost_usd = CostUsd(res->execute_us / 1000, usd_per_hour);
+  lat_.exec.ObserveMs(total_us / 1000.0);
+  co_return out;
+}
+
+}  // namespace sbx::core

@@ -1,0 +1,83 @@
+// Policy, applied about once a second (Tick): sandboxes whose init died are marked error,
+// those past their TTL are stopped or paused, and idle ones are paused.
+#include "base/log.h"
+#include "core/sandbox_manager.h"
+
+namespace sbx::core {
+
+void SandboxManager::Tick() {
+  std::vector<std::string> expired, idle;
+  struct Died {
+    std::string id;
+    runtime::Instance inst;
+    runtime::Runtime* rt;
+  };
+  std::vector<Died> died;
+  {
+    Lock lock(table_.mu);
+    int64_t now = Now();
+    for (const auto& [id, e] : table_.live()) {
+      if (!e->is(State::kRunning) || e->busy) continue;
+      if (!Rt(e->rec).Alive(e->inst)) {
+        // Its init ended (killed from outside, or the whole sandbox was OOM-killed).
+        metering_.Close(e->rec);
+        e->set_state(State::kError);
+        e->rec.error = "the sandbox's init exited unexpectedly; start it to boot it again";
+        e->rec.runtime_state.clear();
+        died.push_back({id, e->inst, &Rt(e->rec)});
+        e->inst = runtime::Instance();
+        Status st = table_.Persist(*e);
+        if (!st.ok()) SBX_LOG(kError) << st.error().message;
+        SBX_LOG(kWarn) << "sandbox " << id << ": " << e->rec.error;
+        continue;
+      }
+      if (e->rec.expires_ms > 0 && e->rec.expires_ms <= now) {
+        expired.push_back(id);
+        continue;
+      }
+      if (e->rec.idle_timeout_seconds <= 0) continue;
+      // Idle policy: an exec or a capture in flight is activity, and so is CPU use above
+      // the threshold since the last sample (a build started in the background).
+      if (e->active_execs > 0 || e->captures > 0) e->last_active_ms = now;
+      uint64_t cpu = Rt(e->rec).CpuUsageNs(id, e->inst);
+      if (e->cpu_sample_ms > 0 && now > e->cpu_sample_ms && cpu >= e->cpu_ns) {
+        double share = static_cast<double>(cpu - e->cpu_ns) / (static_cast<double>(now - e->cpu_sample_ms) * 1e6);
+        if (share > opts_.idle_cpu_threshold) e->last_active_ms = now;
+      }
+      if (now != e->cpu_sample_ms) {
+        e->cpu_ns = cpu;
+        e->cpu_sample_ms = now;
+      }
+      if (now - e->last_active_ms >= e->rec.idle_timeout_seconds * 1000) idle.push_back(id);
+    }
+  }
+  // What the dead sandboxes left (other processes, cgroups) goes; their files stay.
+  for (const auto& [id, inst, rt] : died) {
+    Status st = rt->Stop(id, inst);
+    if (!st.ok()) SBX_LOG(kError) << st.error().message;
+  }
+  for (const auto& id : expired) {
+    Lock lock(table_.mu);
+    EntryPtr e = table_.Get(id);
+    if (!e || !table_.RequireState(*e, {State::kRunning}).ok()) continue;
+    if (e->rec.ttl_action == "pause") {
+      SBX_LOG(kInfo) << "sandbox " << id << " reached its TTL; pausing it";
+      Status st = PauseLocked(e, "freeze");
+      if (!st.ok()) SBX_LOG(kError) << st.error().message;
+      continue;
+    }
+    SBX_LOG(kInfo) << "sandbox " << id << " reached its TTL; stopping it";
+    Status st = StopLocked(e, "");
+    if (!st.ok()) SBX_LOG(kError) << st.error().message;
+  }
+  for (const auto& id : idle) {
+    Lock lock(table_.mu);
+    EntryPtr e = table_.Get(id);
+    if (!e || !table_.RequireState(*e, {State::kRunning}).ok() || e->active_execs) continue;
+    SBX_LOG(kInfo) << "sandbox " << id << " was idle for " << e->rec.idle_timeout_seconds << " s; pausing it";
+    Status st = PauseLocked(e, "freeze");
+    if (!st.ok()) SBX_LOG(kError) << st.error().message;
+  }
+}
+
+}  // namespace sbx::core

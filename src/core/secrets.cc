@@ -1,0 +1,85 @@
+#include "core/secrets.h"
+
+#include <cctype>
+
+#include "base/crypto.h"
+#include "base/ids.h"
+
+namespace sbx::core {
+
+namespace {
+bool ValidEnvName(const std::string& n) {
+  if (n.empty() || n.size() > 128 || std::isdigit(static_cast<unsigned char>(n[0]))) return false;
+  for (char c : n)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return n.rfind("SBX_", 0) != 0;
+}
+}  // namespace
+
+Status Secrets::Set(const std::string& name, const std::string& value) {
+  if (key_.empty()) return MakeError(Code::kFailedPrecondition, "secrets are off on this sbxd");
+  if (!ValidEnvName(name))
+    return MakeError(Code::kInvalidArgument,
+                     "invalid secret name: an environment name [A-Za-z_][A-Za-z0-9_]{0,127}, not starting with SBX_");
+  if (value.size() > 65536) return MakeError(Code::kInvalidArgument, "a secret's value is at most 65536 bytes");
+  if (value.find('\0') != std::string::npos) return MakeError(Code::kInvalidArgument, "a secret's value holds a NUL byte");
+  SBX_ASSIGN_OR_RETURN(std::string sealed, Seal(key_, value));
+  MutexLock lock(mu_);
+  SBX_RETURN_IF_ERROR(store_->PutSecret(name, sealed, now_ms_()));
+  values_[name] = value;
+  return OkStatus();
+}
+
+Result<std::vector<std::pair<std::string, int64_t>>> Secrets::List() const {
+  SBX_ASSIGN_OR_RETURN(auto rows, store_->ListSecrets());
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& r : rows) out.emplace_back(r.name, r.updated_ms);
+  return out;
+}
+
+Status Secrets::Delete(const std::string& name) {
+  if (!ValidEnvName(name)) return MakeError(Code::kInvalidArgument, "invalid secret name");
+  MutexLock lock(mu_);
+  SBX_ASSIGN_OR_RETURN(bool gone, store_->DeleteSecret(name));
+  if (!gone) return MakeError(Code::kNotFound, "secret " + name + " not found");
+  values_.erase(name);
+  return OkStatus();
+}
+
+Status Secrets::Load() {
+  if (key_.empty()) return OkStatus();
+  SBX_ASSIGN_OR_RETURN(auto rows, store_->ListSecrets());
+  MutexLock lock(mu_);
+  for (const auto& r : rows) {
+    auto v = Unseal(key_, r.sealed);
+    if (!v.ok()) return v.error().Wrap("secret " + r.name);
+    values_[r.name] = *v;
+  }
+  return OkStatus();
+}
+
+void Secrets::AddTo(std::map<std::string, std::string>& env) const {
+  MutexLock lock(mu_);
+  for (const auto& [k, v] : values_) env[k] = v;
+}
+
+std::string Secrets::TokenFor(const std::string& id) const {
+  if (key_.empty()) return "";
+  return "sbt_" + id + "_" + HmacSha256Hex(key_, "sandbox-token:" + id).substr(0, 48);
+}
+
+std::optional<std::string> Secrets::IdOfToken(const std::string& token) const {
+  if (key_.empty() || token.rfind("sbt_", 0) != 0) return std::nullopt;
+  auto sep = token.rfind('_');
+  if (sep <= 4) return std::nullopt;
+  std::string id = token.substr(4, sep - 4);
+  if (!ValidName(id)) return std::nullopt;
+  std::string want = TokenFor(id);
+  if (want.size() != token.size()) return std::nullopt;
+  unsigned char diff = 0;  // constant time
+  for (size_t i = 0; i < want.size(); ++i) diff |= want[i] ^ token[i];
+  if (diff) return std::nullopt;
+  return id;
+}
+
+}  // namespace sbx::core

@@ -1,0 +1,70 @@
+// What core answers with: views of sandboxes and snapshots, an exec's result, and the
+// lease on a running sandbox's agent that file, port and process operations hold.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "agent/client.h"
+#include "storage/store.h"
+
+namespace sbx::core {
+
+struct ExecResult {
+  agent::ExitInfo exit;
+  int64_t queue_ms = 0;
+  int64_t execute_ms = 0;
+  double queue_ms_exact = 0;
+  double execute_ms_exact = 0;
+  double cost_usd = 0;
+};
+
+// A sandbox as the API shows it.
+struct SandboxView {
+  storage::SandboxRecord rec;
+  double billed_seconds = 0;
+  double cost_usd = 0;
+};
+
+// A running sandbox's agent, held for one file, process or port operation. While it is
+// held the sandbox counts as busy for its idle policy. Any thread may drop it.
+class AgentLease {
+ public:
+  AgentLease(agent::DialerPtr addr, uint64_t disk_bytes, std::function<void()> release)
+      : addr_(std::move(addr)), disk_bytes_(disk_bytes), release_(std::move(release)) {}
+  ~AgentLease() {
+    if (release_) release_();
+  }
+  AgentLease(const AgentLease&) = delete;
+  AgentLease& operator=(const AgentLease&) = delete;
+  const agent::DialerPtr& addr() const { return addr_; }
+  uint64_t disk_bytes() const { return disk_bytes_; }  // the sandbox's disk limit
+
+ private:
+  agent::DialerPtr addr_;
+  uint64_t disk_bytes_;
+  std::function<void()> release_;
+};
+
+// A background process about to start: the agent's request and the lease on the sandbox,
+// held for as long as the process runs.
+struct PreparedProcess {
+  std::shared_ptr<AgentLease> lease;
+  agent::ExecRequest req;
+};
+
+struct SnapshotView {
+  storage::SnapshotRecord rec;
+};
+
+struct ListFilter {
+  std::string name;
+  std::string state;
+  std::map<std::string, std::string> metadata;
+};
+
+}  // namespace sbx::core
