@@ -16,9 +16,9 @@
 #include <cstring>
 #include <string>
 
-#include "agent/agent_server.h"
+#include "agent/init/container_init.h"
 #include "agent/protocol.h"
-#include "agent/sandbox_init.h"
+#include "agent/server.h"
 #include "base/unique_fd.h"
 
 namespace {

@@ -22,6 +22,8 @@
 // A write goes to a hidden temporary file beside the target, renamed over it only when the
 // whole body has arrived: an aborted upload never leaves a partial file under the name.
 // Written files get the mode asked for without setuid, setgid or sticky bits.
+// files.cc serves the ops on one path (and dispatches); file_paths.cc resolves paths in
+// the root; file_archive.cc serves the archives.
 #pragma once
 
 #include <string>
@@ -33,9 +35,5 @@ namespace sbx::agent {
 // Serves one kFileOp request on the blocking socket `sock`; `in` holds whatever the
 // client sent after the request frame. `root_fd` is the directory paths resolve in.
 void ServeFileOp(int sock, FrameDecoder* in, const std::string& request, int root_fd);
-
-// Serves one kPortOpen request: dials the port on this network namespace's loopback and,
-// once connected, copies bytes both ways until either side closes.
-void ServePortOpen(int sock, FrameDecoder* in, const std::string& request);
 
 }  // namespace sbx::agent

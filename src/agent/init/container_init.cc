@@ -1,4 +1,4 @@
-#include "agent/sandbox_init.h"
+#include "agent/init/container_init.h"
 
 #include <fcntl.h>
 #include <linux/capability.h>

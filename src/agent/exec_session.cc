@@ -1,10 +1,8 @@
-#include "agent/agent_server.h"
+#include "agent/exec_session.h"
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/ioctl.h>
@@ -12,7 +10,6 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -22,19 +19,14 @@
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <string>
 #include <vector>
 
-#include "agent/files.h"
-#include "agent/protocol.h"
+#include "agent/frame_io.h"
 #include "base/unique_fd.h"
 
 namespace sbx::agent {
 namespace {
-
-// True when this agent is PID 1 of a sandbox (its "/" is the sandbox's root).
-bool g_is_init = false;
 
 // After the command's leader exits, output still arriving from descendants that hold the
 // pipes is collected until the pipes close or stay quiet this long.
@@ -48,24 +40,6 @@ int64_t MonoUs() {
 }
 
 void SetNonBlock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
-
-bool WriteAllBlocking(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        struct pollfd p = {fd, POLLOUT, 0};
-        ::poll(&p, 1, 1000);
-        continue;
-      }
-      return false;
-    }
-    off += n;
-  }
-  return true;
-}
 
 // All processes below `root` (children, grandchildren...), from /proc.
 std::vector<pid_t> Descendants(pid_t root) {
@@ -148,45 +122,17 @@ std::string Resolve(const std::string& name, const std::vector<std::string>& env
   return "";
 }
 
-class Handler {
- public:
-  explicit Handler(int sock) : sock_(sock) {}
-  void Run();
-
- private:
-  bool ReadFrame(Frame* f);  // blocking read of the first frames
-  void SendError(const std::string& msg) {
-    WriteAllBlocking(sock_, EncodeFrame(FrameType::kError, nlohmann::json{{"message", msg}}.dump()));
-  }
-  void RunExec(const ExecRequest& req);
-  void Queue(FrameType t, const char* data, size_t n) {
-    out_ += EncodeHeader(t, static_cast<uint32_t>(n));
-    out_.append(data, n);
-  }
-  bool Flush();  // non-blocking; false if the peer is gone
-
-  int sock_;
-  std::string out_;
-  FrameDecoder in_;
+struct Stream {
+  int fd = -1;
+  uint64_t sent = 0;
+  uint64_t cap = 0;
+  bool truncated = false;
+  FrameType type;
 };
 
-bool Handler::ReadFrame(Frame* f) {
-  while (true) {
-    auto next = in_.Next();
-    if (!next.ok()) return false;
-    if (next->has_value()) {
-      *f = std::move(**next);
-      return true;
-    }
-    char buf[65536];
-    ssize_t n = read(sock_, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    in_.Feed(buf, n);
-  }
-}
+}  // namespace
 
-bool Handler::Flush() {
+bool ExecSession::Flush() {
   while (!out_.empty()) {
     ssize_t n = send(sock_, out_.data(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
@@ -199,77 +145,7 @@ bool Handler::Flush() {
   return true;
 }
 
-void Handler::Run() {
-  // PID 1 may be shielded from the OOM killer; a handler and its commands are not.
-  int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-  if (oom >= 0) {
-    ssize_t w = write(oom, "0", 1);
-    (void)w;
-    close(oom);
-  }
-  Frame f;
-  while (ReadFrame(&f)) {
-    if (f.type == FrameType::kPing) {
-      nlohmann::json j = {{"version", kProtocolVersion}, {"agent", "sbx-agent " SBX_VERSION}};
-      if (!WriteAllBlocking(sock_, EncodeFrame(FrameType::kPong, j.dump()))) return;
-      continue;
-    }
-    if (f.type == FrameType::kWarm) {
-      // Stat every entry of the root filesystem (not /proc, /sys, /dev, /tmp: other
-      // mounts) so that the first commands find their files in the dentry cache.
-      static long entries;
-      entries = 0;
-      // At idle priority: warming must never slow a command running elsewhere. (This
-      // handler exits after, so the setting dies with it.)
-      struct sched_param sp = {};
-      sched_setscheduler(0, SCHED_IDLE, &sp);
-      // Outside a sandbox "/" is the host's: nothing to warm there.
-      if (g_is_init)
-        nftw("/", [](const char*, const struct stat*, int, struct FTW*) { ++entries; return 0; }, 32,
-             FTW_PHYS | FTW_MOUNT);
-      nlohmann::json j = {{"entries", entries}};
-      WriteAllBlocking(sock_, EncodeFrame(FrameType::kWarmDone, j.dump()));
-      return;
-    }
-    if (f.type == FrameType::kFileOp) {
-      // Paths resolve in the sandbox's root ("/" here, after the pivot); an agent serving
-      // outside a sandbox (development) resolves them in its working directory instead.
-      UniqueFd root(open(g_is_init ? "/" : ".", O_PATH | O_DIRECTORY | O_CLOEXEC));
-      if (!root.valid()) {
-        SendError(std::string("cannot open the root: ") + strerror(errno));
-        return;
-      }
-      umask(0);  // modes are set exactly as asked
-      ServeFileOp(sock_, &in_, f.payload, root.get());
-      return;
-    }
-    if (f.type == FrameType::kPortOpen) {
-      ServePortOpen(sock_, &in_, f.payload);
-      return;
-    }
-    if (f.type != FrameType::kExec) {
-      SendError("expected an exec, file, port or ping frame");
-      return;
-    }
-    auto req = ExecRequest::FromJson(f.payload);
-    if (!req.ok()) {
-      SendError(req.error().message);
-      return;
-    }
-    RunExec(*req);
-    return;
-  }
-}
-
-struct Stream {
-  int fd = -1;
-  uint64_t sent = 0;
-  uint64_t cap = 0;
-  bool truncated = false;
-  FrameType type;
-};
-
-void Handler::RunExec(const ExecRequest& req) {
+void ExecSession::Run(const ExecRequest& req) {
   // Everything the child needs is built here, before fork: the child may not allocate.
   std::string path = Resolve(req.argv[0], req.env);
   std::vector<char*> argv, envp;
@@ -289,7 +165,7 @@ void Handler::RunExec(const ExecRequest& req) {
     char name[128];
     if (!master.valid() || grantpt(master.get()) != 0 || unlockpt(master.get()) != 0 ||
         ptsname_r(master.get(), name, sizeof name) != 0) {
-      SendError(std::string("cannot open a pseudo-terminal: ") + strerror(errno));
+      SendErrorMessage(sock_, std::string("cannot open a pseudo-terminal: ") + strerror(errno));
       return;
     }
     slave = name;
@@ -299,7 +175,7 @@ void Handler::RunExec(const ExecRequest& req) {
     ioctl(master.get(), TIOCSWINSZ, &ws);
   }
   if (pipe2(errp, O_CLOEXEC) || (!req.tty && pipe2(outp, O_CLOEXEC)) || (!req.tty && req.stdin_open && pipe2(in, O_CLOEXEC))) {
-    SendError(std::string("pipe: ") + strerror(errno));
+    SendErrorMessage(sock_, std::string("pipe: ") + strerror(errno));
     return;
   }
   if (req.tty) {
@@ -423,12 +299,12 @@ void Handler::RunExec(const ExecRequest& req) {
       if (got <= 0) {
         if (!(got < 0 && (errno == EAGAIN || errno == EINTR))) peer_gone = true;
       } else {
-        in_.Feed(buf, got);
+        in_->Feed(buf, got);
       }
     }
-    if (in_.buffered() > 0) {
+    if (in_->buffered() > 0) {
         while (true) {
-          auto fr = in_.Next();
+          auto fr = in_->Next();
           if (!fr.ok()) {
             peer_gone = true;
             break;
@@ -554,101 +430,6 @@ void Handler::RunExec(const ExecRequest& req) {
   fcntl(sock_, F_SETFL, fl & ~O_NONBLOCK);
   WriteAllBlocking(sock_, out_);
   out_.clear();
-}
-
-}  // namespace
-
-namespace {
-
-// A spare handler: blocks in accept() on the shared listening socket, tells PID 1 it
-// took a connection (so PID 1 forks its replacement off the request's path), then serves
-// that one connection and exits.
-[[noreturn]] void RunSpare(int listen_fd, int notify_w, pid_t parent) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  // The parent may have died before the prctl took effect: then nobody would signal us.
-  if (getppid() != parent) _exit(0);
-  int c;
-  while (true) {
-    c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      break;
-    }
-    // In a sandbox, only a peer outside its pid namespace (sbxd, whose pid reads as 0
-    // here) is served: the sandbox's own processes can reach the abstract name.
-    struct ucred cred = {};
-    socklen_t len = sizeof cred;
-    if (!g_is_init || (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == 0)) break;
-    close(c);
-  }
-  pid_t me = getpid();
-  ssize_t w = write(notify_w, &me, sizeof me);
-  (void)w;
-  close(notify_w);
-  close(listen_fd);
-  if (c >= 0) Handler(c).Run();
-  _exit(0);
-}
-
-}  // namespace
-
-Status Serve(int listen_fd, bool is_init) {
-  constexpr size_t kSpares = 2;
-  g_is_init = is_init;
-  sigset_t chld;
-  sigemptyset(&chld);
-  sigaddset(&chld, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &chld, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-  UniqueFd sfd(signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK));
-  if (!sfd.valid()) return ErrnoError("signalfd");
-  int np[2];
-  if (pipe2(np, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoError("pipe");
-  UniqueFd notify_r(np[0]), notify_w(np[1]);
-  // Outside a sandbox (development and unit tests) the agent is no PID 1: it still
-  // collects the orphans of its commands.
-  if (!is_init) prctl(PR_SET_CHILD_SUBREAPER, 1);
-  std::set<pid_t> spares;  // forked, not yet holding a connection
-  const pid_t self = getpid();
-  auto fork_spare = [&]() -> bool {
-    pid_t p = fork();
-    if (p == 0) {
-      sfd.Reset();
-      notify_r.Reset();
-      RunSpare(listen_fd, notify_w.get(), self);
-    }
-    if (p < 0) return false;
-    spares.insert(p);
-    return true;
-  };
-  while (true) {
-    // Keep the spares topped up (a failed fork, e.g. at the pids limit, is retried on
-    // the next event or after a short wait).
-    bool short_of_spares = false;
-    while (spares.size() < kSpares)
-      if (!fork_spare()) {
-        short_of_spares = true;
-        break;
-      }
-    struct pollfd p[2] = {{notify_r.get(), POLLIN, 0}, {sfd.get(), POLLIN, 0}};
-    int rc = poll(p, 2, short_of_spares ? 50 : -1);
-    if (rc < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("poll");
-    }
-    if (p[0].revents & POLLIN) {
-      pid_t taken;
-      while (read(notify_r.get(), &taken, sizeof taken) == sizeof taken) spares.erase(taken);
-    }
-    if (p[1].revents & POLLIN) {
-      struct signalfd_siginfo si;
-      while (read(sfd.get(), &si, sizeof si) > 0) {
-      }
-      int st;
-      pid_t r;
-      while ((r = waitpid(-1, &st, WNOHANG)) > 0) spares.erase(r);  // a spare killed idle
-    }
-  }
 }
 
 }  // namespace sbx::agent

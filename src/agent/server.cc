@@ -1,0 +1,188 @@
+#include "agent/server.h"
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "agent/exec_session.h"
+#include "agent/files.h"
+#include "agent/frame_io.h"
+#include "agent/port_relay.h"
+#include "agent/protocol.h"
+#include "base/unique_fd.h"
+
+namespace sbx::agent {
+namespace {
+
+// True when this agent is PID 1 of a sandbox (its "/" is the sandbox's root).
+bool g_is_init = false;
+
+// Serves the one request of the connection `sock`.
+void ServeConnection(int sock) {
+  FrameDecoder in;
+  // PID 1 may be shielded from the OOM killer; a handler and its commands are not.
+  int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (oom >= 0) {
+    ssize_t w = write(oom, "0", 1);
+    (void)w;
+    close(oom);
+  }
+  Frame f;
+  while (NextFrame(sock, &in, &f)) {
+    if (f.type == FrameType::kPing) {
+      nlohmann::json j = {{"version", kProtocolVersion}, {"agent", "sbx-agent " SBX_VERSION}};
+      if (!WriteAllBlocking(sock, EncodeFrame(FrameType::kPong, j.dump()))) return;
+      continue;
+    }
+    if (f.type == FrameType::kWarm) {
+      // Stat every entry of the root filesystem (not /proc, /sys, /dev, /tmp: other
+      // mounts) so that the first commands find their files in the dentry cache.
+      static long entries;
+      entries = 0;
+      // At idle priority: warming must never slow a command running elsewhere. (This
+      // handler exits after, so the setting dies with it.)
+      struct sched_param sp = {};
+      sched_setscheduler(0, SCHED_IDLE, &sp);
+      // Outside a sandbox "/" is the host's: nothing to warm there.
+      if (g_is_init)
+        nftw("/", [](const char*, const struct stat*, int, struct FTW*) { ++entries; return 0; }, 32,
+             FTW_PHYS | FTW_MOUNT);
+      nlohmann::json j = {{"entries", entries}};
+      WriteAllBlocking(sock, EncodeFrame(FrameType::kWarmDone, j.dump()));
+      return;
+    }
+    if (f.type == FrameType::kFileOp) {
+      // Paths resolve in the sandbox's root ("/" here, after the pivot); an agent serving
+      // outside a sandbox (development) resolves them in its working directory instead.
+      UniqueFd root(open(g_is_init ? "/" : ".", O_PATH | O_DIRECTORY | O_CLOEXEC));
+      if (!root.valid()) {
+        SendErrorMessage(sock, std::string("cannot open the root: ") + strerror(errno));
+        return;
+      }
+      umask(0);  // modes are set exactly as asked
+      ServeFileOp(sock, &in, f.payload, root.get());
+      return;
+    }
+    if (f.type == FrameType::kPortOpen) {
+      ServePortOpen(sock, &in, f.payload);
+      return;
+    }
+    if (f.type != FrameType::kExec) {
+      SendErrorMessage(sock, "expected an exec, file, port or ping frame");
+      return;
+    }
+    auto req = ExecRequest::FromJson(f.payload);
+    if (!req.ok()) {
+      SendErrorMessage(sock, req.error().message);
+      return;
+    }
+    ExecSession(sock, &in).Run(*req);
+    return;
+  }
+}
+
+// A spare handler: blocks in accept() on the shared listening socket, tells PID 1 it
+// took a connection (so PID 1 forks its replacement off the request's path), then serves
+// that one connection and exits.
+[[noreturn]] void RunSpare(int listen_fd, int notify_w, pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The parent may have died before the prctl took effect: then nobody would signal us.
+  if (getppid() != parent) _exit(0);
+  int c;
+  while (true) {
+    c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      break;
+    }
+    // In a sandbox, only a peer outside its pid namespace (sbxd, whose pid reads as 0
+    // here) is served: the sandbox's own processes can reach the abstract name.
+    struct ucred cred = {};
+    socklen_t len = sizeof cred;
+    if (!g_is_init || (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == 0)) break;
+    close(c);
+  }
+  pid_t me = getpid();
+  ssize_t w = write(notify_w, &me, sizeof me);
+  (void)w;
+  close(notify_w);
+  close(listen_fd);
+  if (c >= 0) ServeConnection(c);
+  _exit(0);
+}
+
+}  // namespace
+
+Status Serve(int listen_fd, bool is_init) {
+  constexpr size_t kSpares = 2;
+  g_is_init = is_init;
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  UniqueFd sfd(signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!sfd.valid()) return ErrnoError("signalfd");
+  int np[2];
+  if (pipe2(np, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoError("pipe");
+  UniqueFd notify_r(np[0]), notify_w(np[1]);
+  // Outside a sandbox (development and unit tests) the agent is no PID 1: it still
+  // collects the orphans of its commands.
+  if (!is_init) prctl(PR_SET_CHILD_SUBREAPER, 1);
+  std::set<pid_t> spares;  // forked, not yet holding a connection
+  const pid_t self = getpid();
+  auto fork_spare = [&]() -> bool {
+    pid_t p = fork();
+    if (p == 0) {
+      sfd.Reset();
+      notify_r.Reset();
+      RunSpare(listen_fd, notify_w.get(), self);
+    }
+    if (p < 0) return false;
+    spares.insert(p);
+    return true;
+  };
+  while (true) {
+    // Keep the spares topped up (a failed fork, e.g. at the pids limit, is retried on
+    // the next event or after a short wait).
+    bool short_of_spares = false;
+    while (spares.size() < kSpares)
+      if (!fork_spare()) {
+        short_of_spares = true;
+        break;
+      }
+    struct pollfd p[2] = {{notify_r.get(), POLLIN, 0}, {sfd.get(), POLLIN, 0}};
+    int rc = poll(p, 2, short_of_spares ? 50 : -1);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("poll");
+    }
+    if (p[0].revents & POLLIN) {
+      pid_t taken;
+      while (read(notify_r.get(), &taken, sizeof taken) == sizeof taken) spares.erase(taken);
+    }
+    if (p[1].revents & POLLIN) {
+      struct signalfd_siginfo si;
+      while (read(sfd.get(), &si, sizeof si) > 0) {
+      }
+      int st;
+      pid_t r;
+      while ((r = waitpid(-1, &st, WNOHANG)) > 0) spares.erase(r);  // a spare killed idle
+    }
+  }
+}
+
+}  // namespace sbx::agent

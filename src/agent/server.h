@@ -1,0 +1,15 @@
+// The in-sandbox agent's serve loop: accepts connections on a listening unix socket and runs
+// one request per connection in a forked handler process, which dispatches it (ping, warm,
+// exec, file op, port). Called from sbx-agent's main thread only (the agent is
+// single-threaded).
+#pragma once
+
+#include "base/result.h"
+
+namespace sbx::agent {
+
+// Serves forever on `listen_fd`. When `is_init` is true the agent is PID 1 of its sandbox:
+// it reaps every orphan. Returns only on a fatal error.
+Status Serve(int listen_fd, bool is_init);
+
+}  // namespace sbx::agent
