@@ -17,6 +17,7 @@ struct Globals {
   std::string url;
   std::string api_key;
   bool json = false;
+  std::string data_dir;  // sbxd's data dir (--data-dir): the admin key, cgroup paths for benches
 };
 
 // Writes sandbox output to fd 1 or 2: byte-exact to a pipe or a file; on a terminal its

@@ -1,0 +1,138 @@
+// `sbx secret`, `usage` and `health`: the daemon's secrets, billing and liveness.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+
+namespace sbx::cli {
+namespace {
+
+using nlohmann::json;
+
+struct SecretCommands {
+  CLI::App *secret_set = nullptr, *secret_ls = nullptr, *secret_rm = nullptr;
+  std::string secret_name, secret_value;
+  bool secret_value_given = false;
+  std::vector<std::string> secret_names;
+
+  void Add(CLI::App& app);
+  std::optional<int> Run(HttpClient& c, const Globals& g);
+};
+
+void SecretCommands::Add(CLI::App& app) {
+  auto* secret = app.add_subcommand("secret", "daemon secrets, injected as env into sandboxes without --no-env");
+  secret->require_subcommand(1);
+  secret_set = secret->add_subcommand("set", "set NAME from --value or, without it, standard input");
+  secret_ls = secret->add_subcommand("ls", "list secret names");
+  secret_rm = secret->add_subcommand("rm", "delete secrets");
+  secret_set->add_option("name", secret_name)->required();
+  secret_set->add_option("--value", secret_value, "the value (visible in the process list: prefer stdin)")
+      ->each([this](const std::string&) { secret_value_given = true; });
+  secret_rm->add_option("names", secret_names)->required();
+}
+
+std::optional<int> SecretCommands::Run(HttpClient& c, const Globals& g) {
+  if (*secret_set) {
+    if (!secret_value_given) {
+      std::string all((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+      if (!all.empty() && all.back() == '\n') all.pop_back();
+      secret_value = all;
+    }
+    auto j = CallJson(c, "PUT", "/v1/secrets/" + secret_name, json{{"value", secret_value}});
+    if (!j) return 1;
+    std::printf("%s\n", g.json ? j->dump().c_str() : secret_name.c_str());
+    return 0;
+  }
+  if (*secret_ls) {
+    auto j = CallJson(c, "GET", "/v1/secrets");
+    if (!j) return 1;
+    if (g.json) {
+      std::printf("%s\n", (*j)["secrets"].dump().c_str());
+      return 0;
+    }
+    std::printf("%-32s %s\n", "NAME", "UPDATED");
+    for (const auto& s : (*j)["secrets"]) std::printf("%-32s %s\n", Str(s, "name").c_str(), Str(s, "updated_at").c_str());
+    return 0;
+  }
+  if (*secret_rm) {
+    int rc = 0;
+    for (const auto& n : secret_names)
+      if (!CallJson(c, "DELETE", "/v1/secrets/" + n)) rc = 1;
+    return rc;
+  }
+  return std::nullopt;
+}
+
+struct UsageCommand {
+  CLI::App* usage = nullptr;
+  std::string usage_from, usage_to;
+
+  void Add(CLI::App& app);
+  std::optional<int> Run(HttpClient& c, const Globals& g);
+};
+
+void UsageCommand::Add(CLI::App& app) {
+  usage = app.add_subcommand("usage", "billed seconds and cost per sandbox, per type and in total");
+  usage->add_option("--from", usage_from, "start of the window (RFC 3339 or Unix seconds)");
+  usage->add_option("--to", usage_to, "end of the window (default: now)");
+}
+
+std::optional<int> UsageCommand::Run(HttpClient& c, const Globals& g) {
+  if (*usage) {
+    std::string q;
+    if (!usage_from.empty()) q += "from=" + PercentEncode(usage_from);
+    if (!usage_to.empty()) q += (q.empty() ? "" : "&") + std::string("to=") + PercentEncode(usage_to);
+    auto j = CallJson(c, "GET", "/v1/usage" + (q.empty() ? "" : "?" + q));
+    if (!j) return 1;
+    if (g.json) {
+      std::printf("%s\n", j->dump().c_str());
+      return 0;
+    }
+    std::printf("%-20s %-16s %-8s %14s %12s\n", "SANDBOX", "NAME", "TYPE", "BILLED_S", "COST_USD");
+    for (const auto& s : (*j)["sandboxes"])
+      std::printf("%-20s %-16s %-8s %14.3f %12.6f\n", Str(s, "id").c_str(), Str(s, "name").c_str(),
+                  Str(s, "type").c_str(), s.value("billed_seconds", 0.0), s.value("cost_usd", 0.0));
+    for (const auto& [t, v] : (*j)["types"].items())
+      std::printf("%-20s %-16s %-8s %14.3f %12.6f\n", "type total", "", t.c_str(), v.value("billed_seconds", 0.0),
+                  v.value("cost_usd", 0.0));
+    const json& sv = (*j)["serverless"];
+    std::printf("serverless calls: %lld, $%.6f\n", static_cast<long long>(sv.value("calls", 0)),
+                sv.value("cost_usd", 0.0));
+    const json& t = (*j)["total"];
+    std::printf("total: %.3f s billed, $%.6f (compute $%.6f)\n", t.value("billed_seconds", 0.0),
+                t.value("cost_usd", 0.0), t.value("compute_usd", 0.0));
+    return 0;
+  }
+  return std::nullopt;
+}
+
+struct HealthCommand {
+  CLI::App* health = nullptr;
+
+  void Add(CLI::App& app) { health = app.add_subcommand("health", "check that sbxd answers"); }
+  std::optional<int> Run(HttpClient& c, const Globals& g);
+};
+
+std::optional<int> HealthCommand::Run(HttpClient& c, const Globals& g) {
+  if (*health) {
+    auto j = CallJson(c, "GET", "/v1/health");
+    if (!j) return 1;
+    std::printf("%s\n", g.json ? j->dump().c_str() : ("ok, sbxd " + Str(*j, "version")).c_str());
+    return 0;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Runner AddSecretCommands(CLI::App& app) { return Register<SecretCommands>(app); }
+Runner AddUsageCommand(CLI::App& app) { return Register<UsageCommand>(app); }
+Runner AddHealthCommand(CLI::App& app) { return Register<HealthCommand>(app); }
+
+}  // namespace sbx::cli

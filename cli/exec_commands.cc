@@ -1,0 +1,273 @@
+// `sbx exec`, `cp`, `port`, `ps`, `spawn`, `logs`: work inside a sandbox (commands, files,
+// background processes, the port proxy's URLs).
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "commands.h"
+
+namespace sbx::cli {
+namespace {
+
+using nlohmann::json;
+
+// "ID:/path" -> (ID, /path); a local path -> nullopt.
+std::optional<std::pair<std::string, std::string>> RemoteSide(const std::string& s) {
+  size_t colon = s.find(':');
+  if (colon == std::string::npos || colon == 0 || s.find('/') < colon) return std::nullopt;
+  return std::make_pair(s.substr(0, colon), s.substr(colon + 1));
+}
+
+bool IsDir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string BaseName(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  size_t slash = p.rfind('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+// Runs tar (argv) and returns its exit status.
+int RunTar(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execvp(argv[0], argv.data());
+    _exit(127);
+  }
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) < 0) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// sbx cp: a file goes through the files API, a folder as one tar through the archive
+// API. Downloads of folders are unpacked by the host's GNU tar, which refuses absolute
+// and ".." names and creates links last, so a hostile sandbox's tar cannot write outside.
+int CopyFiles(HttpClient& c, const std::string& src, const std::string& dst) {
+  auto rs = RemoteSide(src), rd = RemoteSide(dst);
+  if (rs.has_value() == rd.has_value()) return Fail("cp copies between this machine and a sandbox: exactly one side is ID:/path");
+  char tmpl[] = "/tmp/sbx-cp-XXXXXX";
+  if (rd) {
+    auto [id, path] = *rd;
+    if (path.empty() || path[0] != '/') return Fail("the sandbox path must be absolute: " + dst);
+    if (!IsDir(src)) {
+      // Into an existing folder: keep the file's name.
+      auto st = c.Call("GET", "/v1/sandboxes/" + id + "/files/stat?path=" + PercentEncode(path));
+      if (st.ok() && st->status == 200) {
+        auto j = json::parse(st->body, nullptr, false);
+        if (j.is_object() && j.value("type", "") == "dir") path += (path.back() == '/' ? "" : "/") + BaseName(src);
+      }
+      auto r = c.Upload("/v1/sandboxes/" + id + "/files?path=" + PercentEncode(path), src, nullptr, "PUT");
+      if (auto why = FailureOf(r)) return Fail(*why);
+      return 0;
+    }
+    int fd = mkstemp(tmpl);
+    if (fd < 0) return Fail("cannot create a temporary file");
+    close(fd);
+    std::string tmp = tmpl;
+    int rc = RunTar({"tar", "-C", src, "-cf", tmp, "."});
+    if (rc != 0) {
+      unlink(tmp.c_str());
+      return Fail("tar of " + src + " failed");
+    }
+    auto r = c.Upload("/v1/sandboxes/" + id + "/archive?path=" + PercentEncode(path), tmp, nullptr, "PUT");
+    unlink(tmp.c_str());
+    if (auto why = FailureOf(r)) return Fail(*why);
+    return 0;
+  }
+  auto [id, path] = *rs;
+  auto st = CallJson(c, "GET", "/v1/sandboxes/" + id + "/files/stat?path=" + PercentEncode(path));
+  if (!st) return 1;
+  bool dir = st->value("type", "") == "dir";
+  if (!dir) {
+    std::string target = IsDir(dst) ? dst + "/" + BaseName(path) : dst;
+    auto r = c.Call("GET", "/v1/sandboxes/" + id + "/files?path=" + PercentEncode(path), "", "*/*");
+    if (auto why = FailureOf(r)) return Fail(*why);
+    std::string part = target + ".sbx-part";
+    FILE* f = std::fopen(part.c_str(), "wb");
+    if (!f) return Fail("cannot write " + target);
+    bool ok = std::fwrite(r->body.data(), 1, r->body.size(), f) == r->body.size();
+    ok = std::fclose(f) == 0 && ok;
+    if (!ok || std::rename(part.c_str(), target.c_str()) != 0) {
+      unlink(part.c_str());
+      return Fail("cannot write " + target);
+    }
+    return 0;
+  }
+  auto r = c.Call("GET", "/v1/sandboxes/" + id + "/archive?path=" + PercentEncode(path), "", "*/*");
+  if (auto why = FailureOf(r)) return Fail(*why);
+  int fd = mkstemp(tmpl);
+  if (fd < 0) return Fail("cannot create a temporary file");
+  bool ok = write(fd, r->body.data(), r->body.size()) == static_cast<ssize_t>(r->body.size());
+  close(fd);
+  std::string tmp = tmpl;
+  if (!IsDir(dst) && mkdir(dst.c_str(), 0755) != 0) ok = false;
+  int rc = ok ? RunTar({"tar", "-C", dst, "-xf", tmp, "--no-same-owner", "--no-same-permissions"}) : -1;
+  unlink(tmp.c_str());
+  if (rc != 0) return Fail("unpacking into " + dst + " failed");
+  return 0;
+}
+
+struct ExecCommands {
+  CLI::App *exec = nullptr, *cp = nullptr, *port = nullptr;
+  CLI::App *ps = nullptr, *spawn = nullptr, *logs = nullptr;
+  std::string exec_id, cwd;
+  int64_t timeout = 60;
+  std::vector<std::string> cmd, exec_env;
+  bool exec_interactive = false, exec_tty = false;
+  std::string cp_src, cp_dst;
+  std::string port_id, proxy_domain = "sbx.localhost";
+  int port_num = 0;
+  std::string ps_id;
+  std::string spawn_id, spawn_cwd;
+  std::vector<std::string> spawn_cmd;
+  std::string logs_id;
+  int64_t logs_pid = 0;
+  uint64_t logs_since = 0;
+  bool logs_follow = false;
+
+  void Add(CLI::App& app);
+  std::optional<int> Run(HttpClient& c, const Globals& g);
+};
+
+void ExecCommands::Add(CLI::App& app) {
+  exec = app.add_subcommand("exec", "run a command in a sandbox, streaming its output");
+  exec->add_option("id", exec_id, "sandbox id")->required();
+  exec->add_option("--timeout", timeout, "seconds before the command's tree is killed (default 60)");
+  exec->add_option("--cwd", cwd, "working directory");
+  exec->add_option("--env,-e", exec_env, "KEY=VALUE");
+  exec->add_flag("--interactive,-i", exec_interactive, "attach this terminal's input (with -t: an interactive terminal)");
+  exec->add_flag("--tty,-t", exec_tty, "run the command on a pseudo-terminal (use -it for a shell)");
+  exec->add_option("cmd", cmd, "the command and its arguments (after --)")->required();
+
+  cp = app.add_subcommand("cp", "copy files or folders into or out of a sandbox (ID:/path names the sandbox side)");
+  cp->add_option("src", cp_src, "a local path or ID:/path")->required();
+  cp->add_option("dst", cp_dst, "a local path or ID:/path")->required();
+
+  port = app.add_subcommand("port", "the URLs that reach a port inside a sandbox through sbxd's proxy");
+  port->add_option("id", port_id, "sandbox id")->required();
+  port->add_option("port", port_num, "TCP port inside the sandbox")->required()->check(CLI::Range(1, 65535));
+  port->add_option("--proxy-domain", proxy_domain, "sbxd's --proxy-domain (default sbx.localhost)");
+
+  ps = app.add_subcommand("ps", "list a sandbox's background processes");
+  ps->add_option("id", ps_id, "sandbox id")->required();
+  spawn = app.add_subcommand("spawn", "start a background process in a sandbox; prints its pid");
+  spawn->add_option("id", spawn_id, "sandbox id")->required();
+  spawn->add_option("--cwd", spawn_cwd, "working directory");
+  spawn->add_option("cmd", spawn_cmd, "the command and its arguments (after --)")->required();
+  logs = app.add_subcommand("logs", "print a background process's output (from its ring)");
+  logs->add_option("id", logs_id, "sandbox id")->required();
+  logs->add_option("pid", logs_pid, "process id")->required();
+  logs->add_flag("--follow,-f", logs_follow, "keep printing until the process ends");
+  logs->add_option("--since", logs_since, "first sequence number to print");
+}
+
+std::optional<int> ExecCommands::Run(HttpClient& c, const Globals& g) {
+  if (*exec) {
+    json body = {{"cmd", cmd}, {"timeout_seconds", timeout}};
+    if (!cwd.empty()) body["cwd"] = cwd;
+    json e = json::object();
+    for (const auto& kv : exec_env) {
+      auto eq = kv.find('=');
+      if (eq == std::string::npos) return Fail("--env wants KEY=VALUE");
+      e[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    if (!e.empty()) body["env"] = e;
+    if (exec_interactive || exec_tty) {
+      json pbody = {{"cmd", cmd}};
+      if (!cwd.empty()) pbody["cwd"] = cwd;
+      if (!e.empty()) pbody["env"] = e;
+      return RunInteractiveExec(c, g, exec_id, pbody);
+    }
+    auto last = StreamExecBody(c, exec_id, body, /*echo=*/true, nullptr);
+    if (!last) return 1;
+    int exit_code = last->value("exit_code", 1);
+    if (last->value("timed_out", false))
+      std::fprintf(stderr, "sbx: the command timed out after %lld s\n", static_cast<long long>(timeout));
+    if (g.json) std::fprintf(stderr, "%s\n", last->dump().c_str());
+    return exit_code;
+  }
+  if (*cp) return CopyFiles(c, cp_src, cp_dst);
+  if (*ps) {
+    auto j = CallJson(c, "GET", "/v1/sandboxes/" + ps_id + "/processes");
+    if (!j) return 1;
+    if (g.json) {
+      std::printf("%s\n", (*j)["processes"].dump().c_str());
+      return 0;
+    }
+    std::printf("%-8s %-8s %-6s %-21s %s\n", "PID", "STATE", "EXIT", "STARTED", "CMD");
+    for (const auto& p : (*j)["processes"]) {
+      std::string cmdline;
+      for (const auto& a : p["cmd"]) cmdline += (cmdline.empty() ? "" : " ") + a.get<std::string>();
+      std::string exit = p["exit_code"].is_number() ? std::to_string(p["exit_code"].get<int>()) : "-";
+      std::printf("%-8lld %-8s %-6s %-21s %s\n", static_cast<long long>(p.value("pid", 0)), Str(p, "state").c_str(),
+                  exit.c_str(), Str(p, "started_at").c_str(), cmdline.c_str());
+    }
+    return 0;
+  }
+  if (*spawn) {
+    json body = {{"cmd", spawn_cmd}};
+    if (!spawn_cwd.empty()) body["cwd"] = spawn_cwd;
+    auto j = CallJson(c, "POST", "/v1/sandboxes/" + spawn_id + "/processes", body);
+    if (!j) return 1;
+    std::printf("%s\n", g.json ? j->dump().c_str() : std::to_string(j->value("pid", 0)).c_str());
+    return 0;
+  }
+  if (*logs) {
+    int exit_code = 0;
+    auto r = c.Stream("GET",
+                      "/v1/sandboxes/" + logs_id + "/processes/" + std::to_string(logs_pid) + "/output?since=" +
+                          std::to_string(logs_since) + "&follow=" + (logs_follow ? "true" : "false"),
+                      "", [&](const std::string& line) {
+                        auto ev = json::parse(line, nullptr, false);
+                        if (!ev.is_object()) return;
+                        std::string type = ev.value("type", "");
+                        if (type == "stdout" || type == "stderr") {
+                          std::string d = ev.value("data", "");
+                          WriteSandboxOutput(type == "stdout" ? 1 : 2, d);
+                        } else if (type == "gap") {
+                          std::fprintf(stderr, "sbx: output %llu to %llu left the ring before it was read\n",
+                                       static_cast<unsigned long long>(ev.value("from", 0ULL)),
+                                       static_cast<unsigned long long>(ev.value("to", 0ULL)));
+                        } else if (type == "exit") {
+                          exit_code = ev["exit_code"].is_number() ? ev["exit_code"].get<int>() : 1;
+                        }
+                      });
+    if (auto why = FailureOf(r)) return Fail(*why);
+    return exit_code;
+  }
+  if (*port) {
+    // Checked first: the sandbox exists and the caller may reach it.
+    auto j = CallJson(c, "GET", "/v1/sandboxes/" + port_id);
+    if (!j) return 1;
+    std::string base = g.url;
+    while (!base.empty() && base.back() == '/') base.pop_back();
+    std::string by_path = base + "/v1/sandboxes/" + port_id + "/ports/" + std::to_string(port_num) + "/";
+    std::string hostport = base.substr(base.find("://") == std::string::npos ? 0 : base.find("://") + 3);
+    std::string scheme = base.find("://") == std::string::npos ? "http" : base.substr(0, base.find("://"));
+    std::string listen_port = hostport.rfind(':') == std::string::npos ? "" : hostport.substr(hostport.rfind(':'));
+    std::string by_host = scheme + "://" + std::to_string(port_num) + "-" + port_id + "." + proxy_domain + listen_port + "/";
+    if (g.json) std::printf("%s\n", json{{"url", by_path}, {"host_url", by_host}}.dump().c_str());
+    else std::printf("%s\n%s\n", by_path.c_str(), by_host.c_str());
+    return 0;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Runner AddExecCommands(CLI::App& app) { return Register<ExecCommands>(app); }
+
+}  // namespace sbx::cli

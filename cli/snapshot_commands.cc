@@ -1,0 +1,151 @@
+// `sbx snapshot`, `fork`, `template` and `image`: named snapshots, templates and images.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+
+namespace sbx::cli {
+namespace {
+
+using nlohmann::json;
+
+struct SnapshotCommands {
+  CLI::App *snap = nullptr, *fork = nullptr;
+  CLI::App *tmpl_build = nullptr, *tmpl_ls = nullptr, *tmpl_rm = nullptr;
+  std::string snap_id, snap_name;
+  std::string fork_id;
+  int fork_count = 1;
+  std::string tb_name, tb_image, tb_from, tb_type = "small";
+  std::vector<std::string> tb_steps;
+  int64_t tb_timeout = 1800;
+  std::vector<std::string> tmpl_rm_names;
+
+  void Add(CLI::App& app);
+  std::optional<int> Run(HttpClient& c, const Globals& g);
+};
+
+void SnapshotCommands::Add(CLI::App& app) {
+  snap = app.add_subcommand("snapshot", "capture a sandbox's files as a named snapshot");
+  snap->add_option("id", snap_id)->required();
+  snap->add_option("name", snap_name)->required();
+  fork = app.add_subcommand("fork", "new sandboxes with a copy of a sandbox's files");
+  fork->add_option("id", fork_id)->required();
+  fork->add_option("--count", fork_count, "how many (default 1)");
+
+  auto* tmpl = app.add_subcommand("template", "templates (named snapshots)");
+  tmpl->require_subcommand(1);
+  tmpl_build = tmpl->add_subcommand("build", "run steps in a fresh sandbox, then snapshot it as NAME");
+  tmpl_build->add_option("name", tb_name)->required();
+  tmpl_build->add_option("--image", tb_image, "image to start from (default: default)");
+  tmpl_build->add_option("--from", tb_from, "snapshot to start from");
+  tmpl_build->add_option("--type", tb_type, "sandbox type for the build");
+  tmpl_build->add_option("--run", tb_steps, "a step (shell command); repeat for more")->required();
+  tmpl_build->add_option("--timeout", tb_timeout, "seconds per step (default 1800)");
+  tmpl_ls = tmpl->add_subcommand("ls", "list templates");
+  tmpl_rm = tmpl->add_subcommand("rm", "delete templates");
+  tmpl_rm->add_option("names", tmpl_rm_names)->required();
+}
+
+std::optional<int> SnapshotCommands::Run(HttpClient& c, const Globals& g) {
+  if (*snap) {
+    auto j = CallJson(c, "POST", "/v1/sandboxes/" + snap_id + "/snapshot", json{{"name", snap_name}});
+    if (!j) return 1;
+    if (g.json) std::printf("%s\n", j->dump().c_str());
+    else std::printf("%s (%.1f MB)\n", Str(*j, "name").c_str(), j->value("size_bytes", 0) / 1048576.0);
+    return 0;
+  }
+  if (*fork) {
+    auto j = CallJson(c, "POST", "/v1/sandboxes/" + fork_id + "/fork", json{{"count", fork_count}});
+    if (!j) return 1;
+    if (g.json) std::printf("%s\n", (*j)["sandboxes"].dump().c_str());
+    else
+      for (const auto& s : (*j)["sandboxes"]) std::printf("%s\n", Str(s, "id").c_str());
+    return 0;
+  }
+  if (*tmpl_build) return RunTemplateBuild(g, tb_name, tb_image, tb_from, tb_type, tb_steps, tb_timeout);
+  if (*tmpl_ls) {
+    auto j = CallJson(c, "GET", "/v1/snapshots");
+    if (!j) return 1;
+    if (g.json) {
+      std::printf("%s\n", (*j)["snapshots"].dump().c_str());
+      return 0;
+    }
+    std::printf("%-24s %-10s %-16s %10s %7s %s\n", "NAME", "IMAGE", "PARENT", "SIZE_MB", "LAYERS", "CREATED");
+    for (const auto& s : (*j)["snapshots"])
+      std::printf("%-24s %-10s %-16s %10.1f %7d %s\n", Str(s, "name").c_str(), Str(s, "image").c_str(),
+                  Str(s, "parent").c_str(), s.value("size_bytes", 0) / 1048576.0, s.value("layers", 0),
+                  Str(s, "created_at").c_str());
+    return 0;
+  }
+  if (*tmpl_rm) {
+    int rc = 0;
+    for (const auto& n : tmpl_rm_names)
+      if (!CallJson(c, "DELETE", "/v1/snapshots/" + n)) rc = 1;
+    return rc;
+  }
+  return std::nullopt;
+}
+
+struct ImageCommands {
+  CLI::App *img_ls = nullptr, *img_import = nullptr, *img_build = nullptr;
+  std::string img_name, img_file;
+  std::string build_name, cache_dir = std::getenv("SBX_CACHE_DIR") ? std::getenv("SBX_CACHE_DIR") : "/var/cache/sbx";
+
+  void Add(CLI::App& app);
+  std::optional<int> Run(HttpClient& c, const Globals& g);
+};
+
+void ImageCommands::Add(CLI::App& app) {
+  auto* img = app.add_subcommand("image", "images");
+  img->require_subcommand(1);
+  img_ls = img->add_subcommand("ls", "list images");
+  img_import = img->add_subcommand("import", "import a rootfs tarball or docker export");
+  img_import->add_option("name", img_name)->required();
+  img_import->add_option("file", img_file)->required();
+  img_build = img->add_subcommand("build", "build a built-in image (default)");
+  img_build->add_option("name", build_name)->required();
+  img_build->add_option("--cache-dir", cache_dir, "where slow artefacts are cached (env SBX_CACHE_DIR)");
+}
+
+std::optional<int> ImageCommands::Run(HttpClient& c, const Globals& g) {
+  if (*img_ls) {
+    auto j = CallJson(c, "GET", "/v1/images");
+    if (!j) return 1;
+    if (g.json) {
+      std::printf("%s\n", (*j)["images"].dump().c_str());
+      return 0;
+    }
+    std::printf("%-20s %12s %s\n", "NAME", "SIZE_MB", "CREATED");
+    for (const auto& i : (*j)["images"])
+      std::printf("%-20s %12.1f %s\n", Str(i, "name").c_str(), i.value("size_bytes", 0) / 1048576.0,
+                  Str(i, "created_at").c_str());
+    return 0;
+  }
+  if (*img_import) {
+    auto r = c.Upload("/v1/images/" + img_name, img_file, [](uint64_t s, uint64_t t) {
+      if (isatty(2)) std::fprintf(stderr, "\rimporting: %3d%%", t ? static_cast<int>(s * 100 / t) : 100);
+    });
+    if (isatty(2)) std::fprintf(stderr, "\n");
+    if (!r.ok()) return Fail(r.error().message);
+    if (r->status >= 300) return Fail(ErrorMessage(*r));
+    std::printf("%s\n", r->body.c_str());
+    return 0;
+  }
+  if (*img_build) return RunImageBuild(g, build_name, cache_dir);
+  return std::nullopt;
+}
+
+}  // namespace
+
+Runner AddSnapshotCommands(CLI::App& app) { return Register<SnapshotCommands>(app); }
+Runner AddImageCommands(CLI::App& app) { return Register<ImageCommands>(app); }
+
+}  // namespace sbx::cli
