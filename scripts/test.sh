@@ -20,6 +20,8 @@ SBX_CACHE_DIR="$FRESH/cache/sbx" bash "$ROOT/scripts/build-criu.sh" >/dev/null
 "$FRESH/cache/sbx/criu/criu" --version >/dev/null
 rm -rf "$FRESH"
 
+bash "$ROOT/scripts/check_threads.sh"
+
 log "unit tests"
 (cd "$BUILD" && ctest --output-on-failure -j2)
 

@@ -3,8 +3,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <utility>
 
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -162,8 +162,6 @@ asio::awaitable<Response> Api::Processes(Request& req) {
   int64_t keepalive_ms = manager_->keepalive_ms();
   int64_t p = *pid;
   r.stream = [table, id, p, since, follow, keepalive_ms](ChunkSink sink) -> asio::awaitable<std::optional<Response>> {
-    auto ex = co_await asio::this_coro::executor;
-    asio::steady_timer tick(ex);
     std::string carry[3];
     uint64_t next = since;
     auto quiet_since = std::chrono::steady_clock::now();
@@ -204,11 +202,10 @@ asio::awaitable<Response> Api::Processes(Request& req) {
         if (!co_await sink(ka)) co_return std::nullopt;
         quiet_since = now;
       }
-      // New output is looked for every 10 ms while following.
-      tick.expires_after(std::chrono::milliseconds(10));
-      boost::system::error_code ec;
-      co_await tick.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    }
+      // Woken by new output or the end; at the latest when a keep-alive is due.
+      auto due = std::chrono::milliseconds(keepalive_ms) -
+                 std::chrono::duration_cast<std::chrono::milliseconds>(now - quiet_since);
+      co_await table->WaitOutput(id, p, next, std::max(due, std::chrono::milliseconds(1)));    }
   };
   co_return r;
 }

@@ -19,9 +19,9 @@ Status Admission::CheckDataDirSpace() const {
   return OkStatus();
 }
 
-int64_t Admission::CommittedDiskMb() const {
+int64_t Admission::CommittedDiskMb(const SandboxTable& table) {
   int64_t sum = 0;
-  for (const auto& [_, e] : table_->live()) sum += e->rec.disk_mb;
+  for (const auto& [_, e] : table.live()) sum += e->rec.disk_mb;
   return sum;
 }
 
@@ -29,13 +29,13 @@ int64_t Admission::DiskMbFor(const CreateRequest& req, const SandboxType& type) 
   return budget_.Clamp(std::min<int64_t>(req.disk_mb.value_or(type.disk_mb), type.disk_mb));
 }
 
-Status Admission::CheckQuota(int add, int64_t memory_mb, int64_t disk_mb) const {
-  SBX_RETURN_IF_ERROR(budget_.CheckCommit(CommittedDiskMb(), disk_mb));
+Status Admission::CheckQuota(const SandboxTable& table, int add, int64_t memory_mb, int64_t disk_mb) const {
+  SBX_RETURN_IF_ERROR(budget_.CheckCommit(CommittedDiskMb(table), disk_mb));
   const Quotas& q = quotas_;
   if (!q.max_sandboxes && !q.max_memory_mb && !q.max_disk_mb) return OkStatus();
   int live = 0;
   int64_t mem = 0, disk = 0;
-  for (const auto& [_, e] : table_->live()) {
+  for (const auto& [_, e] : table.live()) {
     const auto& r = e->rec;
     disk += r.disk_mb;
     // Frozen: memory held. Hibernated: its memory is on disk, it holds none.

@@ -1,6 +1,6 @@
 // Admission: whether new work fits. The daemon-wide quotas (live sandboxes, memory,
 // disk), the store's budget of disk quotas, and the data dir's free space. Reads the
-// sandbox table (its lock held); holds no state of its own beyond its limits.
+// sandbox table it is given (its lock held); holds no state of its own beyond its limits.
 #pragma once
 
 #include <cstdint>
@@ -24,16 +24,16 @@ struct Quotas {
 
 class Admission {
  public:
-  Admission(const SandboxTable* table, std::string data_dir, Quotas quotas, int64_t min_free_mb,
-            StoreBudget budget)
-      : table_(table), data_dir_(std::move(data_dir)), quotas_(quotas), min_free_mb_(min_free_mb),
+  Admission(std::string data_dir, Quotas quotas, int64_t min_free_mb, StoreBudget budget)
+      : data_dir_(std::move(data_dir)), quotas_(quotas), min_free_mb_(min_free_mb),
         budget_(std::move(budget)) {}
 
   // kUnavailable while the data dir's file system has less than min_free_mb free.
   Status CheckDataDirSpace() const;
   // kResourceExhausted if `add` more live sandboxes of this size would pass a quota or the
   // store's budget.
-  Status CheckQuota(int add, int64_t memory_mb, int64_t disk_mb) const SBX_REQUIRES(table_->mu);
+  Status CheckQuota(const SandboxTable& table, int add, int64_t memory_mb, int64_t disk_mb) const
+      SBX_REQUIRES(table.mu);
   // An explicit resources.disk_mb larger than the store can give: the caller's error.
   Status CheckDiskRequest(int64_t disk_mb) const { return budget_.CheckRequest(disk_mb); }
   // The disk_mb a new sandbox of `type` gets for `req`.
@@ -41,12 +41,13 @@ class Admission {
   // Whether a checkpoint of `bytes` fits under `dir` with the reserve still free.
   Status CheckWrite(const std::string& dir, uint64_t bytes) const { return budget_.CheckWrite(dir, bytes); }
   bool has_store() const { return budget_.enabled(); }
-  StoreStats StoreUse() const SBX_REQUIRES(table_->mu) { return budget_.Stats(CommittedDiskMb()); }
+  StoreStats StoreUse(const SandboxTable& table) const SBX_REQUIRES(table.mu) {
+    return budget_.Stats(CommittedDiskMb(table));
+  }
 
  private:
-  int64_t CommittedDiskMb() const SBX_REQUIRES(table_->mu);
+  static int64_t CommittedDiskMb(const SandboxTable& table) SBX_REQUIRES(table.mu);
 
-  const SandboxTable* table_;
   std::string data_dir_;
   Quotas quotas_;
   int64_t min_free_mb_;

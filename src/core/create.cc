@@ -156,7 +156,7 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
   SBX_RETURN_IF_ERROR(admission_.CheckDataDirSpace());
   {
     Lock lock(table_.mu);
-    SBX_RETURN_IF_ERROR(admission_.CheckQuota(1, req.memory_mb.value_or(type.memory_mb), admission_.DiskMbFor(req, type)));
+    SBX_RETURN_IF_ERROR(admission_.CheckQuota(table_, 1, req.memory_mb.value_or(type.memory_mb), admission_.DiskMbFor(req, type)));
   }
   if (use_pool && opts_.pool_size > 0) {
     if (EntryPtr pooled = TakeFromPool(req, image_name, layers)) {
@@ -173,7 +173,7 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
   {
     Lock lock(table_.mu);
     SBX_RETURN_IF_ERROR(table_.CheckNameFree(r.name));
-    SBX_RETURN_IF_ERROR(admission_.CheckQuota(1, r.memory_mb, r.disk_mb));
+    SBX_RETURN_IF_ERROR(admission_.CheckQuota(table_, 1, r.memory_mb, r.disk_mb));
     // The row comes first: a crash from here on leaves a row that Recover() resolves.
     auto st = store_->InsertSandbox(r);
     if (!st.ok()) {

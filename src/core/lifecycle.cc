@@ -57,7 +57,7 @@ Result<SandboxView> SandboxManager::Start(const std::string& id) {
   SBX_RETURN_IF_ERROR(table_.RequireState(*e, {State::kStopped, State::kError}));
   if (!Rt(e->rec).HasFiles(DirOf(id)))
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " has lost its files and cannot start");
-  SBX_RETURN_IF_ERROR(admission_.CheckQuota(1, e->rec.memory_mb, 0));
+  SBX_RETURN_IF_ERROR(admission_.CheckQuota(table_, 1, e->rec.memory_mb, 0));
   SBX_RETURN_IF_ERROR(admission_.CheckDataDirSpace());
   e->busy = true;
   runtime::StartSpec spec = SpecOf(e->rec);
@@ -164,7 +164,7 @@ Status SandboxManager::ResumeLocked(const EntryPtr& e) {
   const std::string id = e->rec.id;
   const bool hibernated = e->rec.pause_mode == "hibernate";
   // A hibernated sandbox takes its memory back.
-  if (hibernated) SBX_RETURN_IF_ERROR(admission_.CheckQuota(1, e->rec.memory_mb, 0));
+  if (hibernated) SBX_RETURN_IF_ERROR(admission_.CheckQuota(table_, 1, e->rec.memory_mb, 0));
   e->busy = true;
   e->restoring = hibernated;
   runtime::StartSpec spec = SpecOf(e->rec);

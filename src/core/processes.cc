@@ -4,6 +4,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -39,6 +40,8 @@ struct ProcessTable::Proc {
   size_t ring_size = 0, ring_cap;
   std::deque<std::string> outq;  // frames to send (strand only)
   bool writing = false;          // a WriteLoop runs (strand only)
+  // Followers waiting for output (strand only): the reader cancels their timers.
+  std::vector<std::shared_ptr<asio::steady_timer>> waiters;
 };
 
 ProcessTable::ProcessTable(SandboxManager* manager, size_t ring_bytes, int max_per_sandbox)
@@ -138,6 +141,7 @@ asio::awaitable<void> ProcessTable::ReadLoop(std::shared_ptr<Proc> p) {
         p->ring.pop_front();
       }
       p->info.first_seq = p->ring.front().seq;
+      WakeWaiters(*p);
       continue;
     }
     if (f->type == agent::FrameType::kExit) {
@@ -156,9 +160,38 @@ asio::awaitable<void> ProcessTable::ReadLoop(std::shared_ptr<Proc> p) {
     }
     // Keep-alives and anything else: nothing to keep.
   }
+  WakeWaiters(*p);
   p->lease.reset();  // no longer activity for the idle policy
   error_code ignored;
   p->conn.socket().close(ignored);
+}
+
+void ProcessTable::WakeWaiters(Proc& p) {
+  for (auto& t : p.waiters) t->cancel();
+  p.waiters.clear();
+}
+
+asio::awaitable<void> ProcessTable::WaitOutput(const std::string& sandbox, int64_t pid, uint64_t since,
+                                               std::chrono::milliseconds max_wait) {
+  auto found = Find(sandbox, pid);
+  if (!found.ok()) co_return;
+  // The wait runs on the process's strand, where its reader appends output: no wake is
+  // lost between the check and the wait.
+  std::shared_ptr<Proc> p = *found;
+  co_await asio::co_spawn(p->strand, WaitOnStrand(p, since, max_wait), asio::use_awaitable);
+}
+
+asio::awaitable<void> ProcessTable::WaitOnStrand(std::shared_ptr<Proc> p, uint64_t since,
+                                                 std::chrono::milliseconds max_wait) {
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (p->info.next_seq > since || !p->info.running) co_return;
+  }
+  auto t = std::make_shared<asio::steady_timer>(p->strand, max_wait);
+  p->waiters.push_back(t);
+  error_code ignored;
+  co_await t->async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+  std::erase(p->waiters, t);
 }
 
 asio::awaitable<void> ProcessTable::WriteLoop(std::shared_ptr<Proc> p) {
@@ -294,8 +327,8 @@ void ProcessTable::Forget(const std::string& sandbox) {
     gone = std::move(s->second);
     procs_.erase(s);
   }
-  for (auto& [pid, p] : gone)
-    asio::post(p->strand, [p] {
+  for (auto& entry : gone)
+    asio::post(entry.second->strand, [p = entry.second] {
       error_code ignored;
       p->conn.socket().close(ignored);  // the agent then kills the process's tree
     });

@@ -8,6 +8,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -67,6 +68,10 @@ class ProcessTable {
   Status Resize(const std::string& sandbox, int64_t pid, int cols, int rows);
   // What is in the ring from `since` on (at most max_bytes of it).
   Result<OutputRead> Read(const std::string& sandbox, int64_t pid, uint64_t since, size_t max_bytes);
+  // Returns when the process has output at or after `since`, or has ended, or `max_wait`
+  // has passed (an event: the process's reader wakes it).
+  boost::asio::awaitable<void> WaitOutput(const std::string& sandbox, int64_t pid, uint64_t since,
+                                          std::chrono::milliseconds max_wait);
   // Drops what is remembered of a deleted sandbox's processes.
   void Forget(const std::string& sandbox);
   // Forgets the processes of every sandbox that no longer exists (deleted by its TTL, say,
@@ -79,6 +84,9 @@ class ProcessTable {
   Result<std::shared_ptr<Proc>> Find(const std::string& sandbox, int64_t pid);
   static boost::asio::awaitable<void> ReadLoop(std::shared_ptr<Proc> p);
   static boost::asio::awaitable<void> WriteLoop(std::shared_ptr<Proc> p);
+  static boost::asio::awaitable<void> WaitOnStrand(std::shared_ptr<Proc> p, uint64_t since,
+                                                   std::chrono::milliseconds max_wait);
+  static void WakeWaiters(Proc& p);
   void Queue(const std::shared_ptr<Proc>& p, std::string frame);
 
   SandboxManager* manager_;

@@ -30,7 +30,7 @@ SandboxManager::SandboxManager(ManagerOptions opts, storage::Store* store, layer
       runtimes_(runtimes),
       types_(std::move(types)),
       table_(store),
-      admission_(&table_, opts_.data_dir, opts_.quotas, opts_.min_free_mb,
+      admission_(opts_.data_dir, opts_.quotas, opts_.min_free_mb,
                  StoreBudget(opts_.store_dir, opts_.store_mb, opts_.min_free_mb, opts_.store_overcommit)),
       metering_(store, &types_, opts_.now_ms, opts_.serverless_call_usd),
       secrets_(store, opts_.secret_key, opts_.now_ms) {
@@ -159,7 +159,7 @@ std::optional<std::string> SandboxManager::SandboxOfToken(const std::string& tok
 
 StoreStats SandboxManager::StoreUse() {
   Lock lock(table_.mu);
-  return admission_.StoreUse();
+  return admission_.StoreUse(table_);
 }
 
 SandboxManager::Counts SandboxManager::GetCounts() {

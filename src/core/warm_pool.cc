@@ -78,7 +78,7 @@ Result<SandboxView> SandboxManager::Claim(EntryPtr e, const CreateRequest& req, 
     DiscardLocked(e);
     return free.error();
   }
-  if (Status q = admission_.CheckQuota(1, claimed.memory_mb, claimed.disk_mb); !q.ok()) {
+  if (Status q = admission_.CheckQuota(table_, 1, claimed.memory_mb, claimed.disk_mb); !q.ok()) {
     DiscardLocked(e);
     return q.error();
   }
