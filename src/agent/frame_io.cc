@@ -92,29 +92,10 @@ void SendErrorMessage(int sock, const std::string& msg) {
 }
 
 Error Errno(int err, const std::string& what) {
-  Code c = Code::kInternal;
-  switch (err) {
-    case ENOENT: c = Code::kNotFound; break;
-    case EEXIST:
-    case ENOTEMPTY:
-    case EBUSY: c = Code::kFailedPrecondition; break;
-    case EISDIR:
-    case ENOTDIR:
-    case EINVAL:
-    case ENAMETOOLONG:
-    case ELOOP:
-    case EXDEV: c = Code::kInvalidArgument; break;
-    case EACCES:
-    case EPERM:
-    case EROFS: c = Code::kPermissionDenied; break;
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG: c = Code::kTooLarge; break;
-  }
   std::string msg = what + ": " + std::strerror(err);
   if (err == ENOSPC || err == EDQUOT) msg = what + ": no space left on the sandbox's disk";
   if (err == EXDEV) msg = what + ": a move cannot cross file systems (mounts) inside the sandbox";
-  Error e = MakeError(c, msg);
+  Error e = MakeError(CodeOfErrno(err), msg);
   e.sys_errno = err;
   return e;
 }

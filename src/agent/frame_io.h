@@ -32,7 +32,8 @@ bool NextFrame(int sock, FrameDecoder* in, Frame* f);
 void SendError(int sock, const Error& e);
 // Answers kError {"message"} without a code (a refused exec or an unknown request).
 void SendErrorMessage(int sock, const std::string& msg);
-// An errno as an API error about `what`.
+// An errno as an API error about `what`: the code from CodeOfErrno (the table sbxd uses
+// too), the message in the agent's words for a full disk and a move across mounts.
 Error Errno(int err, const std::string& what);
 
 }  // namespace sbx::agent

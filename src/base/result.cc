@@ -24,23 +24,35 @@ const char* CodeName(Code c) {
 
 std::string Error::ToString() const { return std::string(CodeName(code)) + ": " + message; }
 
-Error ErrnoError(const std::string& what, int err) {
-  Code code = Code::kInternal;
+Code CodeOfErrno(int err) {
   switch (err) {
-    case ENOENT: code = Code::kNotFound; break;
-    case EEXIST: code = Code::kAlreadyExists; break;
+    case ENOENT: return Code::kNotFound;
+    case EEXIST: return Code::kAlreadyExists;
+    case ENOTEMPTY:
+    case EBUSY: return Code::kFailedPrecondition;
+    case EISDIR:
+    case ENOTDIR:
+    case EINVAL:
+    case ENAMETOOLONG:
+    case ELOOP:
+    case EXDEV: return Code::kInvalidArgument;
     case EACCES:
-    case EPERM: code = Code::kPermissionDenied; break;
+    case EPERM:
+    case EROFS: return Code::kPermissionDenied;
     case ENOSPC:
+    case EDQUOT:
+    case EFBIG: return Code::kTooLarge;
     case EMFILE:
     case ENFILE:
     case ENOMEM:
-    case EAGAIN: code = Code::kResourceExhausted; break;
-    case EINVAL: code = Code::kInvalidArgument; break;
-    case ETIMEDOUT: code = Code::kDeadlineExceeded; break;
-    default: break;
+    case EAGAIN: return Code::kResourceExhausted;
+    case ETIMEDOUT: return Code::kDeadlineExceeded;
+    default: return Code::kInternal;
   }
-  return Error{code, err, what + ": " + std::strerror(err)};
+}
+
+Error ErrnoError(const std::string& what, int err) {
+  return Error{CodeOfErrno(err), err, what + ": " + std::strerror(err)};
 }
 
 }  // namespace sbx

@@ -38,8 +38,14 @@ struct Error {
 };
 
 inline Error MakeError(Code code, std::string message) { return Error{code, 0, std::move(message)}; }
+// The code of an errno: the one table for sbxd and the agent. ENOENT is kNotFound, EEXIST
+// kAlreadyExists, a full disk (ENOSPC, EDQUOT, EFBIG) kTooLarge, short of fds or memory
+// (EMFILE, ENFILE, ENOMEM, EAGAIN) kResourceExhausted, a bad path kInvalidArgument, and
+// so on (result.cc); anything unlisted is kInternal. A caller that means something else
+// says so explicitly (OnDataDir below; a full disk in the disk files API, src/disks).
+Code CodeOfErrno(int err);
 // A write to sbxd's own data dir that found the file system full (ENOSPC, EDQUOT) is 503
-// `unavailable` (the host's trouble), not 429 (a user's quota); anything else passes.
+// `unavailable` (the host's trouble), not 413 (a user's disk); anything else passes.
 inline Error OnDataDir(Error e) {
   if (e.sys_errno == ENOSPC || e.sys_errno == EDQUOT) {
     e.code = Code::kUnavailable;
@@ -47,7 +53,7 @@ inline Error OnDataDir(Error e) {
   }
   return e;
 }
-// From errno (captured by the caller right after the failing call).
+// From errno (captured by the caller right after the failing call), coded by CodeOfErrno.
 Error ErrnoError(const std::string& what, int err = errno);
 
 template <typename T>

@@ -127,6 +127,13 @@ Status CheckPath(const std::string& path) {
   return OkStatus();
 }
 
+// A write through the disk files API that finds the disk full meets the disk's quota: 429
+// `quota_exceeded` (docs/API.md), where the errno table says 413.
+Error OnFullDisk(Error e) {
+  if (e.sys_errno == ENOSPC || e.sys_errno == EDQUOT) e.code = Code::kResourceExhausted;
+  return e;
+}
+
 }  // namespace
 
 Result<std::string> DiskStore::ReadFile(const std::string& id, const std::string& path, size_t max_bytes) {
@@ -175,7 +182,8 @@ Status DiskStore::WriteFile(const std::string& id, const std::string& path, cons
   for (const auto& part : parts) {
     int next = OpenInRoot(dir.get(), part, O_PATH | O_DIRECTORY);
     if (next < 0 && errno == ENOENT) {
-      if (::mkdirat(dir.get(), part.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("mkdir " + part);
+      if (::mkdirat(dir.get(), part.c_str(), 0755) != 0 && errno != EEXIST)
+        return OnFullDisk(ErrnoError("mkdir " + part));
       (void)::fchownat(dir.get(), part.c_str(), uid_base_, uid_base_, AT_SYMLINK_NOFOLLOW);
       next = OpenInRoot(dir.get(), part, O_PATH | O_DIRECTORY);
     }
@@ -187,14 +195,14 @@ Status DiskStore::WriteFile(const std::string& id, const std::string& path, cons
   if (!d.valid()) return ErrnoError("open the parent of " + path);
   std::string tmp = ".sbx-upload-" + RandomHex(6);
   UniqueFd fd(::openat(d.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (!fd.valid()) return ErrnoError("create " + path);
+  if (!fd.valid()) return OnFullDisk(ErrnoError("create " + path));
   auto drop = [&] { (void)::unlinkat(d.get(), tmp.c_str(), 0); };
   size_t off = 0;
   while (off < data.size()) {
     ssize_t n = ::write(fd.get(), data.data() + off, data.size() - off);
     if (n < 0) {
       if (errno == EINTR) continue;
-      Error e = ErrnoError("write " + path);
+      Error e = OnFullDisk(ErrnoError("write " + path));
       drop();
       return e;  // ENOSPC on a full disk
     }
@@ -207,7 +215,7 @@ Status DiskStore::WriteFile(const std::string& id, const std::string& path, cons
   }
   // The rename replaces whatever has the name, a symlink included, without following it.
   if (::renameat(d.get(), tmp.c_str(), d.get(), name.c_str()) != 0) {
-    Error e = ErrnoError("rename to " + path);
+    Error e = OnFullDisk(ErrnoError("rename to " + path));
     drop();
     return e;
   }

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <utility>
+
 #include "base/fs.h"
 #include "base/ids.h"
 #include "base/result.h"
@@ -62,6 +65,44 @@ TEST(Result, PropagatesErrors) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, Code::kInvalidArgument);
   EXPECT_EQ(r.error().Wrap("quartering").message, "quartering: odd");
+}
+
+TEST(CodeOfErrno, OneTableForTheDaemonAndTheAgent) {
+  const std::pair<int, Code> table[] = {
+      {ENOENT, Code::kNotFound},
+      {EEXIST, Code::kAlreadyExists},
+      {ENOTEMPTY, Code::kFailedPrecondition},   {EBUSY, Code::kFailedPrecondition},
+      {EISDIR, Code::kInvalidArgument},         {ENOTDIR, Code::kInvalidArgument},
+      {EINVAL, Code::kInvalidArgument},         {ENAMETOOLONG, Code::kInvalidArgument},
+      {ELOOP, Code::kInvalidArgument},          {EXDEV, Code::kInvalidArgument},
+      {EACCES, Code::kPermissionDenied},        {EPERM, Code::kPermissionDenied},
+      {EROFS, Code::kPermissionDenied},
+      {ENOSPC, Code::kTooLarge},                {EDQUOT, Code::kTooLarge},
+      {EFBIG, Code::kTooLarge},
+      {EMFILE, Code::kResourceExhausted},       {ENFILE, Code::kResourceExhausted},
+      {ENOMEM, Code::kResourceExhausted},       {EAGAIN, Code::kResourceExhausted},
+      {ETIMEDOUT, Code::kDeadlineExceeded},
+      // Anything else is internal.
+      {EIO, Code::kInternal},                   {ECONNREFUSED, Code::kInternal},
+      {EPIPE, Code::kInternal},                 {0, Code::kInternal},
+  };
+  for (const auto& [err, code] : table) {
+    EXPECT_EQ(CodeOfErrno(err), code) << std::strerror(err);
+    Error e = ErrnoError("write x", err);
+    EXPECT_EQ(e.code, code) << std::strerror(err);
+    EXPECT_EQ(e.sys_errno, err);
+    EXPECT_EQ(e.message, std::string("write x: ") + std::strerror(err));
+  }
+}
+
+TEST(CodeOfErrno, SbxdsOwnDataDirFullIsUnavailable) {
+  for (int err : {ENOSPC, EDQUOT}) {
+    Error e = OnDataDir(ErrnoError("write x", err));
+    EXPECT_EQ(e.code, Code::kUnavailable) << std::strerror(err);
+    EXPECT_EQ(e.sys_errno, err);
+  }
+  EXPECT_EQ(OnDataDir(ErrnoError("write x", EFBIG)).code, Code::kTooLarge);
+  EXPECT_EQ(OnDataDir(ErrnoError("write x", ENOENT)).code, Code::kNotFound);
 }
 
 TEST(Fs, ErrnoMapsToCodes) {
