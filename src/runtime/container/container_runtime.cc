@@ -1,5 +1,5 @@
 // The container wall: user, pid, mount, net, ipc, uts and cgroup namespaces, an overlay
-// root, cgroup limits; sbx-agent finishes the set-up from inside (see agent/sandbox_init).
+// root, cgroup limits; sbx-agent finishes the set-up from inside (see src/agent/init/container_init).
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
