@@ -2,6 +2,7 @@
 // subcommands (the *_commands.cc files, see commands.h), and dispatch to the one parsed.
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,9 +26,7 @@ std::string DefaultKey(const std::string& data_dir) {
   return k;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int RunCommand(int argc, char** argv) {
   CLI::App app{"sbx: run AI agents' tool calls in isolated sandboxes"};
   app.require_subcommand(1);
   app.fallthrough();  // global flags (--json, --url) may follow the subcommand
@@ -63,4 +62,16 @@ int main(int argc, char** argv) {
   for (const Runner& run : groups)
     if (std::optional<int> rc = run(c, g)) return *rc;
   return 0;
+}
+
+}  // namespace
+
+// An exception that gets this far (an answer of an unexpected shape, no memory) ends the
+// command as any error does: its message on stderr and exit code 1.
+int main(int argc, char** argv) {
+  try {
+    return RunCommand(argc, argv);
+  } catch (const std::exception& e) {
+    return Fail(e.what());
+  }
 }

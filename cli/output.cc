@@ -18,9 +18,8 @@ constexpr char kHex[] = "0123456789abcdef";
 void Neutralise(std::string_view in, std::string* out) {
   for (size_t i = 0; i < in.size(); ++i) {
     unsigned char c = static_cast<unsigned char>(in[i]);
-    if (c == '\n' || c == '\t') {
-      out->push_back(static_cast<char>(c));
-    } else if (c < 0x20 || c == 0x7f) {
+    // Newlines and tabs pass as they are, with the printable characters (the last branch).
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
       out->push_back('^');
       out->push_back(c == 0x7f ? '?' : static_cast<char>(c + 0x40));
     } else if (c == 0xc2 && i + 1 < in.size() && static_cast<unsigned char>(in[i + 1]) >= 0x80 &&

@@ -75,7 +75,7 @@ class Session {
 
  private:
   void Send(std::string data, bool text) {
-    queue_.push_back({std::move(data), text});
+    queue_.emplace_back(std::move(data), text);
     if (!writing_) WriteNext();
   }
   void WriteNext() {

@@ -108,7 +108,7 @@ Status ReadConfig(const std::string& path, std::map<std::string, std::string>* o
     ++n;
     auto hash = line.find('#');
     if (hash != std::string::npos) line = line.substr(0, hash);
-    auto trim = [](std::string s) {
+    auto trim = [](const std::string& s) {
       size_t a = s.find_first_not_of(" \t\r"), b = s.find_last_not_of(" \t\r");
       return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
     };
@@ -466,4 +466,7 @@ int Run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return Run(argc, argv); }
+// No catch: an exception that gets this far is a bug, and std::terminate (the exception's
+// type and message, then a core dump) tells more than a caught one would. Once Run's worker
+// threads have started, unwinding past them would end the process that way anyway.
+int main(int argc, char** argv) { return Run(argc, argv); }  // NOLINT(bugprone-exception-escape)

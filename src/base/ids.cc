@@ -4,6 +4,7 @@
 #include <sys/random.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 
@@ -57,7 +58,7 @@ int64_t ParseTimeMs(const std::string& s) {
   if (s.find_first_not_of("0123456789.") == std::string::npos) {
     double secs = std::strtod(s.c_str(), &end);
     if (*end || secs < 0 || secs > 1e11) return -1;
-    return static_cast<int64_t>(secs * 1000 + 0.5);
+    return static_cast<int64_t>(std::llround(secs * 1000));
   }
   struct tm tm = {};
   const char* rest = strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);

@@ -47,7 +47,7 @@ Result<storage::DiskRecord> DiskStore::Create(const std::string& name, int64_t s
   storage::DiskRecord rec{NewId("dk"), name, size_mb, NowUnixMs()};
   std::string dir = data_dir_ + "/disks/" + rec.id;
   SBX_RETURN_IF_ERROR(fs::MkdirAll(dir, 0711));
-  auto fail = [&](Error e) -> Result<storage::DiskRecord> {
+  auto fail = [&](const Error& e) -> Result<storage::DiskRecord> {
     (void)::umount2((dir + "/mnt").c_str(), MNT_DETACH);
     (void)fs::RemoveTree(dir);
     return e.Wrap("creating disk");

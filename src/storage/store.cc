@@ -179,7 +179,7 @@ Status Store::InsertSandbox(const SandboxRecord& r) {
 
 Status Store::UpdateSandbox(const SandboxRecord& r) {
   std::vector<Value> v = SandboxValues(r);
-  v.push_back(r.id);
+  v.emplace_back(r.id);
   return db_->Query(
       "UPDATE sandboxes SET id=?, name=?, state=?, type=?, isolation=?, image=?, layers_json=?, cpus=?, "
       "memory_mb=?, disk_mb=?, pids=?, ttl_seconds=?, ttl_action=?, idle_timeout_seconds=?, "
