@@ -14,7 +14,7 @@ PACKAGES=(
   python3 python3-pytest
   debootstrap busybox-static tar iproute2 procps btrfs-progs
   bubblewrap crun
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev clang-tidy-14
 )
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
