@@ -71,7 +71,10 @@ asio::awaitable<Result<ExitInfo>> Exec(asio::any_io_executor ex, DialerPtr addr,
   }
   struct Cancel {
     std::shared_ptr<asio::steady_timer> t;
-    ~Cancel() { t->cancel(); }
+    ~Cancel() {
+      error_code ignored;
+      t->cancel(ignored);  // the non-throwing form: a destructor
+    }
   } cancel{timer};
 
   std::string out = EncodeFrame(FrameType::kExec, req.ToJson());
@@ -148,7 +151,8 @@ struct Conn::Deadline {
   }
   void Disarm() {
     ++gen;
-    timer.cancel();
+    error_code ignored;
+    timer.cancel(ignored);  // the non-throwing form: ~Conn calls it
   }
 };
 

@@ -53,7 +53,8 @@ class Watchdog {
       : timer_(std::make_shared<boost::asio::steady_timer>(ex)), state_(std::make_shared<State>()), s_(s) {}
   ~Watchdog() {
     state_->alive = false;
-    timer_->cancel();
+    boost::system::error_code ignored;
+    timer_->cancel(ignored);  // the non-throwing form: a destructor
   }
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;

@@ -58,7 +58,7 @@ Status Checkpointer::RunCriu(std::vector<std::string> args, const std::string& i
   args.insert(args.end(), {"-D", images, "--log-file", log, "-v2"});
   // CRIU refuses a non-zero effective uid unless told; it then checks the capabilities
   // it holds, which are sbxd's.
-  if (owner != 0) args.push_back("--unprivileged");
+  if (owner != 0) args.emplace_back("--unprivileged");
   auto r = Reaper::Get().Run(args, "", owner, before_exec);
   if (!r.ok()) return r.error().Wrap(what);
   if (r->exit_code == 0) return OkStatus();
