@@ -15,6 +15,7 @@
 
 #include "api/errors.h"
 #include "api/http_types.h"
+#include "base/ids.h"
 #include "base/run_blocking.h"
 
 namespace sbx::api {
@@ -26,10 +27,7 @@ inline Response Json(int status, const nlohmann::json& j) {
   return r;
 }
 
-inline int64_t NowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+inline int64_t NowUs() { return SteadyUs(); }
 
 inline Response Bad(const std::string& msg) { return ErrorResponse(MakeError(Code::kInvalidArgument, msg)); }
 

@@ -46,12 +46,6 @@ using boost::system::error_code;
 
 namespace {
 
-int64_t SteadyUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // Open connections, all together and per sandbox (in-sandbox socket and port proxy).
 // Any thread. Shared with the slots: a session's frame may outlive the server (it is
 // destroyed with the io_context).

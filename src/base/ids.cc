@@ -37,6 +37,11 @@ std::string RandomHex(size_t bytes) {
 
 std::string NewId(const std::string& prefix) { return prefix + "-" + RandomHex(8); }
 
+int64_t SteadyUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())

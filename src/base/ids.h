@@ -13,6 +13,8 @@ std::string NewId(const std::string& prefix);
 // Random bytes as hex from the kernel's CSPRNG.
 std::string RandomHex(size_t bytes);
 int64_t NowUnixMs();
+// Microseconds on the monotonic clock (arrival times, latencies).
+int64_t SteadyUs();
 std::string FormatRfc3339(int64_t unix_ms);
 // Unix milliseconds from "2026-11-30T13:52:16Z" (fraction and +hh:mm offset allowed) or
 // from a number of Unix seconds; -1 if it is neither.

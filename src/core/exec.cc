@@ -8,19 +8,13 @@
 
 #include "base/fault.h"
 #include "base/run_blocking.h"
+#include "base/ids.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
 
 namespace asio = boost::asio;
 using nlohmann::json;
-
-namespace {
-int64_t SteadyUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 Status SandboxManager::RunnableLocked(const Entry& e) {
   const std::string& id = e.rec.id;

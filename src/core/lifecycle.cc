@@ -6,16 +6,10 @@
 #include "base/fault.h"
 #include "base/fs.h"
 #include "base/log.h"
+#include "base/ids.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
-
-namespace {
-int64_t SteadyUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 Status SandboxManager::StopLocked(const EntryPtr& e, const std::string& reason) {
   e->busy = true;

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/run_blocking.h"
 #include "base/unique_fd.h"
+#include "base/ids.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
@@ -22,11 +23,6 @@ namespace asio = boost::asio;
 using nlohmann::json;
 
 namespace {
-int64_t SteadyUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 bool UsesDisk(const storage::SandboxRecord& r, const std::string& disk_id) {
   auto ds = json::parse(r.disks_json, nullptr, false);
   if (ds.is_array())
