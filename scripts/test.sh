@@ -21,6 +21,8 @@ SBX_CACHE_DIR="$FRESH/cache/sbx" bash "$ROOT/scripts/build-criu.sh" >/dev/null
 rm -rf "$FRESH"
 
 bash "$ROOT/scripts/check_threads.sh"
+# clang-tidy with the checks in .clang-tidy over the project's sources (about 4 minutes).
+bash "$ROOT/scripts/lint.sh" "$BUILD"
 
 log "unit tests"
 (cd "$BUILD" && ctest --output-on-failure -j2)

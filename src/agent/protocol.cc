@@ -152,6 +152,38 @@ static int64_t MonoMs() {
   return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
 }
 
+const char* const kAgentFeatures[] = {"exec", "tty", "files", "archive", "ports", "warm", nullptr};
+
+AgentInfo ThisAgent() {
+  AgentInfo a;
+  a.version = kProtocolVersion;
+  a.agent = "sbx-agent " SBX_VERSION;
+  for (const char* const* f = kAgentFeatures; *f != nullptr; ++f) a.features.emplace_back(*f);
+  return a;
+}
+
+bool AgentInfo::Has(std::string_view feature) const {
+  return std::find(features.begin(), features.end(), feature) != features.end();
+}
+
+std::string AgentInfo::ToJson() const {
+  return json{{"version", version}, {"agent", agent}, {"features", features}}.dump();
+}
+
+Result<AgentInfo> AgentInfo::FromJson(std::string_view s) {
+  json j = json::parse(s, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return MakeError(Code::kInternal, "agent sent a malformed pong");
+  AgentInfo a;
+  try {
+    a.version = j.at("version").get<uint32_t>();
+    a.agent = j.value("agent", std::string());
+    if (j.contains("features")) a.features = j.at("features").get<std::vector<std::string>>();
+  } catch (const std::exception& ex) {
+    return MakeError(Code::kInternal, std::string("agent sent a bad pong: ") + ex.what());
+  }
+  return a;
+}
+
 // One request frame, one answer frame of type `want`, on a fresh connection.
 static Result<std::string> RoundTrip(const Dialer& a, FrameType req, FrameType want, int timeout_ms) {
   const int64_t deadline = MonoMs() + timeout_ms;
@@ -195,10 +227,17 @@ Status WarmBlocking(const Dialer& a, int timeout_ms) {
   return OkStatus();
 }
 
-Status PingBlocking(const Dialer& a, int timeout_ms) {
-  auto r = RoundTrip(a, FrameType::kPing, FrameType::kPong, timeout_ms);
-  if (!r.ok()) return r.error();
-  return OkStatus();
+Result<AgentInfo> PingBlocking(const Dialer& a, int timeout_ms) {
+  SBX_ASSIGN_OR_RETURN(std::string pong, RoundTrip(a, FrameType::kPing, FrameType::kPong, timeout_ms));
+  return AgentInfo::FromJson(pong);
+}
+
+Status RequireFeature(const Dialer& a, std::string_view feature, int timeout_ms) {
+  SBX_ASSIGN_OR_RETURN(AgentInfo info, PingBlocking(a, timeout_ms));
+  if (info.Has(feature)) return OkStatus();
+  return MakeError(Code::kFailedPrecondition,
+                   "the sandbox runs an agent without '" + std::string(feature) + "' (" + info.agent +
+                       "); stop and start the sandbox to get the current agent");
 }
 
 }  // namespace sbx::agent

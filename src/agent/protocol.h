@@ -4,7 +4,7 @@
 // A connection carries one request. Each frame is an 8-byte header, then the payload:
 //   u32 little-endian payload length (at most kMaxPayload), u8 type, 3 zero bytes.
 // Requests: kExec (JSON ExecRequest) then any number of kStdin / kStdinEof / kSignal;
-// or kPing (answered by kPong with JSON {"version", "agent"}); or kWarm (the agent walks
+// or kPing (answered by kPong with JSON AgentInfo {"version", "agent", "features"}); or kWarm (the agent walks
 // its root filesystem so lookups are cached, answered by kWarmDone with JSON {"entries"}).
 // kExec may be followed by kStdin / kStdinEof / kSignal / kResize frames.
 // Answers to kExec: with report_pid, first a kResult {"pid"} once the command started;
@@ -129,15 +129,37 @@ class Dialer {
 };
 using DialerPtr = std::shared_ptr<const Dialer>;
 
+// What an agent says of itself in its kPong. The protocol grows compatibly (new frames
+// and operations, old ones keep their meaning), and a hibernated sandbox keeps the agent
+// it started with, so sbxd may meet an agent older than itself: before a request that
+// needs a later feature, sbxd asks (PingBlocking) and answers 409 when it is missing.
+struct AgentInfo {
+  uint32_t version = 0;
+  std::string agent;                  // "sbx-agent <version>"
+  std::vector<std::string> features;  // names as in kAgentFeatures of the agent's build
+  bool Has(std::string_view feature) const;
+  std::string ToJson() const;
+  // A pong without "features" (an agent from before the list) has none.
+  static Result<AgentInfo> FromJson(std::string_view s);
+};
+// This build's features: "exec" (kExec), "tty" (kExec with tty, kResize), "files"
+// (kFileOp), "archive" (the tar operations of kFileOp), "ports" (kPortOpen), "warm"
+// (kWarm). Append; never rename or reuse a name.
+extern const char* const kAgentFeatures[];
+// The AgentInfo this build's agent answers with.
+AgentInfo ThisAgent();
+
 // How long sbxd waits for an agent to take a connection. Code in a sandbox can fill its
 // agent's listen queue (or stop the agent's handlers): every dial gives up at a deadline.
 constexpr int kAgentDialMs = 5000;
 // How long a file or port request waits for the agent to take a frame or give its first
 // answer (a stopped handler would otherwise hold the request forever).
 constexpr int kAgentStallMs = 30000;
-// A blocking round trip to check that the agent at `a` answers (any thread); connecting
-// and answering together take at most `timeout_ms`.
-Status PingBlocking(const Dialer& a, int timeout_ms);
+// A blocking round trip to check that the agent at `a` answers (any thread), and what it
+// has; connecting and answering together take at most `timeout_ms`.
+Result<AgentInfo> PingBlocking(const Dialer& a, int timeout_ms);
+// OK when the agent at `a` has `feature`; kFailedPrecondition (409 conflict) naming it when the agent is older.
+Status RequireFeature(const Dialer& a, std::string_view feature, int timeout_ms);
 // Asks the agent to walk its root filesystem (warming the lookup caches); blocking.
 Status WarmBlocking(const Dialer& a, int timeout_ms);
 

@@ -43,8 +43,7 @@ void ServeConnection(int sock) {
   Frame f;
   while (NextFrame(sock, &in, &f)) {
     if (f.type == FrameType::kPing) {
-      nlohmann::json j = {{"version", kProtocolVersion}, {"agent", "sbx-agent " SBX_VERSION}};
-      if (!WriteAllBlocking(sock, EncodeFrame(FrameType::kPong, j.dump()))) return;
+      if (!WriteAllBlocking(sock, EncodeFrame(FrameType::kPong, ThisAgent().ToJson()))) return;
       continue;
     }
     if (f.type == FrameType::kWarm) {

@@ -1,4 +1,8 @@
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
 
 #include "agent/protocol.h"
 
@@ -67,6 +71,60 @@ TEST(Protocol, ExitInfoRoundTrip) {
   EXPECT_EQ(back->signal, 9);
   EXPECT_TRUE(back->stdout_truncated);
   EXPECT_FALSE(back->timed_out);
+}
+
+TEST(Protocol, AgentInfoListsFeaturesAndOldPongsHaveNone) {
+  AgentInfo mine = ThisAgent();
+  EXPECT_EQ(mine.version, kProtocolVersion);
+  EXPECT_TRUE(mine.Has("exec"));
+  EXPECT_TRUE(mine.Has("files"));
+  EXPECT_FALSE(mine.Has("no-such-feature"));
+  auto back = AgentInfo::FromJson(mine.ToJson());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->features, mine.features);
+  // An agent from before the feature list answered {"version", "agent"} only.
+  auto old = AgentInfo::FromJson(R"({"version":1,"agent":"sbx-agent 0.0.1"})");
+  ASSERT_TRUE(old.ok());
+  EXPECT_TRUE(old->features.empty());
+  EXPECT_FALSE(old->Has("exec"));
+  EXPECT_FALSE(AgentInfo::FromJson(R"({"agent":"x"})").ok());
+  EXPECT_FALSE(AgentInfo::FromJson(R"({"version":1,"features":"exec"})").ok());
+}
+
+// A dialer whose "agent" is a thread that answers one ping with `pong`.
+class OnePongDialer : public Dialer {
+ public:
+  explicit OnePongDialer(std::string pong) {
+    int sv[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    mine_ = UniqueFd(sv[0]);
+    theirs_ = std::thread([fd = sv[1], pong] {
+      char hdr[8];
+      if (::read(fd, hdr, sizeof hdr) == 8) {
+        std::string f = EncodeFrame(FrameType::kPong, pong);
+        EXPECT_EQ(::write(fd, f.data(), f.size()), static_cast<ssize_t>(f.size()));
+      }
+      ::close(fd);
+    });
+  }
+  ~OnePongDialer() override { theirs_.join(); }
+  Result<std::optional<UniqueFd>> TryDial() const override {
+    return std::optional<UniqueFd>(UniqueFd(::dup(mine_.get())));
+  }
+
+ private:
+  UniqueFd mine_;
+  std::thread theirs_;
+};
+
+TEST(Protocol, RequireFeatureIsConflictForAnOlderAgent) {
+  OnePongDialer old(R"({"version":1,"agent":"sbx-agent 0.0.1"})");
+  Status st = RequireFeature(old, "files", 2000);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().code, Code::kFailedPrecondition);
+  EXPECT_NE(st.error().message.find("files"), std::string::npos);
+  OnePongDialer current(ThisAgent().ToJson());
+  EXPECT_TRUE(RequireFeature(current, "files", 2000).ok());
 }
 
 }  // namespace
