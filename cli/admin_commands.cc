@@ -123,7 +123,20 @@ std::optional<int> HealthCommand::Run(HttpClient& c, const Globals& g) {
   if (*health) {
     auto j = CallJson(c, "GET", "/v1/health");
     if (!j) return 1;
-    std::printf("%s\n", g.json ? j->dump().c_str() : ("ok, sbxd " + Str(*j, "version")).c_str());
+    if (g.json) {
+      std::printf("%s\n", j->dump().c_str());
+      return 0;
+    }
+    // "ok, sbxd 0.1.0 (container; hibernate, store)"
+    std::string kinds, has;
+    const nlohmann::json& f = j->contains("features") && (*j)["features"].is_object() ? (*j)["features"] : nlohmann::json::object();
+    if (f.contains("isolation") && f["isolation"].is_array())
+      for (const auto& k : f["isolation"])
+        if (k.is_string()) kinds += (kinds.empty() ? "" : ", ") + k.get<std::string>();
+    for (const char* name : {"hibernate", "store"})
+      if (f.contains(name) && f[name].is_boolean() && f[name].get<bool>()) has += (has.empty() ? "" : ", ") + std::string(name);
+    std::string detail = kinds + (has.empty() ? "" : "; " + has);
+    std::printf("ok, sbxd %s%s\n", Str(*j, "version").c_str(), detail.empty() ? "" : (" (" + detail + ")").c_str());
     return 0;
   }
   return std::nullopt;

@@ -63,7 +63,7 @@ struct Flags {
   int64_t store_mb = 0;  // > 0: sandboxes, layers and checkpoints on a btrfs store of this size
   double store_overcommit = 0;  // > 0: the sum of sandboxes' disk_mb is held to this times the store
   int64_t keepalive_ms = 15000;  // streamed output: a keep-alive line after this quiet time
-  std::string criu;  // CRIU binary for pause mode "hibernate" (empty: hibernate refused)
+  std::string criu;  // CRIU binary for pause mode "hibernate"; "none": refused; empty: found (FindCriu)
   // The HTTP listener's deadlines and caps (docs/API.md, "Limits of the listener").
   int64_t http_header_timeout_ms = 10000, http_idle_timeout_ms = 120000, http_body_idle_timeout_ms = 30000;
   int64_t proxy_idle_timeout_ms = 300000, max_connections = 4096, max_sandbox_connections = 64;
@@ -91,11 +91,41 @@ void Usage() {
                "            [--max-sandboxes N] [--max-memory-mb MB] [--max-disk-mb MB]\n"
                "            [--price-small USD_PER_HOUR] [--price-default ...] [--price-large ...]\n"
                "            [--serverless-call-usd USD] [--min-free-mb MB] [--proxy-domain DOMAIN]\n"
-               "            [--keepalive-ms MS] [--store-mb MB] [--store-overcommit RATIO] [--criu PATH]\n"
+               "            [--keepalive-ms MS] [--store-mb MB] [--store-overcommit RATIO] [--criu PATH|none]\n"
                "            [--http-header-timeout-ms MS] [--http-idle-timeout-ms MS]\n"
                "            [--http-body-idle-timeout-ms MS] [--proxy-idle-timeout-ms MS]\n"
                "            [--max-connections N] [--max-sandbox-connections N]\n"
                "            [--small-body-limit BYTES] [--max-body BYTES]\n");
+}
+
+// The CRIU for pause mode "hibernate". `--criu PATH` names it, `--criu none` turns hibernate
+// off; without the flag: the build that the set-up makes in the cache folder
+// ($SBX_CACHE_DIR, /var/cache/sbx by default), then `criu` on PATH, each only if `criu
+// check` passes (Debian 12's own CRIU fails it on some kernels). "" when none is found.
+Result<std::string> FindCriu(const std::string& flag) {
+  if (flag == "none") return std::string();
+  if (!flag.empty()) {
+    if (::access(flag.c_str(), X_OK) != 0) return ErrnoError("--criu " + flag + " is not an executable");
+    return flag;
+  }
+  const char* cache = std::getenv("SBX_CACHE_DIR");
+  std::vector<std::string> candidates = {std::string(cache && *cache ? cache : "/var/cache/sbx") + "/criu/criu"};
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  for (size_t start = 0; start <= dirs.size();) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    if (end > start) candidates.push_back(dirs.substr(start, end - start) + "/criu");
+    start = end + 1;
+  }
+  for (const std::string& c : candidates) {
+    if (::access(c.c_str(), X_OK) != 0) continue;
+    auto r = Reaper::Get().Run({c, "check"});
+    if (r.ok() && r->exit_code == 0) return c;
+    SBX_LOG(kInfo) << "not using " << c << " for hibernate: `criu check` failed"
+                   << (r.ok() ? ": " + r->output.substr(0, 200) : ": " + r.error().message);
+  }
+  return std::string();
 }
 
 // A small subset of TOML: top-level `key = "string"` and `key = integer` lines.
@@ -336,9 +366,11 @@ int Run(int argc, char** argv) {
   co.owner_base = static_cast<uid_t>(f.owner_uid_base);
   co.max_open_files = static_cast<uint64_t>(f.sandbox_max_open_files);
   co.disk_quotas = f.store_mb > 0;
-  if (!f.criu.empty() && ::access(f.criu.c_str(), X_OK) != 0)
-    return fail(ErrnoError("--criu " + f.criu + " is not an executable"));
-  co.criu = f.criu;
+  auto criu = FindCriu(f.criu);
+  if (!criu.ok()) return fail(criu.error());
+  co.criu = *criu;
+  SBX_LOG(kInfo) << (co.criu.empty() ? std::string("hibernate: off (no CRIU that passes `criu check`)")
+                                     : "hibernate: CRIU at " + co.criu);
   // The in-sandbox API socket (/run/sbx/api.sock inside every sandbox).
   co.api_dir = data_dir + "/sandbox-api";
   if (auto st = fs::MkdirAll(co.api_dir, 0755); !st.ok()) return fail(st.error());

@@ -258,8 +258,42 @@ void ExecSession::Run(const ExecRequest& req) {
   char buf[65536];
   int64_t last_sent_us = MonoUs();
 
+  // Takes every whole frame that has arrived. The frames sent with the request (its stdin
+  // and end of input, most often) may already sit in the decoder before the first poll.
+  auto take_frames = [&] {
+    while (true) {
+      auto fr = in_->Next();
+      if (!fr.ok()) {
+        peer_gone = true;
+        break;
+      }
+      if (!fr->has_value()) break;
+      Frame& f = **fr;
+      if (f.type == FrameType::kStdin && stdin_w.valid() && !stdin_eof) {
+        stdin_buf += f.payload;
+      } else if (f.type == FrameType::kStdinEof) {
+        if (req.tty && stdin_w.valid()) stdin_buf += '\x04';  // a terminal's end of input
+        else stdin_eof = true;
+      } else if (f.type == FrameType::kResize && master.valid()) {
+        auto j = nlohmann::json::parse(f.payload, nullptr, false);
+        struct winsize ws = {};
+        if (j.is_object()) {
+          ws.ws_col = static_cast<unsigned short>(std::clamp(j.value("cols", 80), 1, 10000));
+          ws.ws_row = static_cast<unsigned short>(std::clamp(j.value("rows", 24), 1, 10000));
+          ioctl(master.get(), TIOCSWINSZ, &ws);
+        }
+      } else if (f.type == FrameType::kSignal) {
+        auto j = nlohmann::json::parse(f.payload, nullptr, false);
+        int sig = j.is_object() ? j.value("signal", 0) : 0;
+        if (sig > 0 && sig < NSIG && pid > 0) kill(-pid, sig);
+      }
+    }
+  };
+  take_frames();
   auto open_streams = [&] { return (streams[0].fd >= 0) + (streams[1].fd >= 0); };
   while (true) {
+    // Input with nothing left to write ends now (the command may be waiting for it).
+    if (stdin_eof && stdin_buf.empty() && stdin_w.valid()) stdin_w.Reset();
     if (leader_done && open_streams() == 0) break;
     struct pollfd p[7];
     int n = 0;
@@ -302,35 +336,7 @@ void ExecSession::Run(const ExecRequest& req) {
         in_->Feed(buf, got);
       }
     }
-    if (in_->buffered() > 0) {
-        while (true) {
-          auto fr = in_->Next();
-          if (!fr.ok()) {
-            peer_gone = true;
-            break;
-          }
-          if (!fr->has_value()) break;
-          Frame& f = **fr;
-          if (f.type == FrameType::kStdin && stdin_w.valid() && !stdin_eof) {
-            stdin_buf += f.payload;
-          } else if (f.type == FrameType::kStdinEof) {
-            if (req.tty && stdin_w.valid()) stdin_buf += '\x04';  // a terminal's end of input
-            else stdin_eof = true;
-          } else if (f.type == FrameType::kResize && master.valid()) {
-            auto j = nlohmann::json::parse(f.payload, nullptr, false);
-            struct winsize ws = {};
-            if (j.is_object()) {
-              ws.ws_col = static_cast<unsigned short>(std::clamp(j.value("cols", 80), 1, 10000));
-              ws.ws_row = static_cast<unsigned short>(std::clamp(j.value("rows", 24), 1, 10000));
-              ioctl(master.get(), TIOCSWINSZ, &ws);
-            }
-          } else if (f.type == FrameType::kSignal) {
-            auto j = nlohmann::json::parse(f.payload, nullptr, false);
-            int sig = j.is_object() ? j.value("signal", 0) : 0;
-            if (sig > 0 && sig < NSIG && pid > 0) kill(-pid, sig);
-          }
-        }
-    }
+    take_frames();
     if (peer_gone) {
       // Nobody will read the answer: the exec is cancelled.
       KillTree();

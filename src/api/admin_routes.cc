@@ -18,12 +18,18 @@ namespace asio = boost::asio;
 using nlohmann::json;
 
 asio::awaitable<Response> Api::Health(Request& req) {
-  json health = {{"status", "ok"}, {"version", SBX_VERSION}};
-  if (manager_->admission().has_store()) {
+  // One shape that later walls extend: what this daemon has, then the store's use.
+  core::SandboxManager::Features f = manager_->GetFeatures();
+  json health = {{"status", "ok"},
+                 {"version", SBX_VERSION},
+                 {"features", {{"hibernate", f.hibernate}, {"store", f.store}, {"isolation", f.isolation}}}};
+  if (f.store) {
     core::StoreStats s = manager_->StoreUse();
     health["store"] = {{"size_mb", s.size_mb},           {"free_mb", s.free_mb},
                        {"reserve_mb", s.reserve_mb},     {"committed_mb", s.committed_mb},
                        {"overcommit", s.overcommit > 0 ? json(s.overcommit) : json(nullptr)}};
+  } else {
+    health["store"] = nullptr;
   }
   co_return Json(200, health);
 }

@@ -27,6 +27,14 @@ Result<std::string> GetString(const json& j, const char* key, const std::string&
   return j[key].get<std::string>();
 }
 
+Result<std::string> GetName(const json& j, const char* key) {
+  SBX_ASSIGN_OR_RETURN(std::string v, GetString(j, key));
+  if (j.contains(key) && !j[key].is_null() && !ValidName(v))
+    return MakeError(Code::kInvalidArgument,
+                     std::string(key) + " \"" + v + "\" is not a valid name: names match [a-z0-9][a-z0-9._-]{0,62}");
+  return v;
+}
+
 Result<std::optional<int64_t>> GetInt(const json& j, const char* key) {
   if (!j.contains(key) || j[key].is_null()) return std::optional<int64_t>();
   const json& v = j[key];
@@ -101,9 +109,9 @@ Result<core::CreateRequest> DecodeCreate(const std::string& body) {
   core::CreateRequest c;
   auto type = GetString(j, "type", "small");
   auto iso = GetString(j, "isolation", "container");
-  auto name = GetString(j, "name");
+  auto name = GetName(j, "name");
   auto image = GetString(j, "image");
-  auto from = GetString(j, "from");
+  auto from = GetName(j, "from");
   auto ttl = GetInt(j, "ttl_seconds");
   auto ttl_action = GetString(j, "ttl_action", "stop");
   auto idle = GetInt(j, "idle_timeout_seconds");

@@ -18,6 +18,9 @@ namespace sbx::api {
 // An object with only the allowed fields (an empty body is {}).
 Result<nlohmann::json> ParseObject(const std::string& body, const std::set<std::string>& allowed);
 Result<std::string> GetString(const nlohmann::json& j, const char* key, const std::string& def = "");
+// An optional name: absent or null is "" (no name); present, it must be a valid name
+// ([a-z0-9][a-z0-9._-]{0,62}), so an empty or bad one is 400, never "no name".
+Result<std::string> GetName(const nlohmann::json& j, const char* key);
 Result<std::optional<int64_t>> GetInt(const nlohmann::json& j, const char* key);
 Result<bool> GetBool(const nlohmann::json& j, const char* key, bool def);
 Result<std::map<std::string, std::string>> GetStringMap(const nlohmann::json& j, const char* key);

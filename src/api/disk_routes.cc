@@ -24,7 +24,7 @@ asio::awaitable<Response> Api::CreateDisk(Request& req) {
   auto j = ParseObject(req.body, {"name", "size_mb"});
   if (!j.ok()) co_return ErrorResponse(j.error());
   if (Status space = manager_->admission().CheckDataDirSpace(); !space.ok()) co_return ErrorResponse(space.error());
-  auto name = GetString(*j, "name");
+  auto name = GetName(*j, "name");
   auto size = GetInt(*j, "size_mb");
   if (!name.ok()) co_return ErrorResponse(name.error());
   if (!size.ok()) co_return ErrorResponse(size.error());

@@ -146,7 +146,7 @@ asio::awaitable<Response> Api::ResumeSandbox(Request& req) {
 asio::awaitable<Response> Api::SnapshotSandbox(Request& req) {
   auto j = ParseObject(req.body, {"name"});
   if (!j.ok()) co_return ErrorResponse(j.error());
-  auto name = GetString(*j, "name");
+  auto name = GetName(*j, "name");
   if (!name.ok()) co_return ErrorResponse(name.error());
   if (name->empty()) co_return Bad("name is required");
   std::string id = req.params["id"];

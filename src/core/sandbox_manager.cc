@@ -162,6 +162,16 @@ StoreStats SandboxManager::StoreUse() {
   return admission_.StoreUse(table_);
 }
 
+SandboxManager::Features SandboxManager::GetFeatures() const {
+  Features f;
+  f.store = admission_.has_store();
+  for (const auto& [kind, rt] : runtimes_->all()) {
+    f.isolation.push_back(kind);
+    f.hibernate = f.hibernate || rt->Caps().hibernate;
+  }
+  return f;
+}
+
 SandboxManager::Counts SandboxManager::GetCounts() {
   Counts c;
   c.deleting = teardowns_->pending();

@@ -138,6 +138,13 @@ class SandboxManager {
   const Metering& metering() const { return metering_; }
   const Admission& admission() const { return admission_; }
   StoreStats StoreUse();
+  // What this sbxd has, for GET /v1/health (later walls extend it).
+  struct Features {
+    bool hibernate = false;              // some isolation kind can hibernate (CRIU found)
+    bool store = false;                  // sandboxes' files are on the btrfs store
+    std::vector<std::string> isolation;  // the kinds a create may ask for
+  };
+  Features GetFeatures() const;
   const TypeTable& types() const { return types_; }
   uint64_t output_cap() const { return opts_.output_cap; }
   int64_t keepalive_ms() const { return opts_.keepalive_ms; }

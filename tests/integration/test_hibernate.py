@@ -177,12 +177,41 @@ def test_hibernate_refusals_change_nothing(daemon):
         sb.delete()
 
 
-def test_without_criu_hibernate_is_refused(fresh_daemon):
-    sb = fresh_daemon.client().create(image="busybox")
-    status, body = fresh_daemon.raw("POST", f"/v1/sandboxes/{sb.id}/pause", body={"mode": "hibernate"})
-    assert status == 400 and "needs CRIU" in body["error"]["message"]
-    assert sb.refresh().state == "running"
-    sb.delete()
+def test_without_criu_hibernate_is_refused():
+    d = Daemon("nocriu", extra_args=["--criu", "none"])
+    try:
+        assert d.raw("GET", "/v1/health", auth=False)[1]["features"]["hibernate"] is False
+        sb = d.client().create(image="busybox")
+        status, body = d.raw("POST", f"/v1/sandboxes/{sb.id}/pause", body={"mode": "hibernate"})
+        assert status == 400 and "needs CRIU" in body["error"]["message"]
+        assert sb.refresh().state == "running"
+        sb.delete()
+    finally:
+        d.destroy()
+
+
+def test_sbxd_finds_criu_by_itself_only_if_criu_check_passes(tmp_path, monkeypatch):
+    # Without --criu, sbxd takes the set-up's build from the cache folder...
+    d = Daemon("findcriu")
+    try:
+        assert d.raw("GET", "/v1/health", auth=False)[1]["features"]["hibernate"] is True
+        assert "hibernate: CRIU at " in d.log()
+    finally:
+        d.destroy()
+    # ...but not a CRIU whose `criu check` fails (as Debian 12's own does on newer
+    # kernels): here a cache folder whose criu fails its check, and a PATH with no criu.
+    bad = tmp_path / "cache" / "criu"
+    bad.mkdir(parents=True)
+    (bad / "criu").write_text("#!/bin/sh\n[ \"$1\" = check ] && { echo 'Looks bad.'; exit 1; }\nexit 0\n")
+    (bad / "criu").chmod(0o755)
+    monkeypatch.setenv("SBX_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    d = Daemon("badcriu")
+    try:
+        assert d.raw("GET", "/v1/health", auth=False)[1]["features"]["hibernate"] is False
+        assert "`criu check` failed" in d.log()
+    finally:
+        d.destroy()
 
 
 def test_hibernated_sandbox_survives_kill9_of_sbxd_and_delete_leaves_nothing():

@@ -51,8 +51,26 @@ BAD_CREATES = [
     '{"env": {"A=B": "x"}}', '{"env": {"A": 1}}', '{"metadata": []}', '{"network": {"mode": "everything"}}',
     '{"no_env": "yes"}', '{"image": "../../etc"}', '{"ttl_action": "explode"}', '{"ttl_action": 1}',
     '{"idle_timeout_seconds": -1}', '{"idle_timeout_seconds": 1e400}', '{"idle_timeout_seconds": 99999999999}',
-    '{"auto_resume": "yes"}',
+    '{"auto_resume": "yes"}', '{"name": ""}', '{"name": "-x"}', '{"from": ""}', '{"name": 7}',
 ]
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/disks", {"name": ""}), ("/v1/disks", {"name": "Bad Name"}),
+    ("{sandbox}/snapshot", {"name": ""}), ("{sandbox}/snapshot", {"name": "UPPER"}),
+    ("{sandbox}/snapshot", {}),
+])
+def test_a_name_present_but_empty_or_invalid_is_400(daemon, client, path, body):
+    """A name given but empty or invalid is refused, never taken as "no name"."""
+    def state():
+        return ({(s["id"], s["state"]) for s in daemon.sandboxes()},
+                daemon.raw("GET", "/v1/disks")[1], daemon.raw("GET", "/v1/snapshots")[1])
+    with client.create(image="busybox") as sb:
+        before = state()
+        status, resp = daemon.raw("POST", path.replace("{sandbox}", f"/v1/sandboxes/{sb.id}"), body=body)
+        assert status == 400, resp
+        assert resp["error"]["code"] == "invalid_request" and "name" in resp["error"]["message"]
+        assert state() == before
 
 
 @pytest.mark.parametrize("body", BAD_CREATES)

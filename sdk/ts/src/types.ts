@@ -48,6 +48,10 @@ export function execResultFromJson(d: JsonObject): ExecResult {
 export interface Health {
   status: string;
   version: string;
+  /** What this daemon has: hibernate (CRIU), the btrfs store, and its isolation kinds. */
+  features: { hibernate: boolean; store: boolean; isolation: string[]; [key: string]: unknown };
+  /** The store's use, or null when sandboxes' files are not on a store. */
+  store: { size_mb: number; free_mb: number; reserve_mb: number; committed_mb: number; overcommit: number | null } | null;
   [key: string]: unknown;
 }
 
