@@ -29,7 +29,7 @@ struct CreateCommand {
   int64_t ttl = 0, memory_mb = 0, idle = 0;
   std::string ttl_action;
   int cpus = 0, pids = 0;
-  bool no_env = false;
+  bool no_env = false, new_privs = false;
   std::vector<std::string> env_kv, md_kv;
 
   void Add(CLI::App& app);
@@ -45,6 +45,8 @@ void CreateCommand::Add(CLI::App& app) {
   create->add_option("--ttl-action", ttl_action, "what the TTL does: stop (default) or pause");
   create->add_option("--idle-timeout", idle, "pause it after this many idle seconds (0: never)");
   create->add_flag("--no-env", no_env, "inject none of the daemon's secrets");
+  create->add_flag("--new-privs", new_privs,
+                   "let setuid programs (su, sudo) raise privileges inside (no_new_privs false)");
   create->add_option("--name", name, "a unique name");
   create->add_option("--env,-e", env_kv, "KEY=VALUE");
   create->add_option("--metadata,-m", md_kv, "KEY=VALUE");
@@ -56,6 +58,7 @@ void CreateCommand::Add(CLI::App& app) {
 std::optional<int> CreateCommand::Run(HttpClient& c, const Globals& g) {
   if (*create) {
     json body = {{"type", type}, {"no_env", no_env}};
+    if (new_privs) body["no_new_privs"] = false;
     if (!image.empty()) body["image"] = image;
     if (!from.empty()) body["from"] = from;
     if (!name.empty()) body["name"] = name;

@@ -40,6 +40,20 @@ install_packages() {
   fi
 }
 
+# Downloads Debian's package NAME (not installed) into $SBX_CACHE_DIR/debs once; prints
+# the .deb's path. For tests that need a package's files inside a sandbox.
+fetch_deb() {
+  local dir="$SBX_CACHE_DIR/debs" f
+  mkdir -p "$dir"
+  f=$(ls "$dir/$1"_*.deb 2>/dev/null | head -1 || true)
+  if [ -z "$f" ]; then
+    # apt's download user cannot write a root-only folder: download as root, quietly.
+    (cd "$dir" && { apt-get download -qq "$1" 2>/dev/null || { apt-get update -qq && apt-get download -qq "$1" 2>/dev/null; }; })
+    f=$(ls "$dir/$1"_*.deb | head -1)
+  fi
+  echo "$f"
+}
+
 build() {
   log "building (build/)"
   cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

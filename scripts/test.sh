@@ -9,6 +9,10 @@ build_ts_sdk
 # CRIU for the hibernate tests (built once from Debian's source, then cached).
 SBX_CRIU=$(bash "$ROOT/scripts/build-criu.sh")
 export SBX_CRIU
+# Python's own tests (Debian's libpython3.11-testsuite), run inside a sandbox and on the
+# host by tests/integration/test_root_inside.py.
+SBX_PY_TESTSUITE_DEB=$(fetch_deb libpython3.11-testsuite)
+export SBX_PY_TESTSUITE_DEB
 
 # The fresh-host path: a machine that never ran sbx has no cache folder and no data dir.
 # CRIU's build runs once more into a cache folder that does not exist yet (the cached

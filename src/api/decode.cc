@@ -103,7 +103,7 @@ Status ParseCmd(const json& body, std::string* shell, std::vector<std::string>* 
 Result<core::CreateRequest> DecodeCreate(const std::string& body) {
   auto parsed = ParseObject(body, {"type", "isolation", "name", "image", "from", "ttl_seconds", "ttl_action",
                                    "idle_timeout_seconds", "auto_resume", "no_env", "env", "metadata", "network",
-                                   "disks", "resources", "public"});
+                                   "disks", "resources", "public", "no_new_privs"});
   if (!parsed.ok()) return parsed.error();
   const json& j = *parsed;
   core::CreateRequest c;
@@ -120,6 +120,8 @@ Result<core::CreateRequest> DecodeCreate(const std::string& body) {
   if (!auto_resume.ok()) return auto_resume.error();
   auto public_ports = GetBool(j, "public", false);
   if (!public_ports.ok()) return public_ports.error();
+  auto no_new_privs = GetBool(j, "no_new_privs", true);
+  if (!no_new_privs.ok()) return no_new_privs.error();
   auto env = GetStringMap(j, "env");
   auto md = GetStringMap(j, "metadata");
   for (const Error* e : {type.ok() ? nullptr : &type.error(), iso.ok() ? nullptr : &iso.error(),
@@ -140,6 +142,7 @@ Result<core::CreateRequest> DecodeCreate(const std::string& body) {
   c.no_env = *no_env;
   c.auto_resume = *auto_resume;
   c.public_ports = *public_ports;
+  c.no_new_privs = *no_new_privs;
   c.env = *env;
   c.metadata = *md;
   if (j.contains("network") && !j["network"].is_null()) {

@@ -165,6 +165,7 @@ Result<std::vector<SandboxView>> SandboxManager::Fork(const std::string& id, int
     req.ttl_action = r.ttl_action;
     req.no_env = r.no_env;
     req.public_ports = r.public_ports;
+    req.no_new_privs = r.no_new_privs;
     req.cpus = static_cast<int>(r.cpus);
     req.memory_mb = r.memory_mb;
     req.disk_mb = r.disk_mb;

@@ -130,6 +130,7 @@ SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, const Sandbox
   r.idle_timeout_seconds = req.idle_timeout_seconds;
   r.auto_resume = req.auto_resume;
   r.public_ports = req.public_ports;
+  r.no_new_privs = req.no_new_privs;
   r.billing = req.per_call ? "call" : "time";
   r.no_env = req.no_env;
   r.env_json = json(req.env).dump();
@@ -158,7 +159,8 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
     Lock lock(table_.mu);
     SBX_RETURN_IF_ERROR(admission_.CheckQuota(table_, 1, req.memory_mb.value_or(type.memory_mb), admission_.DiskMbFor(req, type)));
   }
-  if (use_pool && opts_.pool_size > 0) {
+  // Warm sandboxes are made with no_new_privs: a create without it boots its own.
+  if (use_pool && opts_.pool_size > 0 && req.no_new_privs) {
     if (EntryPtr pooled = TakeFromPool(req, image_name, layers)) {
       auto v = Claim(pooled, req, type);
       if (v.ok() || v.error().code == Code::kAlreadyExists) return v;

@@ -24,6 +24,9 @@ struct CreateRequest {
   int64_t idle_timeout_seconds = 0;
   bool auto_resume = true;
   bool public_ports = false;  // `public`: the port proxy needs no credentials for it
+  // false: setuid programs (su, sudo) raise privileges inside (never beyond the sandbox's
+  // own user namespace); true, the default: nothing gains privileges by exec.
+  bool no_new_privs = true;
   bool per_call = false;  // a serverless call's sandbox: billed per call, not per second
   bool no_env = false;
   std::map<std::string, std::string> env;

@@ -68,6 +68,7 @@ runtime::StartSpec SandboxManager::SpecOf(const SandboxRecord& r) const {
   s.limits.memory_bytes = static_cast<uint64_t>(r.memory_mb) << 20;
   s.limits.disk_bytes = static_cast<uint64_t>(r.disk_mb) << 20;
   s.limits.pids = static_cast<int>(r.pids);
+  s.no_new_privs = r.no_new_privs;
   return s;
 }
 

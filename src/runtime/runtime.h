@@ -37,6 +37,8 @@ struct StartSpec {
   std::string dir;                  // the sandbox's own host directory
   std::string hostname;
   Limits limits;
+  // No process of the sandbox gains privileges by exec (setuid programs gain nothing).
+  bool no_new_privs = true;
 };
 
 // A running sandbox as the runtime knows it. Core keeps it and gives it back; it reads

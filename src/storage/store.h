@@ -43,6 +43,7 @@ struct SandboxRecord {
   int64_t paused_ms = 0;   // when it was paused (0 if not paused)
   bool auto_resume = true;  // an exec on it while paused resumes it first
   bool public_ports = false;  // the port proxy reaches it without credentials
+  bool no_new_privs = true;   // nothing in it gains privileges by exec (setuid programs)
   std::string billing = "time";  // "time": per second; "call": a serverless call's sandbox
 };
 

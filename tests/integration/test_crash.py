@@ -56,7 +56,26 @@ def consistent(d):
             return rows
         time.sleep(0.1)
     raise AssertionError(f"rows={list(rows)} dirs={d.sandbox_dirs()} cgroups={d.cgroups()} "
-                         f"pid namespaces={len(pid_namespaces(d))}")
+                         f"pid namespaces={len(pid_namespaces(d))}\n" + describe_processes(d))
+
+
+def describe_processes(d):
+    """Each process of the daemon's uid range: pid, parent, pid namespace, cgroups, state
+    and command line (for a failure's message)."""
+    out = []
+    for pid in sorted(d.processes()):
+        try:
+            ns = os.readlink(f"/proc/{pid}/ns/pid")
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cgroup") as f:
+                cg = ";".join(l.strip() for l in f if "freezer" in l or "pids" in l or l.startswith("0::"))
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:80]
+            out.append(f"  pid {pid} ppid {fields[1]} state {fields[0]} {ns} [{cg}] {cmd}")
+        except OSError:
+            pass
+    return "\n".join(out)
 
 
 @pytest.fixture(params=[False, True], ids=["copy", "store"])

@@ -102,15 +102,17 @@ def test_full_disk_is_enospc_inside_and_nothing_else(client):
 def test_planted_files_gain_nothing_in_the_next_call(client):
     disk = client.disks.create(size_mb=32)
     try:
-        disk.exec("cp /bin/busybox suid && chmod 4755 suid; ln -s / rootlink; mkfifo fifo", image="busybox",
+        disk.exec("cp /bin/busybox id && chmod 4755 id; ln -s / rootlink; mkfifo fifo", image="busybox",
                   check=True)
         r = disk.exec("grep ' /mnt/disk ' /proc/self/mounts; cat rootlink/etc/hostname 2>&1; "
-                      "./suid id -u; cat /proc/self/status | grep CapEff", image="busybox")
+                      "su -s /bin/sh nobody -c './id -u; grep CapEff /proc/self/status'",
+                      image="busybox")
         mount_line = r.stdout.splitlines()[0]
         assert "nosuid" in mount_line and "nodev" in mount_line
         # The symlink resolves inside the call's own sandbox, never on the host.
         assert socket.gethostname() not in r.stdout
-        assert "0000000000000000" in r.stdout
+        # Run by a user, the planted setuid-root id stays that user's, with no capabilities.
+        assert "\n65534\n" in r.stdout and "CapEff:\t0000000000000000" in r.stdout, r.stdout
     finally:
         disk.delete()
 

@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mount.h>
 #include <sys/personality.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -123,7 +125,15 @@ int main(void) {
   num("sysrq_errno", err(open("/proc/sysrq-trigger", O_WRONLY)));
   num("core_pattern_errno", err(open("/proc/sys/kernel/core_pattern", O_WRONLY)));
   num("sys_write_errno", err(open("/sys/kernel/uevent_helper", O_WRONLY)));
-  num("chroot_errno", err(chroot("/tmp")));
+  // Root inside holds the sandbox's capabilities (no NET_RAW, MKNOD, SYS_ADMIN, SYS_TIME,
+  // SYS_MODULE, SYS_PTRACE): none of these may work.
+  num("raw_inet_errno", err(socket(AF_INET, SOCK_RAW, 1 /*ICMP*/)));
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  num("clock_settime_errno", err(clock_settime(CLOCK_REALTIME, &now)));
+  num("finit_module_errno", err(syscall(SYS_finit_module, 0, "", 0)));
+  num("ambient_sys_admin_errno", err(prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, 21 /*SYS_ADMIN*/, 0, 0)));
+  num("chown_run_sbx_errno", err(chown("/run/sbx", 0, 0)));
   struct stat st;
   num("kcore_size", stat("/proc/kcore", &st) == 0 ? (long)st.st_size : -1);
   num("sethostname_errno", err(sethostname("x", 1)));

@@ -10,12 +10,16 @@ import pytest
 import sbx
 
 
-@pytest.fixture(scope="module")
-def report(daemon):
+@pytest.fixture(scope="module", params=[True, False], ids=["no_new_privs", "new_privs"])
+def report(daemon, request):
+    """The probe's report, from a sandbox with no_new_privs (the default) and from one
+    without it (setuid programs work): every refusal must hold in both."""
     c = daemon.client()
-    with c.create(image="probe") as sb:
+    with c.create(image="probe", no_new_privs=request.param) as sb:
         r = sb.exec(["/bin/sbx-probe"], check=True)
-        return json.loads(r.stdout)
+        out = json.loads(r.stdout)
+        out["asked_no_new_privs"] = request.param
+        return out
 
 
 def status_field(report, name):
@@ -25,10 +29,18 @@ def status_field(report, name):
     raise KeyError(name)
 
 
-def test_no_capabilities_no_new_privs_seccomp_filter(report):
-    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+# Docker's default capabilities less NET_RAW and MKNOD: CHOWN, DAC_OVERRIDE, FOWNER, FSETID,
+# KILL, SETGID, SETUID, SETPCAP, NET_BIND_SERVICE, SYS_CHROOT, AUDIT_WRITE, SETFCAP (Docker's
+# own bounding set is 0xa80425fb). They hold in the sandbox's user namespace only.
+SANDBOX_CAPS = 0xa00405fb
+
+
+def test_root_has_the_sandbox_capabilities_only_no_new_privs_seccomp_filter(report):
+    for cap in ("CapPrm", "CapEff", "CapBnd"):
+        assert int(status_field(report, cap), 16) == SANDBOX_CAPS, cap
+    for cap in ("CapInh", "CapAmb"):
         assert int(status_field(report, cap), 16) == 0, cap
-    assert status_field(report, "NoNewPrivs") == "1"
+    assert status_field(report, "NoNewPrivs") == ("1" if report["asked_no_new_privs"] else "0")
     assert status_field(report, "Seccomp") == "2"
 
 
@@ -61,7 +73,9 @@ def test_host_paths_are_not_mounted(report, daemon):
     "mount_errno", "unshare_user_errno", "unshare_mount_errno", "unshare_net_errno", "io_uring_errno",
     "bpf_errno", "perf_event_open_errno", "userfaultfd_errno", "keyctl_errno", "af_alg_errno",
     "af_packet_errno", "af_vsock_errno", "personality_errno", "mknod_errno", "ptrace_init_errno",
-    "open_init_mem_errno", "sysrq_errno", "core_pattern_errno", "sys_write_errno", "chroot_errno",
+    "open_init_mem_errno", "sysrq_errno", "core_pattern_errno", "sys_write_errno",
+    "raw_inet_errno", "clock_settime_errno", "finit_module_errno", "ambient_sys_admin_errno",
+    "chown_run_sbx_errno",
     "sethostname_errno", "kexec_errno", "write_init_exe_errno", "write_self_exe_errno",
 ])
 def test_dangerous_calls_are_refused(report, field):
@@ -130,18 +144,48 @@ def test_files_written_inside_belong_to_the_sandbox_uid(daemon):
         assert st.st_uid == daemon.uid_base
 
 
+SUID_PROBE = ("cp /usr/bin/grep /usr/local/bin/suid-grep && chmod 4755 /usr/local/bin/suid-grep && "
+              "setpriv --reuid=65534 --regid=65534 --clear-groups "
+              "/usr/local/bin/suid-grep -E '^(Uid|CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status")
+
+
+def status_lines(text):
+    return {k: v.split()[0] if k != "Uid" else v.split() for k, v in
+            (l.split(":\t", 1) for l in text.strip().splitlines())}
+
+
 def test_setuid_binaries_gain_nothing(daemon):
-    """A setuid-root copy of grep, run inside: it starts with no capabilities at all (the
-    bounding set is empty and no_new_privs is set; every mount is nosuid besides), and
-    nobody inside can even change uid."""
+    """A setuid-root copy of grep, run by nobody inside: it stays nobody with no
+    capabilities (no_new_privs is set, and the root is mounted nosuid besides)."""
     with daemon.client().create(image="default") as sb:
-        sb.exec("cp /usr/bin/grep /root/suid-grep && chmod 4755 /root/suid-grep", check=True)
-        r = sb.exec("/root/suid-grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status")
-        lines = dict(l.split(":\t") for l in r.stdout.strip().splitlines())
-        assert lines["CapEff"] == lines["CapPrm"] == lines["CapBnd"] == "0000000000000000", lines
+        r = sb.exec(SUID_PROBE, check=True)
+        lines = status_lines(r.stdout)
+        assert lines["Uid"] == ["65534"] * 4, lines
+        assert lines["CapEff"] == lines["CapPrm"] == "0000000000000000", lines
+        assert int(lines["CapBnd"], 16) == SANDBOX_CAPS
         assert lines["NoNewPrivs"] == "1"
-        r = sb.exec(["python3", "-c", "import os; os.setuid(65534)"])
-        assert r.exit_code != 0 and "Operation not permitted" in r.stderr
+        mounts = sb.exec("grep ' / ' /proc/self/mounts").stdout
+        assert "nosuid" in mounts.split()[3].split(",")
+
+
+def test_with_no_new_privs_off_setuid_reaches_sandbox_root_and_no_further(daemon):
+    """With no_new_privs false, su and sudo-style programs work: the setuid-root grep run by
+    nobody becomes root of the sandbox, with the sandbox's capabilities and no more, in
+    the same user namespace (root there is an unprivileged host uid)."""
+    with daemon.client().create(image="default", no_new_privs=False) as sb:
+        assert sb.data["no_new_privs"] is False
+        r = sb.exec(SUID_PROBE, check=True)
+        lines = status_lines(r.stdout)
+        assert lines["Uid"] == ["65534", "0", "0", "0"], lines
+        assert int(lines["CapEff"], 16) == int(lines["CapPrm"], 16) == SANDBOX_CAPS, lines
+        assert int(lines["CapBnd"], 16) == SANDBOX_CAPS
+        assert lines["NoNewPrivs"] == "0"
+        uid_map = sb.exec("cat /proc/self/uid_map").stdout.split()
+        assert uid_map == ["0", str(daemon.uid_base), "65536"]
+        # The filter holds as before: no mount, no new namespaces, no module loading.
+        r = sb.exec(["python3", "-c", "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+                     "print(libc.unshare(0x10000000), ctypes.get_errno(), libc.mount(b'none', b'/mnt', b'tmpfs', 0, None), ctypes.get_errno())"])
+        assert r.stdout.split() == ["-1", "1", "-1", "1"], r.stdout
 
 
 def test_the_agent_serves_nobody_inside_the_sandbox(daemon):

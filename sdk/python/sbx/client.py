@@ -80,12 +80,14 @@ class Client:
         auto_resume: Optional[bool] = None,
         resources: Optional[Dict[str, Any]] = None,
         public: Optional[bool] = None,
+        no_new_privs: Optional[bool] = None,
         **extra: Any,
     ) -> Sandbox:
         """Create a sandbox. Only the arguments given are sent.
 
         ``from_`` maps to the API's ``from`` field (``**{"from": ...}`` works
         too); ``network`` may be a mode string or a ``{"mode": ...}`` dict.
+        ``no_new_privs=False`` lets setuid programs (su, sudo) work inside.
         """
         if isinstance(network, str):
             network = {"mode": network}
@@ -101,6 +103,7 @@ class Client:
                 "idle_timeout_seconds": idle_timeout_seconds,
                 "auto_resume": auto_resume,
                 "public": public,
+                "no_new_privs": no_new_privs,
                 "no_env": no_env,
                 "env": dict(env) if env is not None else None,
                 "metadata": dict(metadata) if metadata is not None else None,

@@ -85,6 +85,7 @@ export class Client {
       idle_timeout_seconds: options.idleTimeoutSeconds,
       auto_resume: options.autoResume,
       no_env: options.noEnv,
+      no_new_privs: options.noNewPrivs,
       env: options.env,
       metadata: options.metadata,
       network,

@@ -136,6 +136,8 @@ export interface CreateOptions {
   /** An exec on the paused sandbox resumes it first (default true). */
   autoResume?: boolean;
   noEnv?: boolean;
+  /** false: setuid programs (su, sudo) work inside; true (the default): nothing gains privileges by exec. */
+  noNewPrivs?: boolean;
   /** Variables set for every exec. */
   env?: Record<string, string>;
   /** Free labels, usable as list filters. */

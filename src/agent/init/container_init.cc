@@ -152,6 +152,7 @@ Result<SandboxConfig> SandboxConfig::FromJson(const std::string& s) {
     c.tmp_bytes = j.value("tmp_bytes", uint64_t{0});
     c.api_dir = j.value("api_dir", std::string());
     c.agent_exe = j.value("agent_exe", std::string());
+    c.no_new_privs = j.value("no_new_privs", true);
     if (j.contains("binds"))
       for (const auto& b : j["binds"])
         c.binds.emplace_back(b.at("source").get<std::string>(), b.at("target").get<std::string>());
@@ -168,12 +169,20 @@ std::string SandboxConfig::ToJson() const {
   nlohmann::json j = {{"base", base}, {"lower", lower},   {"upper", upper},       {"work", work},
                       {"rootfs", rootfs}, {"socket", socket_path}, {"hostname", hostname},
                       {"tmp_bytes", tmp_bytes}, {"api_dir", api_dir},
-                      {"agent_exe", agent_exe}};
+                      {"agent_exe", agent_exe}, {"no_new_privs", no_new_privs}};
   return j.dump();
 }
 
-Status DropCapabilities() {
+const int kSandboxCapabilities[] = {CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER,           CAP_FSETID,
+                                    CAP_KILL,   CAP_SETGID,       CAP_SETUID,           CAP_SETPCAP,
+                                    CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_SETFCAP, CAP_AUDIT_WRITE};
+const size_t kSandboxCapabilityCount = sizeof kSandboxCapabilities / sizeof kSandboxCapabilities[0];
+
+Status LimitCapabilities() {
+  uint64_t keep = 0;
+  for (int cap : kSandboxCapabilities) keep |= uint64_t{1} << cap;
   for (int cap = 0; cap <= 63; ++cap) {
+    if ((keep >> cap) & 1) continue;
     if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
       return ErrnoError("drop capability " + std::to_string(cap) + " from the bounding set");
   }
@@ -182,11 +191,13 @@ Status DropCapabilities() {
   struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
   struct __user_cap_data_struct data[2];
   std::memset(data, 0, sizeof data);
+  data[0].permitted = data[0].effective = static_cast<uint32_t>(keep);
+  data[1].permitted = data[1].effective = static_cast<uint32_t>(keep >> 32);
   if (::syscall(SYS_capset, &hdr, data) != 0) return ErrnoError("capset");
   return OkStatus();
 }
 
-Status LoadSeccomp() {
+Status LoadSeccomp(bool no_new_privs) {
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   if (!ctx) return MakeError(Code::kInternal, "seccomp_init failed");
   struct Guard {
@@ -197,6 +208,9 @@ Status LoadSeccomp() {
   // such syscall kills the process.
   if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) != 0)
     return MakeError(Code::kInternal, "seccomp: cannot set the bad-arch action");
+  // libseccomp sets no_new_privs itself unless told not to.
+  if (seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, no_new_privs ? 1 : 0) != 0)
+    return MakeError(Code::kInternal, "seccomp: cannot set the no_new_privs attribute");
   auto deny = [&](int nr, int err = EPERM) -> Status {
     if (nr < 0) return OkStatus();  // not on this architecture
     int rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 0);
@@ -205,7 +219,7 @@ Status LoadSeccomp() {
   };
   const char* blocked[] = {
       "unshare",       "setns",          "mount",           "umount2",      "pivot_root",
-      "chroot",        "move_mount",     "open_tree",       "fsopen",       "fsconfig",
+      "move_mount",     "open_tree",       "fsopen",       "fsconfig",
       "fsmount",       "fspick",         "mount_setattr",   "io_uring_setup", "io_uring_enter",
       "io_uring_register", "bpf",        "perf_event_open", "userfaultfd",  "keyctl",
       "add_key",       "request_key",    "kexec_load",      "kexec_file_load", "init_module",
@@ -277,7 +291,9 @@ Result<UniqueFd> InitSandbox(const SandboxConfig& cfg) {
   // Layer paths relative to the sandbox's directory keep the host's layout out of the
   // sandbox's /proc/mounts.
   if (!cfg.base.empty() && ::chdir(cfg.base.c_str()) != 0) return ErrnoError("chdir " + cfg.base);
-  SBX_RETURN_IF_ERROR(Mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV,
+  // nosuid unless setuid programs are to work (no_new_privs off): a setuid-root program
+  // then gains root of the sandbox's user namespace, with kSandboxCapabilities at most.
+  SBX_RETURN_IF_ERROR(Mount("overlay", root, "overlay", (cfg.no_new_privs ? MS_NOSUID : 0) | MS_NODEV,
                             "lowerdir=" + lower + ",upperdir=" + cfg.upper + ",workdir=" +
                                 cfg.work + ",userxattr"));
   SBX_RETURN_IF_ERROR(EnsureDir(root + "/proc"));
@@ -337,9 +353,11 @@ Result<UniqueFd> InitSandbox(const SandboxConfig& cfg) {
 
   // The agent's own memory and /proc entries are closed to the sandbox's code.
   if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return ErrnoError("PR_SET_DUMPABLE");
-  SBX_RETURN_IF_ERROR(DropCapabilities());
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return ErrnoError("PR_SET_NO_NEW_PRIVS");
-  SBX_RETURN_IF_ERROR(LoadSeccomp());
+  // The filter first: without no_new_privs, loading it takes CAP_SYS_ADMIN (of the
+  // sandbox's user namespace), which LimitCapabilities drops.
+  if (cfg.no_new_privs && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return ErrnoError("PR_SET_NO_NEW_PRIVS");
+  SBX_RETURN_IF_ERROR(LoadSeccomp(cfg.no_new_privs));
+  SBX_RETURN_IF_ERROR(LimitCapabilities());
   return lfd;
 }
 

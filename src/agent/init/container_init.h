@@ -32,18 +32,32 @@ struct SandboxConfig {
   // /run/sbx on a tmpfs /run (empty: none). The folder, not the socket, so that a socket
   // made anew by a restarted sbxd is the one sandboxes reach.
   std::string api_dir;
+  // true: no process of the sandbox gains privileges by exec (no_new_privs, and the root
+  // is mounted nosuid); false: setuid programs (su, sudo) work as in a container.
+  bool no_new_privs = true;
   static Result<SandboxConfig> FromJson(const std::string& s);
   std::string ToJson() const;
 };
 
 // Mounts the root and the pseudo filesystems, binds the agent socket, pivots into the
-// root, drops every capability, sets no_new_privs and loads the seccomp filter.
-// Returns the listening socket.
+// root, sets no_new_privs (if the config asks), loads the seccomp filter and limits the
+// capabilities to kSandboxCapabilities. Returns the listening socket.
 Result<UniqueFd> InitSandbox(const SandboxConfig& cfg);
 
+// What root in a sandbox may do, in the sandbox's own user namespace only (over its
+// files, its processes and its network namespace; nothing of the host's): Docker's
+// default set less NET_RAW and MKNOD. CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID,
+// SETUID, SETPCAP, NET_BIND_SERVICE, SYS_CHROOT, SETFCAP, AUDIT_WRITE.
+extern const int kSandboxCapabilities[];
+extern const size_t kSandboxCapabilityCount;
+
 // Loads the sandbox's seccomp filter into the calling thread (inherited by children).
-Status LoadSeccomp();
-// Drops every capability (bounding, ambient, effective, permitted, inheritable).
-Status DropCapabilities();
+// With `no_new_privs` false the filter is loaded without it, which needs CAP_SYS_ADMIN in
+// the sandbox's user namespace: call it before LimitCapabilities.
+Status LoadSeccomp(bool no_new_privs);
+// Keeps kSandboxCapabilities in the bounding, permitted and effective sets (so a command
+// run as root has them, and one run as another user has none); clears the inheritable
+// and ambient sets.
+Status LimitCapabilities();
 
 }  // namespace sbx::agent

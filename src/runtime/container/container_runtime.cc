@@ -201,6 +201,7 @@ class ContainerRuntime : public Runtime {
                           {"kernel_files", kernel_files},
                           {"socket", kAgentName},           {"hostname", spec.hostname},
                           {"tmp_bytes", spec.limits.memory_bytes / 2},
+                          {"no_new_privs", spec.no_new_privs},
                           {"api_dir", o_.api_dir},
                           {"agent_exe", o_.api_dir.empty() || o_.agent_copy.empty() ? "" : "/run/sbx/" + o_.agent_copy}};
     std::string go = "G" + cfg.dump();
