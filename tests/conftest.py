@@ -51,8 +51,11 @@ class Daemon:
         self.data = data_dir  # may not exist yet: sbxd makes it
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # Each daemon takes two ranges: its sandboxes' uids, and just above them the uids that
+        # own their user namespaces (sbxd's default --owner-uid-base). The next daemon starts
+        # above both, so that no daemon's sandboxes run as another's namespace owners.
         self.uid_base = _next_uid_base[0]
-        _next_uid_base[0] += 65536
+        _next_uid_base[0] += 2 * 65536
         self.proc: subprocess.Popen | None = None
         self.log_path = log_path or os.path.join(self.data, "sbxd.log")
         self.start()

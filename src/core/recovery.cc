@@ -40,7 +40,7 @@ std::map<std::string, Result<runtime::Instance>> SandboxManager::AdoptAll(
 Status SandboxManager::Recover() {
   SBX_ASSIGN_OR_RETURN(auto rows, store_->ListSandboxes());
   auto adopted = AdoptAll(rows);
-  std::set<std::string> live_ids, known_ids;
+  std::set<std::string> live_ids, known_ids, torn_down;
   std::vector<std::string> layers_in_use;
   for (auto& r : rows) {
     known_ids.insert(r.id);
@@ -51,6 +51,7 @@ Status SandboxManager::Recover() {
       metering_.Close(r);
       r.state = StateName(State::kDeleting);
       SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
+      torn_down.insert(r.id);
       teardowns_->Enqueue(r.id);
       continue;
     }
@@ -60,6 +61,7 @@ Status SandboxManager::Recover() {
         r.state = StateName(State::kDeleting);
         SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
       }
+      torn_down.insert(r.id);
       teardowns_->Enqueue(r.id);
       continue;
     }
@@ -121,7 +123,9 @@ Status SandboxManager::Recover() {
   // Kernel objects that belong to no live sandbox: kill and remove them.
   for (const auto& [kind, rt] : runtimes_->all()) {
     for (const auto& id : rt->ListKernelObjects()) {
-      if (live_ids.count(id)) continue;
+      // A sandbox queued for teardown above is not an orphan: its teardown, already
+      // running on another thread, kills and removes the same cgroup.
+      if (live_ids.count(id) || torn_down.count(id)) continue;
       SBX_LOG(kInfo) << "cleaning orphaned kernel objects of " << id;
       if (known_ids.count(id)) {
         runtime::Instance none;

@@ -143,7 +143,12 @@ std::vector<pid_t> CgroupDir::Pids() const {
 Status CgroupDir::Kill() {
   if (!Exists()) return OkStatus();
   if (mode_ == CgroupMode::kV2 && fs::Exists(Dir("") + "/cgroup.kill")) {
-    SBX_RETURN_IF_ERROR(fs::WriteFile(Dir("") + "/cgroup.kill", "1", false));
+    // Another thread may remove the group between the check and the write (ENOENT, or
+    // ENODEV once it is dead): then nothing is left to kill, as on v1.
+    if (Status st = fs::WriteFile(Dir("") + "/cgroup.kill", "1", false); !st.ok()) {
+      if (!Exists()) return OkStatus();
+      return st;
+    }
   } else {
     std::string freezer = mode_ == CgroupMode::kV1 ? Dir("freezer") + "/freezer.state"
                                                    : Dir("") + "/cgroup.freeze";

@@ -429,7 +429,15 @@ class ContainerRuntime : public Runtime {
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || cr.pid <= 0) return std::nullopt;
     int pidfd = -1;
     len = sizeof pidfd;
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0 || pidfd < 0) return std::nullopt;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0) {
+      // Linux before 6.5 has no SO_PEERPIDFD (Debian 12's 6.1 among them): pin the peer's
+      // pid with pidfd_open. That leaves a window SO_PEERPIDFD closes: a peer that exits
+      // after connect and whose pid the host hands out again (after a whole wrap of the
+      // pid space) before this call.
+      if (errno != ENOPROTOOPT) return std::nullopt;
+      pidfd = static_cast<int>(::syscall(SYS_pidfd_open, cr.pid, 0));
+    }
+    if (pidfd < 0) return std::nullopt;
     UniqueFd pin(pidfd);
     auto text = fs::ReadFile("/proc/" + std::to_string(cr.pid) + "/cgroup", 1 << 16);
     if (!text.ok()) return std::nullopt;

@@ -1,0 +1,46 @@
+# shellcheck shell=bash
+# Shared by the scripts in scripts/vm/ (sourced, not run): the cache folder, packages, the
+# Debian mirror. The VM tooling boots a Debian kernel under QEMU (TCG: it needs no KVM) on
+# a debootstrap root filesystem; see scripts/vm/run.sh.
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+# Kernels and root filesystem images, reused by every run.
+VM_CACHE="$SBX_CACHE_DIR/vm"
+mkdir -p "$VM_CACHE"
+
+# Installs the Debian packages among "$@" that are missing.
+vm_need_packages() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  need_root
+  log "installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# The Debian mirror apt already uses (as `sbx image build` finds it); SBX_DEBIAN_MIRROR overrides.
+vm_mirror() {
+  if [ -n "${SBX_DEBIAN_MIRROR:-}" ]; then echo "$SBX_DEBIAN_MIRROR"; return; fi
+  local f u
+  for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list; do
+    [ -f "$f" ] || continue
+    u=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }
+             /^deb / { for (i = 2; i <= NF; i++) { if ($i ~ /^\[/) { while ($i !~ /\]$/) i++; continue }
+                                                   if ($i !~ /security/) print $i; exit } }' "$f" | head -n1)
+    if [ -n "$u" ]; then echo "$u"; return; fi
+  done
+  echo "http://deb.debian.org/debian"
+}
+
+# Runs "$@" holding an exclusive lock on $VM_CACHE/.NAME.lock, so that two runs do not
+# fill the same cache entry at once.
+vm_locked() {
+  local name=$1; shift
+  (
+    flock 9
+    "$@"
+  ) 9>"$VM_CACHE/.$name.lock"
+}
