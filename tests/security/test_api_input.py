@@ -51,7 +51,7 @@ BAD_CREATES = [
     '{"env": {"A=B": "x"}}', '{"env": {"A": 1}}', '{"metadata": []}', '{"network": {"mode": "everything"}}',
     '{"no_env": "yes"}', '{"image": "../../etc"}', '{"ttl_action": "explode"}', '{"ttl_action": 1}',
     '{"idle_timeout_seconds": -1}', '{"idle_timeout_seconds": 1e400}', '{"idle_timeout_seconds": 99999999999}',
-    '{"auto_resume": "yes"}', '{"name": ""}', '{"name": "-x"}', '{"from": ""}', '{"name": 7}',
+    '{"auto_resume": "yes"}', '{"no_new_privs": "no"}', '{"no_new_privs": 0}', '{"name": ""}', '{"name": "-x"}', '{"from": ""}', '{"name": 7}',
 ]
 
 
