@@ -125,7 +125,9 @@ Result<HttpResult> HttpClient::Stream(const std::string& method, const std::stri
   while (!p.is_done()) {
     p.get().body().data = chunk;
     p.get().body().size = sizeof chunk;
-    http::read(*impl_->sock, impl_->buf, p, ec);
+    // read_some, not read: read waits until the chunk is full, so output a command
+    // produces slowly would show in 64 KiB batches, or only at its end.
+    http::read_some(*impl_->sock, impl_->buf, p, ec);
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
       impl_->sock.reset();
