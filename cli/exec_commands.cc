@@ -191,12 +191,22 @@ std::optional<int> ExecCommands::Run(HttpClient& c, const Globals& g) {
       if (!e.empty()) pbody["env"] = e;
       return RunInteractiveExec(c, g, exec_id, pbody);
     }
+    // The CLI's own failures (sbxd unreachable, no such sandbox) and output cut at the cap
+    // exit 125, so that they are not taken for the command's own exit status.
     auto last = StreamExecBody(c, exec_id, body, /*echo=*/true, nullptr);
-    if (!last) return 1;
+    if (!last) return 125;
     int exit_code = last->value("exit_code", 1);
     if (last->value("timed_out", false))
       std::fprintf(stderr, "sbx: the command timed out after %lld s\n", static_cast<long long>(timeout));
     if (g.json) std::fprintf(stderr, "%s\n", last->dump().c_str());
+    std::string cut;
+    for (const char* s : {"stdout", "stderr"})
+      if (last->value(std::string(s) + "_truncated", false)) cut += (cut.empty() ? "" : " and ") + std::string(s);
+    if (!cut.empty()) {
+      std::fprintf(stderr, "sbx: the command's %s was cut at sbxd's output cap (the command exited %d)\n",
+                   cut.c_str(), exit_code);
+      return 125;
+    }
     return exit_code;
   }
   if (*cp) return CopyFiles(c, cp_src, cp_dst);

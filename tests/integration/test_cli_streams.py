@@ -35,3 +35,23 @@ def test_exec_output_appears_while_the_command_runs(daemon, client):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_exec_exit_125_for_cut_output_and_for_the_clis_own_failures(daemon, client):
+    with client.create(image="busybox") as sb:
+        # 17 MiB against the 16 MiB cap: the command succeeds, the CLI says the output was cut.
+        r = subprocess.run([SBX, "exec", sb.id, "--", "head", "-c", "17825792", "/dev/zero"],
+                           env=dict(os.environ, SBX_URL=daemon.url, SBX_API_KEY=daemon.key),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        assert r.returncode == 125
+        assert len(r.stdout) == 16 << 20
+        assert b"stdout was cut at sbxd's output cap (the command exited 0)" in r.stderr
+        # The command's own status comes through untouched, 1 included.
+        assert daemon.cli("exec", sb.id, "--", "sh", "-c", "exit 1", check=False).returncode == 1
+    # No such sandbox, and no daemon: 125, not a status the command could have given.
+    r = daemon.cli("exec", "sb-0000000000000000", "--", "true", check=False)
+    assert r.returncode == 125 and "not_found" in r.stderr
+    env = dict(os.environ, SBX_URL="http://127.0.0.1:9", SBX_API_KEY=daemon.key)
+    r = subprocess.run([SBX, "exec", "sb-0000000000000000", "--", "true"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 125 and "cannot reach sbxd" in r.stderr
