@@ -62,7 +62,8 @@ std::optional<int> CreateCommand::Run(HttpClient& c, const Globals& g) {
     if (!image.empty()) body["image"] = image;
     if (!from.empty()) body["from"] = from;
     if (!name.empty()) body["name"] = name;
-    if (ttl) body["ttl_seconds"] = ttl;
+    // Given, it is sent as it is (so --ttl 0 is refused by sbxd, not taken as "the default").
+    if (create->count("--ttl") > 0) body["ttl_seconds"] = ttl;
     if (!ttl_action.empty()) body["ttl_action"] = ttl_action;
     if (idle) body["idle_timeout_seconds"] = idle;
     for (auto [list, key] : {std::pair{&env_kv, "env"}, std::pair{&md_kv, "metadata"}}) {

@@ -86,6 +86,9 @@ Result<SandboxView> SandboxManager::Get(const std::string& id) {
 }
 
 Result<std::vector<SandboxView>> SandboxManager::List(const ListFilter& f) {
+  if (!f.state.empty() && (f.state != StateName(ParseState(f.state)) || f.state == StateName(State::kPooled)))
+    return MakeError(Code::kInvalidArgument, "unknown state \"" + f.state +
+                                                 "\": one of creating, running, paused, stopped, error, deleting");
   Lock lock(table_.mu);
   std::vector<SandboxView> out;
   for (const auto& [_, e] : table_.live()) {

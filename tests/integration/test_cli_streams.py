@@ -55,3 +55,15 @@ def test_exec_exit_125_for_cut_output_and_for_the_clis_own_failures(daemon, clie
     r = subprocess.run([SBX, "exec", "sb-0000000000000000", "--", "true"], env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 125 and "cannot reach sbxd" in r.stderr
+
+
+def test_bad_values_are_refused_not_ignored(daemon):
+    before = daemon.sandboxes()
+    r = daemon.cli("create", "--ttl", "0", check=False)
+    assert r.returncode != 0 and "ttl_seconds" in r.stderr
+    r = daemon.cli("ls", "--state", "runing", check=False)
+    assert r.returncode != 0 and "unknown state" in r.stderr
+    status, body = daemon.raw("GET", "/v1/sandboxes?state=pooled")
+    assert status == 400 and body["error"]["code"] == "invalid_request"
+    assert daemon.cli("ls", "--state", "running").returncode == 0
+    assert [s["id"] for s in daemon.sandboxes()] == [s["id"] for s in before]
