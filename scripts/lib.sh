@@ -26,18 +26,24 @@ need_root() {
   fi
 }
 
-install_packages() {
-  local missing=()
-  for p in "${PACKAGES[@]}"; do
-    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+# Installs those of the Debian packages "$@" that are missing; APT_OPTS (an array) adds
+# options to apt-get install.
+install_missing() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  log "installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${APT_OPTS[@]+"${APT_OPTS[@]}"} "${missing[@]}" >/dev/null
+}
+
+install_packages() {
+  local extra=()
   # Node.js for the TypeScript SDK: Debian's (18 in bookworm) unless one is installed.
-  if ! command -v node >/dev/null 2>&1; then missing+=(nodejs npm); fi
-  if [ "${#missing[@]}" -gt 0 ]; then
-    log "installing ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-  fi
+  if ! command -v node >/dev/null 2>&1; then extra=(nodejs npm); fi
+  install_missing "${PACKAGES[@]}" ${extra[@]+"${extra[@]}"}
 }
 
 # Downloads Debian's package NAME (not installed) into $SBX_CACHE_DIR/debs once; prints

@@ -8,17 +8,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 VM_CACHE="$SBX_CACHE_DIR/vm"
 mkdir -p "$VM_CACHE"
 
-# Installs the Debian packages among "$@" that are missing.
+# Installs the Debian packages among "$@" that are missing (QEMU without its recommends).
 vm_need_packages() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  [ "${#missing[@]}" -eq 0 ] && return 0
   need_root
-  log "installing ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  local APT_OPTS=(--no-install-recommends)
+  install_missing "$@"
 }
 
 # The Debian mirror apt already uses (as `sbx image build` finds it); SBX_DEBIAN_MIRROR overrides.

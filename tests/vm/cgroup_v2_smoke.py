@@ -400,22 +400,23 @@ class Suite:
         self.d.exec(self.main, "sh", "-c", f"echo {self.note} > /root/note")
         self.d.sbx("snapshot", self.main, "smoke-tpl")
         sid = self.d.create("--from", "smoke-tpl")
+        self.reads_note_then_delete(sid, "the sandbox made from the template")
+        return f"template smoke-tpl; {sid} made from it reads the note"
+
+    def reads_note_then_delete(self, sid, what):
+        """Checks that `sid` reads the note written before the capture and has its cgroup,
+        then deletes it."""
         r = self.d.exec(sid, "cat", "/root/note")
-        check(r.stdout.strip() == self.note, f"the new sandbox reads {r.stdout!r}")
-        check(os.path.isdir(self.d.cgroup(sid)), "no cgroup for the sandbox made from the template")
+        check(r.stdout.strip() == self.note, f"{what} reads {r.stdout!r}")
+        check(os.path.isdir(self.d.cgroup(sid)), f"no cgroup for {what}")
         self.d.sbx("rm", sid)
         wait_deleted(self.d, sid)
-        return f"template smoke-tpl; {sid} made from it reads the note"
 
     def fork(self):
         ids = json.loads(self.d.sbx("fork", self.main, json_out=True).stdout)
         check(len(ids) == 1, f"fork answered {ids}")
         sid = ids[0]["id"]
-        r = self.d.exec(sid, "cat", "/root/note")
-        check(r.stdout.strip() == self.note, f"the fork reads {r.stdout!r}")
-        check(os.path.isdir(self.d.cgroup(sid)), "no cgroup for the fork")
-        self.d.sbx("rm", sid)
-        wait_deleted(self.d, sid)
+        self.reads_note_then_delete(sid, "the fork")
         return f"{sid} reads the note"
 
     def sandbox_api(self):

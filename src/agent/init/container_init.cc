@@ -176,7 +176,6 @@ std::string SandboxConfig::ToJson() const {
 const int kSandboxCapabilities[] = {CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER,           CAP_FSETID,
                                     CAP_KILL,   CAP_SETGID,       CAP_SETUID,           CAP_SETPCAP,
                                     CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_SETFCAP, CAP_AUDIT_WRITE};
-const size_t kSandboxCapabilityCount = sizeof kSandboxCapabilities / sizeof kSandboxCapabilities[0];
 
 Status LimitCapabilities() {
   uint64_t keep = 0;

@@ -49,7 +49,6 @@ Result<UniqueFd> InitSandbox(const SandboxConfig& cfg);
 // default set less NET_RAW and MKNOD. CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID,
 // SETUID, SETPCAP, NET_BIND_SERVICE, SYS_CHROOT, SETFCAP, AUDIT_WRITE.
 extern const int kSandboxCapabilities[];
-extern const size_t kSandboxCapabilityCount;
 
 // Loads the sandbox's seccomp filter into the calling thread (inherited by children).
 // With `no_new_privs` false the filter is loaded without it, which needs CAP_SYS_ADMIN in
