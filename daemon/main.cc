@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <utility>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -29,6 +30,7 @@
 #include "base/log.h"
 #include "base/reaper.h"
 #include "base/unique_fd.h"
+#include "core/processes.h"
 #include "core/sandbox_manager.h"
 #include "layers/images.h"
 #include "runtime/container/host_setup.h"
@@ -462,6 +464,18 @@ int Run(int argc, char** argv) {
   if (!so.socket_path.empty()) {
     auto slash = so.socket_path.rfind('/');
     if (slash != std::string::npos && slash > 0) (void)fs::MkdirAll(so.socket_path.substr(0, slash), 0755);
+  }
+  // The background processes that agents kept while sbxd was away are followed again
+  // before sbxd serves (io runs on a helper thread meanwhile; their readers stay queued).
+  manager.set_processes(api.processes());
+  {
+    auto work = asio::make_work_guard(io);
+    std::thread helper([&] { io.run(); });
+    api.processes()->ReattachAll(io.get_executor());
+    work.reset();
+    io.stop();
+    helper.join();
+    io.restart();
   }
   api::Server server(so, &api, &io);
   if (auto st = server.Start(); !st.ok()) return fail(st.error());

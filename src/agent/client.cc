@@ -218,4 +218,14 @@ asio::awaitable<Result<std::string>> Conn::RecvResult() {
   co_return std::move(f->payload);
 }
 
+asio::awaitable<Result<AgentInfo>> Ping(asio::any_io_executor ex, DialerPtr addr) {
+  Conn c(ex);
+  if (Status st = co_await c.Open(std::move(addr)); !st.ok()) co_return st.error();
+  if (Status st = co_await c.Send(FrameType::kPing, ""); !st.ok()) co_return st.error();
+  auto f = co_await c.Recv(kAgentStallMs);
+  if (!f.ok()) co_return f.error();
+  if (f->type != FrameType::kPong) co_return MakeError(Code::kInternal, "the sandbox's agent answered a ping with another frame");
+  co_return AgentInfo::FromJson(f->payload);
+}
+
 }  // namespace sbx::agent

@@ -29,6 +29,9 @@ boost::asio::awaitable<Result<ExitInfo>> Exec(boost::asio::any_io_executor ex,
                                               std::string stdin_data, OutputFn on_output,
                                               int64_t grace_ms = 10000);
 
+// What the agent at `addr` says of itself (a kPing round trip within kAgentStallMs).
+boost::asio::awaitable<Result<AgentInfo>> Ping(boost::asio::any_io_executor ex, DialerPtr addr);
+
 // One connection to a sandbox's agent for a file or port request: frames both ways, then
 // (ports) raw bytes through socket(). Used by one coroutine at a time.
 class Conn {

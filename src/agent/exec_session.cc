@@ -4,8 +4,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -23,6 +21,7 @@
 #include <vector>
 
 #include "agent/frame_io.h"
+#include "agent/spawn.h"
 #include "base/unique_fd.h"
 
 namespace sbx::agent {
@@ -98,30 +97,6 @@ void KillTree() {
   }
 }
 
-// Finds `name` on PATH (from the request's env) unless it holds a '/'.
-std::string Resolve(const std::string& name, const std::vector<std::string>& env) {
-  if (name.find('/') != std::string::npos) return name;
-  std::string_view path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-  for (const auto& e : env)
-    if (e.rfind("PATH=", 0) == 0) path = std::string_view(e).substr(5);
-  char cand[4096];
-  while (true) {
-    size_t colon = path.find(':');
-    std::string_view dir = path.substr(0, colon);
-    if (dir.empty()) dir = ".";
-    if (dir.size() + name.size() + 2 <= sizeof cand) {
-      std::memcpy(cand, dir.data(), dir.size());
-      cand[dir.size()] = '/';
-      std::memcpy(cand + dir.size() + 1, name.c_str(), name.size() + 1);
-      struct stat st;
-      if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) return cand;
-    }
-    if (colon == std::string_view::npos) break;
-    path = path.substr(colon + 1);
-  }
-  return "";
-}
-
 struct Stream {
   int fd = -1;
   uint64_t sent = 0;
@@ -146,96 +121,24 @@ bool ExecSession::Flush() {
 }
 
 void ExecSession::Run(const ExecRequest& req) {
-  // Everything the child needs is built here, before fork: the child may not allocate.
-  std::string path = Resolve(req.argv[0], req.env);
-  std::vector<char*> argv, envp;
-  for (const auto& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : req.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  const char* cwd = req.cwd.empty() ? nullptr : req.cwd.c_str();  // empty: the agent's own
-
-  int in[2] = {-1, -1}, outp[2], errp[2];
-  // With a tty the command's stdio is the slave of a new pseudo-terminal; sbx reads its
-  // output from the master and writes its input there. stderr's pipe then stays empty.
-  UniqueFd master;
-  std::string slave;
-  if (req.tty) {
-    master.Reset(posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
-    char name[128];
-    if (!master.valid() || grantpt(master.get()) != 0 || unlockpt(master.get()) != 0 ||
-        ptsname_r(master.get(), name, sizeof name) != 0) {
-      SendErrorMessage(sock_, std::string("cannot open a pseudo-terminal: ") + strerror(errno));
-      return;
-    }
-    slave = name;
-    struct winsize ws = {};
-    ws.ws_col = static_cast<unsigned short>(req.cols);
-    ws.ws_row = static_cast<unsigned short>(req.rows);
-    ioctl(master.get(), TIOCSWINSZ, &ws);
-  }
-  if (pipe2(errp, O_CLOEXEC) || (!req.tty && pipe2(outp, O_CLOEXEC)) || (!req.tty && req.stdin_open && pipe2(in, O_CLOEXEC))) {
-    SendErrorMessage(sock_, std::string("pipe: ") + strerror(errno));
+  int64_t start_us = MonoUs();
+  auto spawned = SpawnCommand(req);
+  if (!spawned.ok()) {
+    SendErrorMessage(sock_, spawned.error().message);
     return;
   }
-  if (req.tty) {
-    outp[0] = fcntl(master.get(), F_DUPFD_CLOEXEC, 0);
-    outp[1] = -1;
-    if (req.stdin_open) in[1] = fcntl(master.get(), F_DUPFD_CLOEXEC, 0);
-  }
-  UniqueFd devnull(req.stdin_open || req.tty ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC));
-  prctl(PR_SET_CHILD_SUBREAPER, 1);
-  // posix_spawn (a vfork-style clone): the command in a session of its own, default
-  // signal dispositions, an empty mask, stdio on the pipes (or the terminal), only 0-2 open.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (req.tty) {
-    // Opened after setsid, without O_NOCTTY: it becomes the session's controlling tty.
-    posix_spawn_file_actions_addopen(&fa, 0, slave.c_str(), O_RDWR, 0);
-    posix_spawn_file_actions_adddup2(&fa, 0, 1);
-    posix_spawn_file_actions_adddup2(&fa, 0, 2);
-  } else {
-    posix_spawn_file_actions_adddup2(&fa, req.stdin_open ? in[0] : devnull.get(), 0);
-    posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
-  }
-  if (cwd) posix_spawn_file_actions_addchdir_np(&fa, cwd);
-  int64_t start_us = MonoUs();
-  pid_t pid = -1;
-  int spawn_err = path.empty() ? ENOENT
-                               : posix_spawn(&pid, path.c_str(), &fa, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (outp[1] >= 0) close(outp[1]);
-  close(errp[1]);
-  if (in[0] >= 0) close(in[0]);
-  std::string exec_failure;
-  if (spawn_err != 0) {
-    struct stat st;
-    bool bad_cwd = cwd && (stat(cwd, &st) != 0 || !S_ISDIR(st.st_mode));
-    exec_failure = bad_cwd ? std::string("sbx: chdir to ") + cwd + ": " + strerror(bad_cwd && errno ? errno : ENOTDIR) + "\n"
-                           : std::string("sbx: exec ") + req.argv[0] + ": " + strerror(spawn_err) + "\n";
-    pid = -1;
-  }
+  Spawned& sp = *spawned;
+  const pid_t pid = sp.pid;
   if (req.report_pid && pid > 0) {
     std::string started = nlohmann::json{{"pid", pid}}.dump();
     Queue(FrameType::kResult, started.data(), started.size());
   }
-  UniqueFd stdin_w(req.stdin_open ? in[1] : -1);
+  UniqueFd& master = sp.master;
+  UniqueFd& stdin_w = sp.in;
+  const std::string& exec_failure = sp.failure;
   Stream streams[2];
-  streams[0] = {outp[0], 0, req.stdout_cap, false, FrameType::kStdout};
-  streams[1] = {errp[0], 0, req.stderr_cap, false, FrameType::kStderr};
-  SetNonBlock(outp[0]);
-  SetNonBlock(errp[0]);
-  if (stdin_w.valid()) SetNonBlock(stdin_w.get());
+  streams[0] = {sp.out.Release(), 0, req.stdout_cap, false, FrameType::kStdout};
+  streams[1] = {sp.err.Release(), 0, req.stderr_cap, false, FrameType::kStderr};
   SetNonBlock(sock_);
 
   // SIGCHLD through a signalfd (blocked in this process: the agent's main set the mask).
@@ -275,13 +178,7 @@ void ExecSession::Run(const ExecRequest& req) {
         if (req.tty && stdin_w.valid()) stdin_buf += '\x04';  // a terminal's end of input
         else stdin_eof = true;
       } else if (f.type == FrameType::kResize && master.valid()) {
-        auto j = nlohmann::json::parse(f.payload, nullptr, false);
-        struct winsize ws = {};
-        if (j.is_object()) {
-          ws.ws_col = static_cast<unsigned short>(std::clamp(j.value("cols", 80), 1, 10000));
-          ws.ws_row = static_cast<unsigned short>(std::clamp(j.value("rows", 24), 1, 10000));
-          ioctl(master.get(), TIOCSWINSZ, &ws);
-        }
+        ResizeTerminal(master.get(), f.payload);
       } else if (f.type == FrameType::kSignal) {
         auto j = nlohmann::json::parse(f.payload, nullptr, false);
         int sig = j.is_object() ? j.value("signal", 0) : 0;
@@ -415,20 +312,15 @@ void ExecSession::Run(const ExecRequest& req) {
     if (s.fd >= 0) close(s.fd);
   if (!exec_failure.empty()) Queue(FrameType::kStderr, exec_failure.data(), exec_failure.size());
 
-  ExitInfo info;
+  ExitInfo info = ExitOf(status, pid > 0);
   info.timed_out = timed_out;
   info.stdout_truncated = streams[0].truncated;
   info.stderr_truncated = streams[1].truncated;
   info.execute_us = (end_us ? end_us : MonoUs()) - start_us;
   if (timed_out) {
     info.exit_code = 124;
-  } else if (WIFEXITED(status)) {
-    info.exit_code = WEXITSTATUS(status);
-  } else if (WIFSIGNALED(status)) {
-    info.signal = WTERMSIG(status);
-    info.exit_code = 128 + info.signal;
+    info.signal = 0;
   }
-  if (!exec_failure.empty() && !timed_out) info.exit_code = 127;
   std::string exit = info.ToJson();
   Queue(FrameType::kExit, exit.data(), exit.size());
   // Blocking from here: the answer must go out whole.

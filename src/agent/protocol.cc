@@ -152,7 +152,7 @@ static int64_t MonoMs() {
   return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
 }
 
-const char* const kAgentFeatures[] = {"exec", "tty", "files", "archive", "ports", "warm", nullptr};
+const char* const kAgentFeatures[] = {"exec", "tty", "files", "archive", "ports", "warm", "procs", nullptr};
 
 AgentInfo ThisAgent() {
   AgentInfo a;

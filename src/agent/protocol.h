@@ -16,6 +16,13 @@
 // answers a final kResult.
 // Or kPortOpen (JSON {"port"}): the agent dials that TCP port on the sandbox's own
 // loopback and answers kResult; from then on the connection carries raw bytes both ways.
+// Or a background process that the agent keeps (agent/process_keeper.h):
+// kProcStart (JSON {"exec": ExecRequest, "ring_bytes"}) answers kResult {"pid", "from": 0}
+// (a command that cannot start: kStderr then kExit, as an exec); kProcAttach (JSON {"pid",
+// "since"}) answers kResult (what the keeper knows, and "from"); after either, each kStdout /
+// kStderr frame is one chunk of the ring, numbered from "from" up, and kExit (JSON ExitInfo)
+// follows the end; sbxd may send kStdin / kStdinEof / kSignal / kResize, and kProcRelease
+// once it holds the exit (the keeper then goes). kProcList answers kResult {"processes"}.
 // Any thread may use these functions; they hold no state.
 #pragma once
 
@@ -56,8 +63,12 @@ enum class FrameType : uint8_t {
   kResult = 17,
   kPortOpen = 18,
   kResize = 19,
+  kProcStart = 20,
+  kProcAttach = 21,
+  kProcList = 22,
+  kProcRelease = 23,
 };
-constexpr FrameType kLastFrameType = FrameType::kResize;
+constexpr FrameType kLastFrameType = FrameType::kProcRelease;
 
 // The error codes a kError frame's "code" may carry (the API's codes); anything else is
 // read as "internal".
@@ -144,7 +155,8 @@ struct AgentInfo {
 };
 // This build's features: "exec" (kExec), "tty" (kExec with tty, kResize), "files"
 // (kFileOp), "archive" (the tar operations of kFileOp), "ports" (kPortOpen), "warm"
-// (kWarm). Append; never rename or reuse a name.
+// (kWarm), "procs" (kProcStart, kProcAttach, kProcList, kProcRelease). Append; never rename
+// or reuse a name.
 extern const char* const kAgentFeatures[];
 // The AgentInfo this build's agent answers with.
 AgentInfo ThisAgent();

@@ -21,6 +21,7 @@
 #include "agent/files.h"
 #include "agent/frame_io.h"
 #include "agent/port_relay.h"
+#include "agent/process_keeper.h"
 #include "agent/protocol.h"
 #include "base/unique_fd.h"
 
@@ -79,8 +80,20 @@ void ServeConnection(int sock) {
       ServePortOpen(sock, &in, f.payload);
       return;
     }
+    if (f.type == FrameType::kProcStart) {
+      ServeProcStart(sock, &in, f.payload);
+      return;
+    }
+    if (f.type == FrameType::kProcAttach) {
+      ServeProcAttach(sock, f.payload);
+      return;
+    }
+    if (f.type == FrameType::kProcList) {
+      ServeProcList(sock);
+      return;
+    }
     if (f.type != FrameType::kExec) {
-      SendErrorMessage(sock, "expected an exec, file, port or ping frame");
+      SendErrorMessage(sock, "expected an exec, process, file, port or ping frame");
       return;
     }
     auto req = ExecRequest::FromJson(f.payload);
@@ -128,6 +141,7 @@ void ServeConnection(int sock) {
 Status Serve(int listen_fd, bool is_init) {
   constexpr size_t kSpares = 2;
   g_is_init = is_init;
+  SetKeeperScope(getpid());
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);

@@ -7,6 +7,7 @@
 #include "base/fs.h"
 #include "base/log.h"
 #include "base/ids.h"
+#include "core/processes.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
@@ -77,6 +78,24 @@ Result<SandboxView> SandboxManager::Start(const std::string& id) {
 Result<SandboxView> SandboxManager::Pause(const std::string& id, const std::string& mode) {
   if (mode != "freeze" && mode != "hibernate")
     return MakeError(Code::kInvalidArgument, "mode must be \"freeze\" or \"hibernate\"");
+  // sbxd's connections to the processes that the agent keeps close before the checkpoint
+  // (the processes run on into it) and open again after the resume, or at once if the
+  // hibernate fails.
+  bool detached = false;
+  if (mode == "hibernate" && processes_) {
+    {
+      Lock lock(table_.mu);
+      auto e = table_.Find(id);
+      detached = e.ok() && (*e)->is(State::kRunning) && !(*e)->busy && Rt((*e)->rec).Caps().hibernate;
+    }
+    if (detached) processes_->Detach(id);
+  }
+  auto v = PauseOrHibernate(id, mode);
+  if (detached && !v.ok()) processes_->Reattach(id, true);
+  return v;
+}
+
+Result<SandboxView> SandboxManager::PauseOrHibernate(const std::string& id, const std::string& mode) {
   int64_t t0 = SteadyUs();
   Lock lock(table_.mu);
   SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));
@@ -107,7 +126,7 @@ Status SandboxManager::PauseLocked(const EntryPtr& e, const std::string& mode) {
     // port request) cannot be part of a checkpoint.
     return MakeError(Code::kFailedPrecondition,
                      "sandbox " + id + " has " + std::to_string(e->active_execs) +
-                         " exec, file, port or background-process connections open; hibernate needs none "
+                         " exec, file or port connections open (or background processes of an agent from before \"procs\"); hibernate needs none "
                          "(wait for them, or pause with mode \"freeze\")");
   e->busy = true;
   runtime::StartSpec spec = SpecOf(e->rec);
@@ -144,14 +163,22 @@ Status SandboxManager::PauseLocked(const EntryPtr& e, const std::string& mode) {
 
 Result<SandboxView> SandboxManager::Resume(const std::string& id) {
   int64_t t0 = SteadyUs();
-  Lock lock(table_.mu);
-  SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));
-  if (e->is(State::kRunning) && !e->busy) return View(*e);
-  SBX_RETURN_IF_ERROR(table_.RequireState(*e, {State::kPaused}));
-  const bool restore = e->rec.pause_mode == "hibernate";
-  SBX_RETURN_IF_ERROR(ResumeLocked(e));
+  bool restore = false;
+  Result<SandboxView> v = [&]() -> Result<SandboxView> {
+    Lock lock(table_.mu);
+    SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));
+    if (e->is(State::kRunning) && !e->busy) return View(*e);
+    SBX_RETURN_IF_ERROR(table_.RequireState(*e, {State::kPaused}));
+    restore = e->rec.pause_mode == "hibernate";
+    SBX_RETURN_IF_ERROR(ResumeLocked(e));
+    return View(*e);
+  }();
+  if (!v.ok()) return v;
+  // Processes that the agent kept through a hibernate (or while sbxd was away) are
+  // followed again before the resume answers.
+  if (processes_) processes_->Reattach(id, restore);
   (restore ? lat_.restore : lat_.resume).ObserveMs((SteadyUs() - t0) / 1000.0);
-  return View(*e);
+  return v;
 }
 
 Status SandboxManager::ResumeLocked(const EntryPtr& e) {

@@ -1,3 +1,5 @@
+// ProcessTable: starting background processes, their output rings, stdin, signals and
+// resizes. Attaching to kept processes again is in process_attach.cc.
 #include "core/processes.h"
 
 #include <boost/asio/co_spawn.hpp>
@@ -11,7 +13,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
-#include "agent/client.h"
+#include "core/process_entry.h"
 
 namespace sbx::core {
 
@@ -20,34 +22,29 @@ using asio::use_awaitable;
 using boost::system::error_code;
 using nlohmann::json;
 
-namespace {
-
-int64_t WallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
-struct ProcessTable::Proc {
-  Proc(asio::strand<asio::any_io_executor> s, size_t cap) : strand(s), conn(s), ring_cap(cap) {}
-  asio::strand<asio::any_io_executor> strand;
-  agent::Conn conn;                   // used on the strand only (after start)
-  std::shared_ptr<AgentLease> lease;  // dropped when the process ends
-  std::mutex mu;                      // guards info and the ring
-  ProcessInfo info;
-  std::deque<OutputChunk> ring;
-  size_t ring_size = 0, ring_cap;
-  std::deque<std::string> outq;  // frames to send (strand only)
-  bool writing = false;          // a WriteLoop runs (strand only)
-  // Followers waiting for output (strand only): the reader cancels their timers.
-  std::vector<std::shared_ptr<asio::steady_timer>> waiters;
-};
-
 ProcessTable::ProcessTable(SandboxManager* manager, size_t ring_bytes, int max_per_sandbox)
     : manager_(manager), ring_bytes_(ring_bytes), max_per_sandbox_(max_per_sandbox) {}
 
 ProcessTable::~ProcessTable() = default;
+
+void ProcessTable::Remember(const std::string& sandbox, const std::shared_ptr<Proc>& p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& mine = procs_[sandbox];
+  mine[p->info.pid] = p;  // a pid used again replaces the old, exited record
+  // Forget the oldest exited ones past the limit.
+  while (static_cast<int>(mine.size()) > max_per_sandbox_) {
+    int64_t oldest = -1, oldest_ms = INT64_MAX;
+    for (auto& [pid, q] : mine) {
+      std::lock_guard<std::mutex> plock(q->mu);
+      if (!q->info.running && q->info.ended_ms < oldest_ms) {
+        oldest = pid;
+        oldest_ms = q->info.ended_ms;
+      }
+    }
+    if (oldest < 0) break;
+    mine.erase(oldest);
+  }
+}
 
 asio::awaitable<Result<ProcessInfo>> ProcessTable::Start(asio::any_io_executor ex, std::string sandbox,
                                                          ExecRequest req) {
@@ -66,22 +63,30 @@ asio::awaitable<Result<ProcessInfo>> ProcessTable::Start(asio::any_io_executor e
   ExecRequest preq = req;
   auto prep = co_await manager_->PrepareProcess(sandbox, std::move(preq));
   if (!prep.ok()) co_return prep.error();
-  auto p = std::make_shared<Proc>(asio::make_strand(ex), ring_bytes_);
+  auto p = std::make_shared<Proc>(sandbox, asio::make_strand(ex), ring_bytes_);
   p->lease = prep->lease;
   p->info.cmd = req.argv;
   p->info.cwd = prep->req.cwd;
   p->info.tty = req.tty;
   p->info.started_ms = WallMs();
   agent::DialerPtr addr = p->lease->addr();
-  auto st = co_await p->conn.Open(addr);
+  auto keeps = co_await AgentKeeps(ex, sandbox, addr);
+  if (!keeps.ok()) co_return keeps.error();
+  p->info.kept = p->info.attached = *keeps;
+  auto st = co_await p->conn->Open(addr);
   if (!st.ok()) co_return st.error();
-  std::string exec = prep->req.ToJson();
-  st = co_await p->conn.Send(agent::FrameType::kExec, exec);
+  if (p->info.kept) {
+    std::string start = R"({"ring_bytes":)" + std::to_string(ring_bytes_) + R"(,"exec":)" + prep->req.ToJson() + "}";
+    st = co_await p->conn->Send(agent::FrameType::kProcStart, std::move(start));
+  } else {
+    std::string exec = prep->req.ToJson();
+    st = co_await p->conn->Send(agent::FrameType::kExec, std::move(exec));
+  }
   if (!st.ok()) co_return st.error();
   // The pid comes first if the command started; otherwise its failure, as an exec tells it.
   std::string failure;
   while (true) {
-    auto f = co_await p->conn.Recv();
+    auto f = co_await p->conn->Recv();
     if (!f.ok()) co_return f.error().Wrap("starting the process");
     if (f->type == agent::FrameType::kResult) {
       auto j = json::parse(f->payload, nullptr, false);
@@ -98,42 +103,41 @@ asio::awaitable<Result<ProcessInfo>> ProcessTable::Start(asio::any_io_executor e
     }
   }
   ProcessInfo shown = p->info;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& mine = procs_[sandbox];
-    mine[p->info.pid] = p;  // a pid used again replaces the old, exited record
-    // Forget the oldest exited ones past the limit.
-    while (static_cast<int>(mine.size()) > max_per_sandbox_) {
-      int64_t oldest = -1, oldest_ms = INT64_MAX;
-      for (auto& [pid, q] : mine) {
-        std::lock_guard<std::mutex> plock(q->mu);
-        if (!q->info.running && q->info.ended_ms < oldest_ms) {
-          oldest = pid;
-          oldest_ms = q->info.ended_ms;
-        }
-      }
-      if (oldest < 0) break;
-      mine.erase(oldest);
-    }
-  }
+  Remember(sandbox, p);
   asio::co_spawn(p->strand, ReadLoop(p), asio::detached);
   co_return shown;
 }
 
+Status ProcessTable::FollowedLocked(const Proc& p) {
+  if (p.info.kept && !p.info.attached)
+    return MakeError(Code::kFailedPrecondition, "process " + std::to_string(p.info.pid) +
+                                                    " is not followed by sbxd now (its sandbox is paused, or sbxd is "
+                                                    "connecting to it again); try again after a resume");
+  return OkStatus();
+}
+
+void ProcessTable::EndLocked(Proc& p, const std::string& error) {
+  p.info.running = false;
+  p.info.attached = false;
+  p.info.stdin_open = false;
+  p.info.ended_ms = WallMs();
+  p.info.error = error;
+}
+
 asio::awaitable<void> ProcessTable::ReadLoop(std::shared_ptr<Proc> p) {
+  std::string lost;
   while (true) {
-    auto f = co_await p->conn.Recv();
+    auto f = co_await p->conn->Recv();
     if (!f.ok()) {
-      std::lock_guard<std::mutex> lock(p->mu);
-      p->info.running = false;
-      p->info.stdin_open = false;
-      p->info.ended_ms = WallMs();
-      p->info.error = "the connection to the sandbox's agent ended (the sandbox stopped or was deleted): " + f.error().message;
+      lost = f.error().message;
       break;
     }
     if (f->type == agent::FrameType::kStdout || f->type == agent::FrameType::kStderr) {
       std::lock_guard<std::mutex> lock(p->mu);
-      OutputChunk c{p->info.next_seq++, f->type == agent::FrameType::kStdout ? 1 : 2, std::move(f->payload)};
+      uint64_t seq = p->info.kept ? p->recv_seq++ : p->info.next_seq;
+      if (seq < p->info.next_seq) continue;  // already held (a replay overlapping the cache)
+      OutputChunk c{seq, f->type == agent::FrameType::kStdout ? 1 : 2, std::move(f->payload)};
+      p->info.next_seq = seq + 1;
       p->ring_size += c.data.size();
       p->ring.push_back(std::move(c));
       while (p->ring_size > p->ring_cap && p->ring.size() > 1) {
@@ -146,24 +150,61 @@ asio::awaitable<void> ProcessTable::ReadLoop(std::shared_ptr<Proc> p) {
     }
     if (f->type == agent::FrameType::kExit) {
       auto e = agent::ExitInfo::FromJson(f->payload);
-      std::lock_guard<std::mutex> lock(p->mu);
-      p->info.running = false;
-      p->info.stdin_open = false;
-      p->info.ended_ms = WallMs();
-      if (e.ok()) {
-        p->info.exit_code = e->exit_code;
-        p->info.signal = e->signal;
-      } else {
-        p->info.error = e.error().message;
+      {
+        std::lock_guard<std::mutex> lock(p->mu);
+        EndLocked(*p, e.ok() ? std::string() : e.error().message);
+        if (e.ok()) {
+          p->info.exit_code = e->exit_code;
+          p->info.signal = e->signal;
+        }
+      }
+      if (p->info.kept) {
+        // The keeper may go: sbxd holds everything now. The connection closes once the
+        // release is written.
+        p->close_when_written = true;
+        Queue(p, agent::EncodeFrame(agent::FrameType::kProcRelease, ""));
+        WakeWaiters(*p);
+        p->lease.reset();
+        co_return;
       }
       break;
     }
     // Keep-alives and anything else: nothing to keep.
   }
-  WakeWaiters(*p);
   p->lease.reset();  // no longer activity for the idle policy
   error_code ignored;
-  p->conn.socket().close(ignored);
+  p->conn->socket().close(ignored);
+  bool kept, ended;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    kept = p->info.kept;
+    ended = !p->info.running;
+    p->info.attached = false;
+  }
+  if (kept && !ended && p->detaching) {
+    // A hibernate closed it: the keeper runs on (and into the checkpoint).
+    p->detaching = false;
+    if (p->detached) p->detached->set_value();
+    p->detached.reset();
+    co_return;
+  }
+  if (kept && !ended) {
+    // The connection broke, maybe not the process: attach again if the sandbox still
+    // runs (a sandbox being stopped is busy, and the attach fails at once).
+    uint64_t since;
+    {
+      std::lock_guard<std::mutex> lock(p->mu);
+      since = p->info.next_seq;
+    }
+    Status st = co_await AttachOnStrand(p, since);
+    if (st.ok()) co_return;
+    lost = st.error().message;
+  }
+  if (!ended) {
+    std::lock_guard<std::mutex> lock(p->mu);
+    EndLocked(*p, "the connection to the sandbox's agent ended (the sandbox stopped or was deleted): " + lost);
+  }
+  WakeWaiters(*p);
 }
 
 void ProcessTable::WakeWaiters(Proc& p) {
@@ -199,13 +240,17 @@ asio::awaitable<void> ProcessTable::WriteLoop(std::shared_ptr<Proc> p) {
     std::string frame = std::move(p->outq.front());
     p->outq.pop_front();
     error_code ec;
-    co_await asio::async_write(p->conn.socket(), asio::buffer(frame), asio::redirect_error(use_awaitable, ec));
+    co_await asio::async_write(p->conn->socket(), asio::buffer(frame), asio::redirect_error(use_awaitable, ec));
     if (ec) {
       p->outq.clear();
       break;
     }
   }
   p->writing = false;
+  if (p->close_when_written) {
+    error_code ignored;
+    p->conn->socket().close(ignored);
+  }
 }
 
 void ProcessTable::Queue(const std::shared_ptr<Proc>& p, std::string frame) {
@@ -252,6 +297,7 @@ Status ProcessTable::Signal(const std::string& sandbox, int64_t pid, int sig) {
   {
     std::lock_guard<std::mutex> lock(p->mu);
     if (!p->info.running) return MakeError(Code::kFailedPrecondition, "process " + std::to_string(pid) + " has ended");
+    SBX_RETURN_IF_ERROR(FollowedLocked(*p));
   }
   Queue(p, agent::EncodeFrame(agent::FrameType::kSignal, json{{"signal", sig}}.dump()));
   return OkStatus();
@@ -263,6 +309,7 @@ Status ProcessTable::Stdin(const std::string& sandbox, int64_t pid, const std::s
     std::lock_guard<std::mutex> lock(p->mu);
     if (!p->info.running) return MakeError(Code::kFailedPrecondition, "process " + std::to_string(pid) + " has ended");
     if (!p->info.stdin_open) return MakeError(Code::kFailedPrecondition, "the stdin of process " + std::to_string(pid) + " is closed");
+    SBX_RETURN_IF_ERROR(FollowedLocked(*p));
     if (eof) p->info.stdin_open = false;
   }
   std::string frames;
@@ -281,6 +328,7 @@ Status ProcessTable::Resize(const std::string& sandbox, int64_t pid, int cols, i
     std::lock_guard<std::mutex> lock(p->mu);
     if (!p->info.tty) return MakeError(Code::kFailedPrecondition, "process " + std::to_string(pid) + " has no terminal");
     if (!p->info.running) return MakeError(Code::kFailedPrecondition, "process " + std::to_string(pid) + " has ended");
+    SBX_RETURN_IF_ERROR(FollowedLocked(*p));
   }
   Queue(p, agent::EncodeFrame(agent::FrameType::kResize, json{{"cols", cols}, {"rows", rows}}.dump()));
   return OkStatus();
@@ -322,6 +370,8 @@ void ProcessTable::Forget(const std::string& sandbox) {
   std::map<int64_t, std::shared_ptr<Proc>> gone;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    listed_.erase(sandbox);
+    keeping_agents_.erase(sandbox);
     auto s = procs_.find(sandbox);
     if (s == procs_.end()) return;
     gone = std::move(s->second);
@@ -329,8 +379,9 @@ void ProcessTable::Forget(const std::string& sandbox) {
   }
   for (auto& entry : gone)
     asio::post(entry.second->strand, [p = entry.second] {
+      p->detaching = true;  // its reader must not attach again
       error_code ignored;
-      p->conn.socket().close(ignored);  // the agent then kills the process's tree
+      p->conn->socket().close(ignored);  // the sandbox goes, and its processes with it
     });
 }
 

@@ -53,6 +53,8 @@
 
 namespace sbx::core {
 
+class ProcessTable;
+
 // The answer of a serverless call: the command's exit and the disk it ran on.
 struct DiskCallResult {
   ExecResult exec;
@@ -79,8 +81,10 @@ class SandboxManager {
   Result<SandboxView> Update(const std::string& id, const UpdateRequest& req);
 
   // lifecycle.cc. Pause freezes (mode "freeze": memory kept) or checkpoints to disk (mode
-  // "hibernate": memory freed; refused while sbxd holds a connection into the sandbox);
-  // idempotent. Billing stops while paused, and so does the TTL clock.
+  // "hibernate": memory freed; refused while sbxd holds a connection into the sandbox,
+  // other than those of background processes that the agent keeps: they are detached
+  // first and attached again after the resume); idempotent. Billing stops while paused,
+  // and so does the TTL clock. Blocking: call them off the io threads.
   Result<SandboxView> Stop(const std::string& id);
   Result<SandboxView> Start(const std::string& id);
   Result<SandboxView> Pause(const std::string& id, const std::string& mode);
@@ -113,6 +117,10 @@ class SandboxManager {
   boost::asio::awaitable<Result<PreparedProcess>> PrepareProcess(const std::string& id, ExecRequest req);
   // True if the sandbox was made `public`: its ports need no credentials.
   bool PortsArePublic(const std::string& id);
+  // The agent of a running sandbox, without waking a paused one (a reattach).
+  Result<std::shared_ptr<AgentLease>> LeaseAgent(const std::string& id);
+  // The table of background processes, told around hibernates and resumes.
+  void set_processes(ProcessTable* p) { processes_ = p; }
   // An API call on the sandbox: activity for its idle policy.
   void Touch(const std::string& id);
 
@@ -217,11 +225,13 @@ class SandboxManager {
   Result<std::vector<std::string>> Capture(const std::string& id, uint64_t* bytes);
   void Unpin(const std::string& layer);
 
+  // lifecycle.cc: Pause without the detaching around it.
+  Result<SandboxView> PauseOrHibernate(const std::string& id, const std::string& mode);
+
   // exec.cc
   Status CheckExecRequest(const ExecRequest& req) const;
   // Resumes the sandbox if it is paused with auto_resume on.
   boost::asio::awaitable<Status> Wake(const std::string& id);
-  Result<std::shared_ptr<AgentLease>> LeaseAgent(const std::string& id);
   // OK if commands can run in it now.
   Status RunnableLocked(const Entry& e) SBX_REQUIRES(table_.mu);
   // The environment of an exec or process: base, id and token, secrets (unless no_env),
@@ -239,6 +249,7 @@ class SandboxManager {
   storage::Store* store_;
   layers::ImageStore* images_;
   disks::DiskStore* disks_ = nullptr;
+  ProcessTable* processes_ = nullptr;  // set once, before serving
   const runtime::Registry* runtimes_;
   TypeTable types_;
 

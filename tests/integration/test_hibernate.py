@@ -3,6 +3,7 @@
 files, working directories and memory; across daemon restarts too."""
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -144,14 +145,16 @@ def test_hibernate_refusals_change_nothing(daemon):
     c = daemon.client()
     sb = c.create(image="busybox")
     try:
-        # A background process holds a connection from sbxd into the sandbox.
-        p = sb.processes.start(["sleep", "300"])
+        # An exec in flight holds a connection from sbxd into the sandbox (a background
+        # process does not: its agent keeps it, and sbxd lets go around the checkpoint).
+        running = threading.Thread(target=lambda: sb.exec(["sleep", "2"]))
+        running.start()
+        time.sleep(0.5)
         status, body = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/pause", body={"mode": "hibernate"})
+        running.join()
         assert status == 409 and body["error"]["code"] == "conflict"
-        assert "background-process" in body["error"]["message"]
+        assert "connections open" in body["error"]["message"]
         assert sb.refresh().state == "running"
-        p.kill()
-        p.wait(timeout=10)
         # Frozen, then asked to hibernate: resume first.
         sb.pause(mode="freeze")
         status, body = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/pause", body={"mode": "hibernate"})

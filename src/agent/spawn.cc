@@ -1,0 +1,155 @@
+#include "agent/spawn.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string_view>
+#include <vector>
+
+namespace sbx::agent {
+namespace {
+
+void SetNonBlock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// Finds `name` on PATH (from the request's env) unless it holds a '/'.
+std::string Resolve(const std::string& name, const std::vector<std::string>& env) {
+  if (name.find('/') != std::string::npos) return name;
+  std::string_view path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  for (const auto& e : env)
+    if (e.rfind("PATH=", 0) == 0) path = std::string_view(e).substr(5);
+  char cand[4096];
+  while (true) {
+    size_t colon = path.find(':');
+    std::string_view dir = path.substr(0, colon);
+    if (dir.empty()) dir = ".";
+    if (dir.size() + name.size() + 2 <= sizeof cand) {
+      std::memcpy(cand, dir.data(), dir.size());
+      cand[dir.size()] = '/';
+      std::memcpy(cand + dir.size() + 1, name.c_str(), name.size() + 1);
+      struct stat st;
+      if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) return cand;
+    }
+    if (colon == std::string_view::npos) break;
+    path = path.substr(colon + 1);
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<Spawned> SpawnCommand(const ExecRequest& req) {
+  // Everything the child needs is built here, before the spawn.
+  std::string path = Resolve(req.argv[0], req.env);
+  std::vector<char*> argv, envp;
+  for (const auto& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : req.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const char* cwd = req.cwd.empty() ? nullptr : req.cwd.c_str();  // empty: the agent's own
+
+  Spawned s;
+  // With a tty the command's stdio is the slave of a new pseudo-terminal; sbx reads its
+  // output from the master and writes its input there. stderr's pipe then stays empty.
+  std::string slave;
+  if (req.tty) {
+    s.master.Reset(posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+    char name[128];
+    if (!s.master.valid() || grantpt(s.master.get()) != 0 || unlockpt(s.master.get()) != 0 ||
+        ptsname_r(s.master.get(), name, sizeof name) != 0)
+      return ErrnoError("cannot open a pseudo-terminal");
+    slave = name;
+    struct winsize ws = {};
+    ws.ws_col = static_cast<unsigned short>(req.cols);
+    ws.ws_row = static_cast<unsigned short>(req.rows);
+    ioctl(s.master.get(), TIOCSWINSZ, &ws);
+  }
+  int in[2] = {-1, -1}, outp[2] = {-1, -1}, errp[2] = {-1, -1};
+  if (pipe2(errp, O_CLOEXEC) || (!req.tty && pipe2(outp, O_CLOEXEC)) ||
+      (!req.tty && req.stdin_open && pipe2(in, O_CLOEXEC))) {
+    int err = errno;
+    for (int fd : {in[0], in[1], outp[0], outp[1], errp[0], errp[1]})
+      if (fd >= 0) close(fd);
+    errno = err;
+    return ErrnoError("pipe");
+  }
+  UniqueFd in_r(in[0]), out_w(outp[1]), err_w(errp[1]);
+  s.in.Reset(in[1]);
+  s.out.Reset(outp[0]);
+  s.err.Reset(errp[0]);
+  if (req.tty) {
+    s.out.Reset(fcntl(s.master.get(), F_DUPFD_CLOEXEC, 0));
+    if (req.stdin_open) s.in.Reset(fcntl(s.master.get(), F_DUPFD_CLOEXEC, 0));
+  }
+  UniqueFd devnull(req.stdin_open || req.tty ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC));
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // posix_spawn (a vfork-style clone): the command in a session of its own, default
+  // signal dispositions, an empty mask, stdio on the pipes (or the terminal), only 0-2 open.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (req.tty) {
+    // Opened after setsid, without O_NOCTTY: it becomes the session's controlling tty.
+    posix_spawn_file_actions_addopen(&fa, 0, slave.c_str(), O_RDWR, 0);
+    posix_spawn_file_actions_adddup2(&fa, 0, 1);
+    posix_spawn_file_actions_adddup2(&fa, 0, 2);
+  } else {
+    posix_spawn_file_actions_adddup2(&fa, req.stdin_open ? in_r.get() : devnull.get(), 0);
+    posix_spawn_file_actions_adddup2(&fa, out_w.get(), 1);
+    posix_spawn_file_actions_adddup2(&fa, err_w.get(), 2);
+  }
+  if (cwd) posix_spawn_file_actions_addchdir_np(&fa, cwd);
+  int spawn_err = path.empty() ? ENOENT
+                               : posix_spawn(&s.pid, path.c_str(), &fa, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (spawn_err != 0) {
+    struct stat st;
+    bool bad_cwd = cwd && (stat(cwd, &st) != 0 || !S_ISDIR(st.st_mode));
+    s.failure = bad_cwd ? std::string("sbx: chdir to ") + cwd + ": " + strerror(errno ? errno : ENOTDIR) + "\n"
+                        : std::string("sbx: exec ") + req.argv[0] + ": " + strerror(spawn_err) + "\n";
+    s.pid = -1;
+  }
+  for (const UniqueFd* fd : {&s.out, &s.err, &s.in})
+    if (fd->valid()) SetNonBlock(fd->get());
+  return s;
+}
+
+ExitInfo ExitOf(int status, bool started) {
+  ExitInfo info;
+  if (!started) {
+    info.exit_code = 127;
+  } else if (WIFEXITED(status)) {
+    info.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    info.signal = WTERMSIG(status);
+    info.exit_code = 128 + info.signal;
+  }
+  return info;
+}
+
+void ResizeTerminal(int master, const std::string& payload) {
+  auto j = nlohmann::json::parse(payload, nullptr, false);
+  if (!j.is_object()) return;
+  struct winsize ws = {};
+  ws.ws_col = static_cast<unsigned short>(std::clamp(j.value("cols", 80), 1, 10000));
+  ws.ws_row = static_cast<unsigned short>(std::clamp(j.value("rows", 24), 1, 10000));
+  ioctl(master, TIOCSWINSZ, &ws);
+}
+
+}  // namespace sbx::agent
