@@ -40,6 +40,7 @@ constexpr int kDrainQuietMs = 250;
 // then waits), as an exec does; with no sbxd attached it reads on into its ring.
 constexpr size_t kPeerHigh = 4 << 20;
 constexpr int kControlMs = 2000;  // a handler's request to a keeper, and its answer
+constexpr size_t kMaxKeepers = 1024;  // asked by one list (sbxd keeps 64 per sandbox)
 
 int64_t MonoUs() {
   struct timespec ts;
@@ -72,13 +73,16 @@ bool PeerIsOurUser(int fd) {
   return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == geteuid();
 }
 
-// A connection to the keeper listening as `name`, checked to be one; invalid if there is none.
+// A connection to the keeper listening as `name`, checked to run as our user; invalid if
+// there is none, or if its listen queue is full (a keeper accepts at once, so that is
+// something else squatting the name: it is not waited for).
 UniqueFd ConnectKeeper(const std::string& name) {
-  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) return fd;
   sockaddr_un a;
   socklen_t alen = AbstractAddr(name, &a);
   if (connect(fd.get(), reinterpret_cast<sockaddr*>(&a), alen) != 0 || !PeerIsOurUser(fd.get())) return UniqueFd();
+  fcntl(fd.get(), F_SETFL, fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
   struct timeval tv = {kControlMs / 1000, 0};
   setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -436,7 +440,8 @@ void ServeProcStart(int sock, FrameDecoder* in, const std::string& payload) {
   if (!bound) {
     int err = errno;
     kill(-sp->pid, SIGKILL);
-    SendErrorMessage(sock, std::string("cannot name the process's keeper: ") + strerror(err));
+    SendError(sock, MakeError(Code::kUnavailable, std::string("cannot name the process's keeper (") + name +
+                                                      "): " + strerror(err) + "; something in the sandbox may hold the name"));
     return;
   }
   Keeper(*req, ring, std::move(*sp), std::move(listen)).Run(sock, in);
@@ -473,15 +478,49 @@ void ServeProcAttach(int sock, const std::string& payload) {
 }
 
 void ServeProcList(int sock) {
-  json list = json::array();
-  for (const std::string& name : KeeperNames()) {
+  // Every keeper is asked at once and given one deadline together: a name that something
+  // else squats and never answers on costs that deadline once, not once per name.
+  struct Ask {
+    UniqueFd fd;
+    FrameDecoder dec;
+  };
+  std::vector<Ask> asks;
+  std::vector<std::string> names = KeeperNames();
+  if (names.size() > kMaxKeepers) names.resize(kMaxKeepers);
+  for (const std::string& name : names) {
     UniqueFd k = ConnectKeeper(name);
-    if (!k.valid() || !Send(k.get(), FrameType::kProcList, "")) continue;
-    Frame f;
-    UniqueFd none;
-    if (!ReadControl(k.get(), &f, &none) || f.type != FrameType::kResult) continue;
-    auto info = json::parse(f.payload, nullptr, false);
-    if (info.is_object()) list.push_back(std::move(info));
+    if (k.valid() && Send(k.get(), FrameType::kProcList, "")) asks.push_back({std::move(k), FrameDecoder()});
+  }
+  json list = json::array();
+  const int64_t deadline = MonoUs() + int64_t{kControlMs} * 1000;
+  size_t left = asks.size();
+  char buf[4096];
+  while (left > 0) {
+    std::vector<struct pollfd> p;
+    std::vector<Ask*> who;
+    for (Ask& a : asks)
+      if (a.fd.valid()) {
+        p.push_back({a.fd.get(), POLLIN, 0});
+        who.push_back(&a);
+      }
+    int64_t wait_ms = (deadline - MonoUs()) / 1000;
+    if (wait_ms <= 0 || poll(p.data(), p.size(), static_cast<int>(wait_ms)) <= 0) break;
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Ask& a = *who[i];
+      ssize_t n = read(a.fd.get(), buf, sizeof buf);
+      if (n > 0) a.dec.Feed(buf, n);
+      auto f = a.dec.Next();
+      bool whole = f.ok() && f->has_value();
+      if (whole && (*f)->type == FrameType::kResult) {
+        auto info = json::parse((*f)->payload, nullptr, false);
+        if (info.is_object()) list.push_back(std::move(info));
+      }
+      if (whole || n <= 0 || !f.ok() || a.dec.buffered() > (64 << 10)) {
+        a.fd.Reset();
+        --left;
+      }
+    }
   }
   SendJson(sock, {{"processes", std::move(list)}});
 }

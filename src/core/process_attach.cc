@@ -68,7 +68,7 @@ asio::awaitable<Status> ProcessTable::AttachOnStrand(std::shared_ptr<Proc> p, ui
     p->info.attached = true;
     p->info.running = true;
     p->info.error.clear();
-    p->info.stdin_open = j.value("stdin_open", false);
+    p->info.stdin_open = j.contains("stdin_open") && j["stdin_open"].is_boolean() && j["stdin_open"].get<bool>();
   }
   p->conn = std::move(conn);
   p->lease = *lease;
@@ -139,8 +139,10 @@ asio::awaitable<void> ProcessTable::ReattachAsync(std::string sandbox, bool forc
   }
   std::set<int64_t> alive;
   for (const auto& k : j["processes"]) {
-    if (!k.is_object() || !k["pid"].is_number_integer()) continue;
+    // What the sandbox says is checked like any input: its code may squat a keeper's name.
+    if (!k.is_object() || !k.contains("pid") || !k["pid"].is_number_integer()) continue;
     int64_t pid = k["pid"].get<int64_t>();
+    if (pid < 1 || pid > (int64_t{1} << 22)) continue;
     alive.insert(pid);
     std::shared_ptr<Proc> p;
     {
@@ -155,7 +157,21 @@ asio::awaitable<void> ProcessTable::ReattachAsync(std::string sandbox, bool forc
       if (p->info.attached) continue;
       since = p->info.next_seq;
     } else {
-      // Started before sbxd's restart: known from its keeper only.
+      // Started before sbxd's restart: known from its keeper only. No more than a
+      // sandbox may run (each costs sbxd a ring).
+      int running = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto& [other, q] : procs_[sandbox]) {
+          std::lock_guard<std::mutex> plock(q->mu);
+          running += q->info.running;
+        }
+      }
+      if (running >= max_per_sandbox_) {
+        SBX_LOG(kWarn) << "sandbox " << sandbox << " lists more background processes than the "
+                       << max_per_sandbox_ << " it may run; process " << pid << " is not followed";
+        continue;
+      }
       p = std::make_shared<Proc>(sandbox, asio::make_strand(*ex_), ring_bytes_);
       p->info.pid = pid;
       p->info.kept = true;
