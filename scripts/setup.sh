@@ -69,10 +69,13 @@ PID=$($SBX spawn "$ID" -- sh -c 'for i in 1 2 3; do echo "tick $i"; sleep 0.2; d
 $SBX logs -f "$ID" "$PID"
 $SBX pause "$ID"                      # frozen: not billed, memory kept
 $SBX resume "$ID"
-$SBX exec "$ID" -- sh -c '(n=0; while true; do n=$((n+1)); echo "counter at $n" > /tmp/n.t; mv /tmp/n.t /tmp/n; sleep 0.2; done) >/dev/null 2>&1 &'
-$SBX pause "$ID" --mode hibernate     # checkpointed to disk (CRIU): processes gone, memory freed
-$SBX resume "$ID"                     # restored: the same processes go on counting
-$SBX exec "$ID" -- sh -c 'sleep 1; cat /tmp/n'   # it went on counting
+COUNTER=$($SBX spawn "$ID" -- sh -c 'n=0; while true; do n=$((n+1)); echo "counter at $n"; sleep 0.2; done')
+sleep 0.5
+$SBX pause "$ID" --mode hibernate     # checkpointed to disk (CRIU), the background process too: memory freed
+$SBX resume "$ID"                     # restored: the same process goes on counting, sbxd follows it again
+sleep 1
+$SBX logs "$ID" "$COUNTER" | tail -n 2   # its output went on, with no gap
+$SBX ps "$ID"
 $SBX snapshot "$ID" demo-template-$$
 FROM=$($SBX create --from demo-template-$$ --ttl 600)
 $SBX exec "$FROM" -- cat /root/note
