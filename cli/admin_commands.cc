@@ -1,4 +1,5 @@
-// `sbx secret`, `usage` and `health`: the daemon's secrets, billing and liveness.
+// `sbx secret`, `usage`, `health` and `version`: the daemon's secrets, billing, liveness and
+// the versions of both ends.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -113,13 +114,32 @@ std::optional<int> UsageCommand::Run(HttpClient& c, const Globals& g) {
 }
 
 struct HealthCommand {
-  CLI::App* health = nullptr;
+  CLI::App *health = nullptr, *version = nullptr;
 
-  void Add(CLI::App& app) { health = app.add_subcommand("health", "check that sbxd answers"); }
+  void Add(CLI::App& app) {
+    health = app.add_subcommand("health", "check that sbxd answers");
+    version = app.add_subcommand("version", "the versions of this client and of sbxd");
+  }
   std::optional<int> Run(HttpClient& c, const Globals& g);
 };
 
 std::optional<int> HealthCommand::Run(HttpClient& c, const Globals& g) {
+  if (*version) {
+    // The client's own version even when sbxd cannot be reached (then exit 1).
+    auto r = c.Call("GET", "/v1/health", "");
+    auto why = FailureOf(r);
+    auto j = why ? json() : json::parse(r->body, nullptr, false);
+    std::string server = j.is_object() ? Str(j, "version") : "-";
+    if (g.json) {
+      json out = {{"client", SBX_VERSION}, {"server", why ? json(nullptr) : json(server)}};
+      if (why) out["error"] = *why;
+      std::printf("%s\n", out.dump().c_str());
+    } else {
+      std::printf("client: sbx %s\nserver: %s\n", SBX_VERSION,
+                  why ? ("unreachable (" + *why + ")").c_str() : ("sbxd " + server).c_str());
+    }
+    return why ? 1 : 0;
+  }
   if (*health) {
     auto j = CallJson(c, "GET", "/v1/health");
     if (!j) return 1;

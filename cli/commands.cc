@@ -13,6 +13,11 @@ int Fail(const std::string& msg) {
   return 1;
 }
 
+int Usage(const std::string& msg) {
+  std::fprintf(stderr, "sbx: %s\n", msg.c_str());
+  return 2;
+}
+
 std::string Str(const json& j, const char* k) {
   return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : "-";
 }

@@ -51,6 +51,8 @@ Runner AddBenchCommands(CLI::App& app);  // bench and its rows
 
 // Prints "sbx: MSG" on stderr; returns the exit code 1.
 int Fail(const std::string& msg);
+// The same for a command line that is wrong (a bad flag value): exit code 2.
+int Usage(const std::string& msg);
 // j[k] if it is a string, else "-" (for table cells).
 std::string Str(const nlohmann::json& j, const char* k);
 // For query values: everything but unreserved characters as %XX ("+" in offsets too).

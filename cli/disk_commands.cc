@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/base64.h"
 #include "commands.h"
 
 namespace sbx::cli {
@@ -72,14 +73,18 @@ std::optional<int> DiskCommands::Run(HttpClient& c, const Globals& g) {
     return rc;
   }
   if (*disk_exec) {
-    json body = {{"cmd", disk_cmd.size() == 1 ? json(disk_cmd[0]) : json(disk_cmd)}, {"timeout_seconds", disk_timeout}};
+    // base64: the output arrives byte for byte (a tar, an image), not as text.
+    json body = {{"cmd", disk_cmd.size() == 1 ? json(disk_cmd[0]) : json(disk_cmd)},
+                 {"timeout_seconds", disk_timeout},
+                 {"encoding", "base64"}};
     auto r = c.Call("POST", "/v1/disks/" + disk_exec_id + "/exec", body.dump());
     if (!r.ok()) return Fail(r.error().message);
     auto j = json::parse(r->body, nullptr, false);
     if (j.is_object() && j.contains("stdout")) {
-      std::string o = j.value("stdout", ""), e = j.value("stderr", "");
-      WriteSandboxOutput(1, o);
-      WriteSandboxOutput(2, e);
+      auto o = Base64Decode(j.value("stdout", "")), e = Base64Decode(j.value("stderr", ""));
+      if (!o.ok() || !e.ok()) return Fail("sbxd sent output that is not base64");
+      WriteSandboxOutput(1, *o);
+      WriteSandboxOutput(2, *e);
     }
     if (r->status >= 300) return Fail(ErrorMessage(*r));
     if (g.json) std::fprintf(stderr, "%s\n", json{{"timing", j["timing"]}, {"cost_usd", j["cost_usd"]}}.dump().c_str());

@@ -122,7 +122,7 @@ int CopyFiles(HttpClient& c, const std::string& src, const std::string& dst) {
 
 struct ExecCommands {
   CLI::App *exec = nullptr, *cp = nullptr, *port = nullptr;
-  CLI::App *ps = nullptr, *spawn = nullptr, *logs = nullptr;
+  CLI::App *ps = nullptr, *spawn = nullptr, *logs = nullptr, *kill = nullptr;
   std::string exec_id, cwd;
   int64_t timeout = 60;
   std::vector<std::string> cmd, exec_env;
@@ -137,6 +137,8 @@ struct ExecCommands {
   int64_t logs_pid = 0;
   uint64_t logs_since = 0;
   bool logs_follow = false;
+  std::string kill_id, kill_signal = "KILL";
+  int64_t kill_pid = 0;
 
   void Add(CLI::App& app);
   std::optional<int> Run(HttpClient& c, const Globals& g);
@@ -144,7 +146,7 @@ struct ExecCommands {
 
 void ExecCommands::Add(CLI::App& app) {
   exec = app.add_subcommand("exec", "run a command in a sandbox, streaming its output");
-  exec->add_option("id", exec_id, "sandbox id")->required();
+  exec->add_option("id", exec_id, "sandbox id, name or unique id prefix")->required();
   exec->add_option("--timeout", timeout, "seconds before the command's tree is killed (default 60)");
   exec->add_option("--cwd", cwd, "working directory");
   exec->add_option("--env,-e", exec_env, "KEY=VALUE");
@@ -157,21 +159,26 @@ void ExecCommands::Add(CLI::App& app) {
   cp->add_option("dst", cp_dst, "a local path or ID:/path")->required();
 
   port = app.add_subcommand("port", "the URLs that reach a port inside a sandbox through sbxd's proxy");
-  port->add_option("id", port_id, "sandbox id")->required();
+  port->add_option("id", port_id, "sandbox id, name or unique id prefix")->required();
   port->add_option("port", port_num, "TCP port inside the sandbox")->required()->check(CLI::Range(1, 65535));
   port->add_option("--proxy-domain", proxy_domain, "sbxd's --proxy-domain (default sbx.localhost)");
 
   ps = app.add_subcommand("ps", "list a sandbox's background processes");
-  ps->add_option("id", ps_id, "sandbox id")->required();
+  ps->add_option("id", ps_id, "sandbox id, name or unique id prefix")->required();
   spawn = app.add_subcommand("spawn", "start a background process in a sandbox; prints its pid");
-  spawn->add_option("id", spawn_id, "sandbox id")->required();
+  spawn->add_option("id", spawn_id, "sandbox id, name or unique id prefix")->required();
   spawn->add_option("--cwd", spawn_cwd, "working directory");
   spawn->add_option("cmd", spawn_cmd, "the command and its arguments (after --)")->required();
   logs = app.add_subcommand("logs", "print a background process's output (from its ring)");
-  logs->add_option("id", logs_id, "sandbox id")->required();
+  logs->add_option("id", logs_id, "sandbox id, name or unique id prefix")->required();
   logs->add_option("pid", logs_pid, "process id")->required();
   logs->add_flag("--follow,-f", logs_follow, "keep printing until the process ends");
   logs->add_option("--since", logs_since, "first sequence number to print");
+  kill = app.add_subcommand("kill", "send a signal to a background process (and its group)");
+  kill->add_option("id", kill_id, "sandbox id, name or unique id prefix")->required();
+  kill->add_option("pid", kill_pid, "process id (from sbx spawn or sbx ps)")->required();
+  kill->add_option("signal", kill_signal, "a name (KILL, the default, TERM, INT, HUP, ...) or a number");
+  kill->footer("Example: sbx kill my-box 42 TERM");
 }
 
 std::optional<int> ExecCommands::Run(HttpClient& c, const Globals& g) {
@@ -225,6 +232,16 @@ std::optional<int> ExecCommands::Run(HttpClient& c, const Globals& g) {
       std::printf("%-8lld %-8s %-6s %-21s %s\n", static_cast<long long>(p.value("pid", 0)), Str(p, "state").c_str(),
                   exit.c_str(), Str(p, "started_at").c_str(), cmdline.c_str());
     }
+    return 0;
+  }
+  if (*kill) {
+    json sig = kill_signal;
+    if (!kill_signal.empty() && kill_signal.find_first_not_of("0123456789") == std::string::npos)
+      sig = std::stoi(kill_signal.substr(0, 4));
+    auto j = CallJson(c, "POST", "/v1/sandboxes/" + kill_id + "/processes/" + std::to_string(kill_pid) + "/signal",
+                      json{{"signal", sig}});
+    if (!j) return 1;
+    if (g.json) std::printf("%s\n", j->dump().c_str());
     return 0;
   }
   if (*spawn) {

@@ -184,11 +184,19 @@ Result<HttpResult> HttpClient::Upload(const std::string& target, const std::stri
   return HttpResult{static_cast<int>(p.get().result_int()), std::move(p.get().body())};
 }
 
+namespace {
+bool g_usage_error = false;
+}  // namespace
+
+bool UsageErrorSeen() { return g_usage_error; }
+
 std::string ErrorMessage(const HttpResult& r) {
   auto j = nlohmann::json::parse(r.body, nullptr, false);
   if (j.is_object() && j.contains("error") && j["error"].is_object()) {
     std::string code = j["error"].value("code", "");
     std::string msg = j["error"].value("message", "");
+    // A name or id prefix that fits several: the command line was wrong, as for a typo.
+    if (r.status == 400 && msg.rfind("ambiguous", 0) == 0) g_usage_error = true;
     return msg + (code.empty() ? "" : " (" + code + ")");
   }
   return "HTTP " + std::to_string(r.status) + ": " + r.body;

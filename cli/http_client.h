@@ -40,6 +40,9 @@ class HttpClient {
 
 // The message of an API error body, or the raw body.
 std::string ErrorMessage(const HttpResult& r);
+// True once an answer said the command line itself was wrong (an ambiguous id prefix):
+// the command then exits 2, as for a usage error.
+bool UsageErrorSeen();
 // Why a call failed (transport error or an error status), or nullopt if it succeeded.
 std::optional<std::string> FailureOf(const Result<HttpResult>& r);
 // A JSON call that must succeed: its parsed body, or nullopt after printing why

@@ -1,10 +1,14 @@
 // sbx: the command-line client. Wiring only: the global flags, each command group's
 // subcommands (the *_commands.cc files, see commands.h), and dispatch to the one parsed.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/fs.h"
@@ -24,6 +28,48 @@ std::string DefaultKey(const std::string& data_dir) {
   std::string k = *f;
   while (!k.empty() && (k.back() == '\n' || k.back() == '\r')) k.pop_back();
   return k;
+}
+
+// Edits (insert, delete, replace, swap two neighbours) that turn a into b.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// The first word of the command line when it is no command, with the closest command if
+// one is close (a typo; empty otherwise).
+std::optional<std::pair<std::string, std::string>> UnknownCommand(CLI::App& app, int argc, char** argv) {
+  std::string word;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--url", 0) == 0 || a.rfind("--data-dir", 0) == 0) {
+      if (a.find('=') == std::string::npos) ++i;  // its value
+      continue;
+    }
+    if (!a.empty() && a[0] == '-') continue;
+    word = a;
+    break;
+  }
+  if (word.empty()) return std::nullopt;
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->get_name() == word) return std::nullopt;  // a real command: its own error stands
+    size_t d = EditDistance(word, sub->get_name());
+    if (d < best_d) {
+      best_d = d;
+      best = sub->get_name();
+    }
+  }
+  if (best_d > std::max<size_t>(2, word.size() / 3)) best.clear();
+  return std::make_pair(word, best);
 }
 
 int RunCommand(int argc, char** argv) {
@@ -53,14 +99,29 @@ int RunCommand(int argc, char** argv) {
   groups.push_back(AddBenchCommands(app));
   groups.push_back(AddHealthCommand(app));
 
-  CLI11_PARSE(app, argc, argv);
+  // Usage errors exit 2 (as in docker and most tools); an unknown command gets a "did you mean".
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    if (auto unknown = UnknownCommand(app, argc, argv)) {
+      if (unknown->second.empty())
+        std::fprintf(stderr, "sbx: unknown command \"%s\" (sbx --help lists them)\n", unknown->first.c_str());
+      else
+        std::fprintf(stderr, "sbx: unknown command \"%s\"; did you mean \"%s\"? (sbx --help lists them)\n",
+                     unknown->first.c_str(), unknown->second.c_str());
+      return 2;
+    }
+    app.exit(e);
+    return 2;
+  }
   const char* raw_env = std::getenv("SBX_RAW_OUTPUT");
   SetRawOutput(raw_output || (raw_env && std::string(raw_env) == "1"));
   g.api_key = DefaultKey(g.data_dir);
   HttpClient c(g.url, g.api_key);
 
   for (const Runner& run : groups)
-    if (std::optional<int> rc = run(c, g)) return *rc;
+    if (std::optional<int> rc = run(c, g)) return *rc != 0 && UsageErrorSeen() ? 2 : *rc;
   return 0;
 }
 

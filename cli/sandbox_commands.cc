@@ -1,4 +1,6 @@
-// `sbx create`, `ls`, `get`, `rm`, `stop`, `start`, `pause`, `resume`: a sandbox's life.
+// `sbx create`, `ls`, `get`, `update`, `rm`, `stop`, `start`, `pause`, `resume`: a
+// sandbox's life. Wherever an id is asked for, a name or a unique prefix of an id will do
+// (sbxd resolves it).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -90,9 +92,13 @@ std::optional<int> CreateCommand::Run(HttpClient& c, const Globals& g) {
 }
 
 struct SandboxCommands {
-  CLI::App *ls = nullptr, *get = nullptr, *rm = nullptr;
+  CLI::App *ls = nullptr, *get = nullptr, *rm = nullptr, *update = nullptr;
   CLI::App *stop = nullptr, *start = nullptr, *pause = nullptr, *resume = nullptr;
   std::string ls_state;
+  bool ls_quiet = false;
+  std::vector<std::string> ls_filters, ls_md;
+  std::string up_id, up_ttl_action, up_auto_resume, up_public;
+  int64_t up_ttl = 0, up_idle = 0;
   std::string get_id;
   std::vector<std::string> rm_ids;
   std::string life_id;
@@ -105,27 +111,73 @@ struct SandboxCommands {
 void SandboxCommands::Add(CLI::App& app) {
   ls = app.add_subcommand("ls", "list sandboxes");
   ls->add_option("--state", ls_state, "only this state");
+  ls->add_flag("--quiet,-q", ls_quiet, "print the ids only");
+  ls->add_option("--filter,-f", ls_filters, "name=N or state=S (repeatable)");
+  ls->add_option("--metadata,-m", ls_md, "KEY=VALUE: only sandboxes with this metadata (repeatable)");
+  ls->footer("Example: sbx ls -q -m team=ml | xargs sbx rm");
   get = app.add_subcommand("get", "show one sandbox");
-  get->add_option("id", get_id)->required();
+  get->add_option("id", get_id, "sandbox id, name or unique id prefix")->required();
+  update = app.add_subcommand("update", "change a sandbox's TTL, idle timeout, auto-resume or public ports");
+  update->add_option("id", up_id, "sandbox id, name or unique id prefix")->required();
+  update->add_option("--ttl", up_ttl, "seconds from now until its TTL acts");
+  update->add_option("--ttl-action", up_ttl_action, "stop or pause");
+  update->add_option("--idle-timeout", up_idle, "pause it after this many idle seconds (0: never)");
+  update->add_option("--auto-resume", up_auto_resume, "true or false: a call on it while paused resumes it");
+  update->add_option("--public", up_public, "true or false: its ports need no credentials");
+  update->footer("Example: sbx update my-box --ttl 7200 --public true");
   rm = app.add_subcommand("rm", "delete sandboxes");
-  rm->add_option("ids", rm_ids)->required();
+  rm->add_option("ids", rm_ids, "sandbox ids, names or unique id prefixes")->required();
   stop = app.add_subcommand("stop", "stop a sandbox (files kept)");
   start = app.add_subcommand("start", "start a stopped sandbox");
-  stop->add_option("id", life_id)->required();
-  start->add_option("id", life_id)->required();
+  stop->add_option("id", life_id, "sandbox id, name or unique id prefix")->required();
+  start->add_option("id", life_id, "sandbox id, name or unique id prefix")->required();
   pause = app.add_subcommand("pause", "pause a sandbox (compute not billed until resumed)");
   resume = app.add_subcommand("resume", "resume a paused sandbox");
-  pause->add_option("id", life_id)->required();
+  pause->add_option("id", life_id, "sandbox id, name or unique id prefix")->required();
   pause->add_option("--mode", pause_mode, "freeze (memory kept, resume in ms) or hibernate (memory to disk)");
-  resume->add_option("id", life_id)->required();
+  resume->add_option("id", life_id, "sandbox id, name or unique id prefix")->required();
 }
 
 std::optional<int> SandboxCommands::Run(HttpClient& c, const Globals& g) {
   if (*ls) {
-    auto j = CallJson(c, "GET", "/v1/sandboxes" + (ls_state.empty() ? "" : "?state=" + ls_state));
+    std::vector<std::string> q;
+    if (!ls_state.empty()) q.push_back("state=" + PercentEncode(ls_state));
+    for (const auto& f : ls_filters) {
+      auto eq = f.find('=');
+      std::string k = f.substr(0, eq);
+      if (eq == std::string::npos || (k != "name" && k != "state"))
+        return Usage("--filter wants name=N or state=S (metadata: -m KEY=VALUE)");
+      q.push_back(k + "=" + PercentEncode(f.substr(eq + 1)));
+    }
+    for (const auto& m : ls_md) {
+      auto eq = m.find('=');
+      if (eq == std::string::npos || eq == 0) return Usage("--metadata wants KEY=VALUE");
+      q.push_back("metadata." + PercentEncode(m.substr(0, eq)) + "=" + PercentEncode(m.substr(eq + 1)));
+    }
+    std::string query;
+    for (const auto& part : q) query += (query.empty() ? "?" : "&") + part;
+    auto j = CallJson(c, "GET", "/v1/sandboxes" + query);
     if (!j) return 1;
     if (g.json) std::printf("%s\n", (*j)["sandboxes"].dump().c_str());
+    else if (ls_quiet)
+      for (const auto& s : (*j)["sandboxes"]) std::printf("%s\n", Str(s, "id").c_str());
     else PrintSandboxes((*j)["sandboxes"]);
+    return 0;
+  }
+  if (*update) {
+    json body = json::object();
+    if (update->count("--ttl")) body["ttl_seconds"] = up_ttl;
+    if (!up_ttl_action.empty()) body["ttl_action"] = up_ttl_action;
+    if (update->count("--idle-timeout")) body["idle_timeout_seconds"] = up_idle;
+    for (auto [text, key] : {std::pair{&up_auto_resume, "auto_resume"}, std::pair{&up_public, "public"}}) {
+      if (text->empty()) continue;
+      if (*text != "true" && *text != "false") return Usage(std::string("--") + (key == std::string("public") ? "public" : "auto-resume") + " wants true or false");
+      body[key] = *text == "true";
+    }
+    if (body.empty()) return Usage("update needs at least one of --ttl, --ttl-action, --idle-timeout, --auto-resume, --public");
+    auto j = CallJson(c, "PATCH", "/v1/sandboxes/" + up_id, body);
+    if (!j) return 1;
+    std::printf("%s\n", g.json ? j->dump().c_str() : (Str(*j, "id") + " " + Str(*j, "state") + " expires " + Str(*j, "expires_at")).c_str());
     return 0;
   }
   if (*get) {

@@ -95,8 +95,9 @@ std::optional<int> SnapshotCommands::Run(HttpClient& c, const Globals& g) {
 }
 
 struct ImageCommands {
-  CLI::App *img_ls = nullptr, *img_import = nullptr, *img_build = nullptr;
+  CLI::App *img_ls = nullptr, *img_import = nullptr, *img_build = nullptr, *img_rm = nullptr;
   std::string img_name, img_file;
+  std::vector<std::string> rm_names;
   std::string build_name, cache_dir = std::getenv("SBX_CACHE_DIR") ? std::getenv("SBX_CACHE_DIR") : "/var/cache/sbx";
 
   void Add(CLI::App& app);
@@ -110,6 +111,8 @@ void ImageCommands::Add(CLI::App& app) {
   img_import = img->add_subcommand("import", "import a rootfs tarball or docker export");
   img_import->add_option("name", img_name)->required();
   img_import->add_option("file", img_file)->required();
+  img_rm = img->add_subcommand("rm", "delete images that no sandbox or snapshot starts from");
+  img_rm->add_option("names", rm_names, "image names")->required();
   img_build = img->add_subcommand("build", "build a built-in image (default)");
   img_build->add_option("name", build_name)->required();
   img_build->add_option("--cache-dir", cache_dir, "where slow artefacts are cached (env SBX_CACHE_DIR)");
@@ -138,6 +141,16 @@ std::optional<int> ImageCommands::Run(HttpClient& c, const Globals& g) {
     if (r->status >= 300) return Fail(ErrorMessage(*r));
     std::printf("%s\n", r->body.c_str());
     return 0;
+  }
+  if (*img_rm) {
+    int rc = 0;
+    for (const auto& n : rm_names) {
+      auto j = CallJson(c, "DELETE", "/v1/images/" + n);
+      if (!j) rc = 1;
+      else if (!g.json) std::printf("%s\n", n.c_str());
+      else std::printf("%s\n", j->dump().c_str());
+    }
+    return rc;
   }
   if (*img_build) return RunImageBuild(g, build_name, cache_dir);
   return std::nullopt;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/base64.h"
 #include "cli.h"
 #include "stats.h"
 #include "http_client.h"
@@ -30,12 +31,21 @@ std::optional<json> StreamExec(HttpClient& c, const std::string& id, const json&
 std::optional<json> StreamExecBody(HttpClient& c, const std::string& id, const json& body, bool echo,
                                    std::string* out) {
   json last;
-  auto r = c.Stream("POST", "/v1/sandboxes/" + id + "/exec", body.dump(), [&](const std::string& line) {
+  // base64: the output arrives byte for byte (a tar piped out stays a tar), not as text.
+  json sent = body;
+  sent["encoding"] = "base64";
+  bool garbled = false;
+  auto r = c.Stream("POST", "/v1/sandboxes/" + id + "/exec", sent.dump(), [&](const std::string& line) {
     auto j = json::parse(line, nullptr, false);
     if (!j.is_object()) return;
     std::string t = j.value("type", "");
     if (t == "stdout" || t == "stderr") {
-      std::string d = j.value("data", "");
+      auto raw = Base64Decode(j.value("data", ""));
+      if (!raw.ok()) {
+        garbled = true;
+        return;
+      }
+      const std::string& d = *raw;
       if (out && t == "stdout") *out += d;
       if (echo) WriteSandboxOutput(t == "stdout" ? 1 : 2, d);
     } else if (t == "exit" || t == "error") {
@@ -44,6 +54,10 @@ std::optional<json> StreamExecBody(HttpClient& c, const std::string& id, const j
   });
   if (auto why = FailureOf(r)) {
     std::fprintf(stderr, "sbx: %s\n", why->c_str());
+    return std::nullopt;
+  }
+  if (garbled) {
+    std::fprintf(stderr, "sbx: sbxd sent output that is not base64\n");
     return std::nullopt;
   }
   if (!last.is_object() || last.value("type", "") != "exit") {

@@ -27,7 +27,9 @@ PROBE = os.path.join(BUILD, "sbx-probe")
 # exports its path; daemons that need it fail to start without it (never a skip).
 CRIU = os.environ.get("SBX_CRIU") or os.path.join(os.environ.get("SBX_CACHE_DIR", "/var/cache/sbx"), "criu", "criu")
 
-_next_uid_base = [300000]
+# Each test run takes its own stretch of host uids (10 M, picked by its pid), so that two
+# runs on one machine (a developer's beside CI's) never share sandbox or owner uids.
+_next_uid_base = [300000 + (os.getpid() % 200) * 10_000_000]  # sbxd takes bases up to 2^31
 
 
 def free_port() -> int:

@@ -196,4 +196,10 @@ Result<core::CreateRequest> DecodeCreate(const std::string& body) {
   return c;
 }
 
+Result<bool> GetBase64Encoding(const json& body) {
+  SBX_ASSIGN_OR_RETURN(std::string enc, GetString(body, "encoding", "text"));
+  if (enc != "text" && enc != "base64") return MakeError(Code::kInvalidArgument, "encoding must be \"text\" or \"base64\"");
+  return enc == "base64";
+}
+
 }  // namespace sbx::api

@@ -30,6 +30,9 @@ Status ParseCmd(const nlohmann::json& body, std::string* shell, std::vector<std:
 // The command of an exec or a background process: "cmd" (a string runs with /bin/sh -c),
 // "cwd" and "env", into *e.
 Status DecodeCommand(const nlohmann::json& body, core::ExecRequest* e);
+// An exec's "encoding": false for "text" (the default), true for "base64" (stdout, stderr
+// and streamed data in base64, and "stdin" read as base64).
+Result<bool> GetBase64Encoding(const nlohmann::json& body);
 
 // The body of POST /v1/sandboxes.
 Result<core::CreateRequest> DecodeCreate(const std::string& body);

@@ -92,8 +92,11 @@ asio::awaitable<Response> Api::WriteDiskFile(Request& req) {
 asio::awaitable<Response> Api::DiskExec(Request& req) {
   if (!disks_) co_return NoDisks();
   // A serverless call: a fresh sandbox with the disk at /mnt/disk, one command, gone.
-  auto j = ParseObject(req.body, {"cmd", "cwd", "env", "timeout_seconds", "image", "from"});
+  auto j = ParseObject(req.body, {"cmd", "cwd", "env", "timeout_seconds", "image", "from", "encoding"});
   if (!j.ok()) co_return ErrorResponse(j.error());
+  auto b64 = GetBase64Encoding(*j);
+  if (!b64.ok()) co_return ErrorResponse(b64.error());
+  const bool base64 = *b64;
   core::ExecRequest e;
   e.arrival_us = req.arrival_us;
   std::string shell_cmd;  // a string command runs with the image's bash (or sh)
@@ -122,9 +125,9 @@ asio::awaitable<Response> Api::DiskExec(Request& req) {
   if (res->exec.exit.timed_out) {
     // Past the limit the whole tree is gone; the answer still carries what it printed.
     body["error"] = {{"code", ErrorCode(Code::kDeadlineExceeded)}, {"message", "Exec timed out"}};
-    co_return out.Answer(HttpStatus(Code::kDeadlineExceeded), std::move(body), manager_->output_cap());
+    co_return out.Answer(HttpStatus(Code::kDeadlineExceeded), std::move(body), manager_->output_cap(), base64);
   }
-  co_return out.Answer(200, std::move(body), manager_->output_cap());
+  co_return out.Answer(200, std::move(body), manager_->output_cap(), base64);
 }
 
 }  // namespace sbx::api

@@ -1,6 +1,9 @@
 #include "api/exec_answer.h"
 
+#include <algorithm>
 #include <optional>
+
+#include "base/base64.h"
 
 namespace sbx::api {
 namespace {
@@ -99,15 +102,16 @@ size_t EncodedPrefix(std::string_view in, uint64_t cap) {
 }
 
 Response ExecAnswer(int status, nlohmann::json head, std::shared_ptr<const std::string> out,
-                    std::shared_ptr<const std::string> err, uint64_t encoded_cap) {
-  size_t out_n = EncodedPrefix(*out, encoded_cap), err_n = EncodedPrefix(*err, encoded_cap);
+                    std::shared_ptr<const std::string> err, uint64_t encoded_cap, bool base64) {
+  size_t out_n = base64 ? out->size() : EncodedPrefix(*out, encoded_cap);
+  size_t err_n = base64 ? err->size() : EncodedPrefix(*err, encoded_cap);
   if (out_n < out->size()) head["stdout_truncated"] = true;
   if (err_n < err->size()) head["stderr_truncated"] = true;
   std::string start = head.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   start.pop_back();  // the closing brace: the output fields follow
   Response r;
   r.status = status;
-  r.stream = [start = std::move(start), out, err, out_n, err_n](ChunkSink sink)
+  r.stream = [start = std::move(start), out, err, out_n, err_n, base64](ChunkSink sink)
       -> boost::asio::awaitable<std::optional<Response>> {
     std::string buf = start;
     buf.reserve(kPiece + 64);
@@ -117,7 +121,13 @@ Response ExecAnswer(int status, nlohmann::json head, std::shared_ptr<const std::
       buf += k == 0 ? ",\"stderr\":\"" : "\",\"stdout\":\"";
       size_t pos = 0;
       while (pos < streams[k].size()) {
-        AppendEscaped(streams[k], &pos, &buf, kPiece);
+        if (base64) {
+          size_t take = std::min(streams[k].size() - pos, kPiece / 4 * 3);  // whole 3-byte groups
+          AppendBase64(streams[k].substr(pos, take), &buf);
+          pos += take;
+        } else {
+          AppendEscaped(streams[k], &pos, &buf, kPiece);
+        }
         if (buf.size() >= kPiece) {
           if (!co_await sink(buf)) co_return std::nullopt;
           buf.clear();

@@ -15,8 +15,10 @@ namespace sbx::api {
 
 // `head`: the answer's other fields (exit_code, timing, ...). stdout_truncated and
 // stderr_truncated are set here too when the cap cuts a stream.
+// With `base64`, stdout and stderr are the base64 of the bytes (never cut: base64 is
+// smaller than the cap allows for).
 Response ExecAnswer(int status, nlohmann::json head, std::shared_ptr<const std::string> out,
-                    std::shared_ptr<const std::string> err, uint64_t encoded_cap);
+                    std::shared_ptr<const std::string> err, uint64_t encoded_cap, bool base64 = false);
 
 // JSON string escaping (without the quotes) of `in`, as nlohmann::json writes it with
 // invalid UTF-8 replaced by U+FFFD. Appends whole characters from `in[*pos]` on until

@@ -126,6 +126,7 @@ class Api {
   Handler DeleteSnapshot(Request& req);
   Handler ListImages(Request& req);
   Handler ImportImage(Request& req);
+  Handler DeleteImage(Request& req);
   // disk_routes.cc
   Handler CreateDisk(Request& req);
   Handler ListDisks(Request& req);
@@ -140,6 +141,8 @@ class Api {
     std::string sandbox;
   };
   Caller Authorize(const Request& req) const;
+  // Turns the {id} of a sandbox or disk route into the id it names (routes.cc).
+  Status ResolveRefs(Request& req, const Caller& caller) const;
 
   core::SandboxManager* manager_;
   layers::ImageStore* images_;

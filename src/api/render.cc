@@ -71,8 +71,8 @@ agent::OutputFn Collector::Fn() const {
   };
 }
 
-Response Collector::Answer(int status, json head, uint64_t output_cap) const {
-  return ExecAnswer(status, std::move(head), out, err, 2 * output_cap);
+Response Collector::Answer(int status, json head, uint64_t output_cap, bool base64) const {
+  return ExecAnswer(status, std::move(head), out, err, 2 * output_cap, base64);
 }
 
 json ExitJson(const core::ExecResult& r) {

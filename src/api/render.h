@@ -26,7 +26,7 @@ struct Collector {
   agent::OutputFn Fn() const;
   // The answer: `head` and the output, streamed out (api/exec_answer.h); each stream's
   // JSON is capped at twice the raw output cap.
-  Response Answer(int status, nlohmann::json head, uint64_t output_cap) const;
+  Response Answer(int status, nlohmann::json head, uint64_t output_cap, bool base64 = false) const;
 };
 
 }  // namespace sbx::api

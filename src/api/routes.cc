@@ -65,6 +65,7 @@ const std::vector<RouteInfo>& Routes() {
       {"DELETE", "/v1/secrets/{name}",                      Body::kNone, Access::kAdmin, &Api::DeleteSecret},
       {"GET", "/v1/images",                                 Body::kNone, Access::kAdmin, &Api::ListImages},
       {"POST", "/v1/images/{name}",                         Body::kFile, Access::kAdmin, &Api::ImportImage},
+      {"DELETE", "/v1/images/{name}",                       Body::kNone, Access::kAdmin, &Api::DeleteImage},
   };
   return kRoutes;
 }
@@ -131,12 +132,32 @@ Api::Caller Api::Authorize(const Request& req) const {
   return {Caller::kAdmin, ""};
 }
 
+Status Api::ResolveRefs(Request& req, const Caller& caller) const {
+  auto ref = req.params.find("id");
+  if (ref == req.params.end()) return OkStatus();
+  Result<std::string> id = MakeError(Code::kNotFound, "");
+  if (req.pattern.rfind("/v1/sandboxes/{id}", 0) == 0) id = manager_->ResolveSandbox(ref->second);
+  else if (req.pattern.rfind("/v1/disks/{id}", 0) == 0 && disks_ != nullptr) id = disks_->Resolve(ref->second);
+  else return OkStatus();
+  if (id.ok()) {
+    ref->second = *id;
+    return OkStatus();
+  }
+  // A sandbox's token learns nothing of other sandboxes: whatever it named is refused alike.
+  // Not found: the handler answers 404 naming what was asked for.
+  if (caller.kind == Caller::kSandbox || id.error().code == Code::kNotFound) return OkStatus();
+  return id.error();
+}
+
 std::optional<Response> Api::Refusal(const RouteInfo& route, Request& req) const {
   if (route.access == Access::kPublic) return std::nullopt;
   Caller caller = Authorize(req);
   req.admin = caller.kind == Caller::kAdmin;
   if (caller.kind == Caller::kNone)
     return ErrorResponse(Code::kUnauthenticated, "a valid API key is required (Authorization: Bearer KEY)");
+  // An id, a name or a unique prefix of an id names a sandbox or a disk: the handlers
+  // (and the check below) see its id.
+  if (Status st = ResolveRefs(req, caller); !st.ok()) return ErrorResponse(st.error());
   if (caller.kind == Caller::kSandbox) {
     // A sandbox's token reads that sandbox and nothing else: it creates, execs and
     // deletes nothing.

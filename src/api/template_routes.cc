@@ -58,4 +58,12 @@ asio::awaitable<Response> Api::ImportImage(Request& req) {
   co_return Json(201, {{"name", rec->name}, {"size_bytes", rec->size_bytes}, {"created_at", FormatRfc3339(rec->created_ms)}});
 }
 
+asio::awaitable<Response> Api::DeleteImage(Request& req) {
+  std::string name = req.params["name"];
+  std::function<Status()> fn = [this, &name] { return manager_->DeleteImage(name); };
+  auto st = co_await RunBlocking(pool_, &fn);
+  if (!st.ok()) co_return ErrorResponse(st.error());
+  co_return Json(200, {{"type", "image.deleted"}, {"name", name}});
+}
+
 }  // namespace sbx::api

@@ -79,6 +79,11 @@ SandboxView SandboxManager::View(const Entry& e) const {
   return v;
 }
 
+Result<std::string> SandboxManager::ResolveSandbox(const std::string& ref) {
+  Lock lock(table_.mu);
+  return table_.Resolve(ref);
+}
+
 Result<SandboxView> SandboxManager::Get(const std::string& id) {
   Lock lock(table_.mu);
   SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));

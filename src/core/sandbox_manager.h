@@ -77,6 +77,9 @@ class SandboxManager {
   // create.cc
   Result<SandboxView> Create(const CreateRequest& req);
   Result<SandboxView> Get(const std::string& id);
+  // The id of the sandbox that `ref` names (an id, a name, or a unique prefix of an id);
+  // see SandboxTable::Resolve.
+  Result<std::string> ResolveSandbox(const std::string& ref);
   Result<std::vector<SandboxView>> List(const ListFilter& filter);
   Result<SandboxView> Update(const std::string& id, const UpdateRequest& req);
 
@@ -103,6 +106,9 @@ class SandboxManager {
   Result<storage::SnapshotRecord> GetSnapshot(const std::string& name);
   // Sandboxes already started from it keep their layers until they are gone.
   Status DeleteSnapshot(const std::string& name);
+  // Deletes an image that no sandbox (in any state) and no snapshot starts from (409
+  // naming them otherwise); its warm-pool spares go, and its folder once nothing uses it.
+  Status DeleteImage(const std::string& name);
   // Removes layer directories that no sandbox and no snapshot refers to.
   void CollectLayers();
 

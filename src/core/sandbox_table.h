@@ -59,6 +59,10 @@ class SandboxTable {
   // OK if `e` is in one of `allowed` and no transition or capture holds it; else
   // kFailedPrecondition naming what it is.
   Status RequireState(const Entry& e, std::initializer_list<State> allowed) const SBX_REQUIRES(mu);
+  // The id that `ref` names: an id first, then a sandbox's name, then a unique prefix of an
+  // id (with or without its "sb-"). kNotFound when nothing matches, kInvalidArgument
+  // ("ambiguous ...") when a prefix matches several. Pooled sandboxes are nobody's.
+  Result<std::string> Resolve(const std::string& ref) const SBX_REQUIRES(mu);
   // kAlreadyExists if a live sandbox other than `except` has this name.
   Status CheckNameFree(const std::string& name, const std::string& except = "") const SBX_REQUIRES(mu);
 

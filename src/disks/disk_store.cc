@@ -88,6 +88,25 @@ Result<storage::DiskRecord> DiskStore::Get(const std::string& id) {
 
 Result<std::vector<storage::DiskRecord>> DiskStore::List() { return store_->ListDisks(); }
 
+Result<std::string> DiskStore::Resolve(const std::string& ref) {
+  SBX_ASSIGN_OR_RETURN(auto all, store_->ListDisks());
+  for (const auto& d : all)
+    if (d.id == ref) return d.id;
+  for (const auto& d : all)
+    if (!ref.empty() && d.name == ref) return d.id;
+  std::vector<std::string> hits;
+  if (!ref.empty())
+    for (const auto& d : all)
+      if (d.id.rfind(ref, 0) == 0 || d.id.rfind("dk-" + ref, 0) == 0) hits.push_back(d.id);
+  if (hits.size() == 1) return hits[0];
+  if (hits.empty()) return MakeError(Code::kNotFound, "disk " + ref + " not found");
+  std::string shown;
+  for (size_t i = 0; i < hits.size() && i < 5; ++i) shown += (i ? ", " : "") + hits[i];
+  return MakeError(Code::kInvalidArgument, "ambiguous: \"" + ref + "\" begins the ids of " +
+                                               std::to_string(hits.size()) + " disks (" + shown +
+                                               (hits.size() > 5 ? ", ..." : "") + "); give more of the id");
+}
+
 Status DiskStore::Delete(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   std::string dir = data_dir_ + "/disks/" + id;

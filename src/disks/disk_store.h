@@ -20,6 +20,9 @@ class DiskStore {
 
   Result<storage::DiskRecord> Create(const std::string& name, int64_t size_mb);
   Result<storage::DiskRecord> Get(const std::string& id_or_name);
+  // The id of the disk that `ref` names: an id, then a name, then a unique prefix of an id
+  // (with or without its "dk-"). kNotFound, or kInvalidArgument ("ambiguous ...").
+  Result<std::string> Resolve(const std::string& ref);
   Result<std::vector<storage::DiskRecord>> List();
   // Unmounts and removes a disk (the caller checks that nothing uses it).
   Status Delete(const std::string& id);

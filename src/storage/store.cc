@@ -263,6 +263,11 @@ Result<std::vector<SnapshotRecord>> Store::ListSnapshots() {
   return out;
 }
 
+Result<bool> Store::DeleteImage(const std::string& name) {
+  SBX_RETURN_IF_ERROR(db_->Query("DELETE FROM images WHERE name=?", {name}));
+  return db_->Changes() > 0;
+}
+
 Result<bool> Store::DeleteSnapshot(const std::string& name) {
   SBX_RETURN_IF_ERROR(db_->Query("DELETE FROM snapshots WHERE name=?", {name}));
   return db_->Changes() > 0;

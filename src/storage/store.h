@@ -112,6 +112,8 @@ class Store {
   Status PutImage(const ImageRecord& r);
   Result<std::optional<ImageRecord>> GetImage(const std::string& name);
   Result<std::vector<ImageRecord>> ListImages();
+  // False when there was no such image.
+  Result<bool> DeleteImage(const std::string& name);
 
   Status InsertSnapshot(const SnapshotRecord& r);
   Result<std::optional<SnapshotRecord>> GetSnapshot(const std::string& name);

@@ -23,6 +23,10 @@ class Images:
         d = self._api.request("GET", "/v1/images") or {}
         return list(d.get("images") or [])
 
+    def delete(self, name: str) -> None:
+        """Delete image ``name``; ConflictError while a sandbox or snapshot starts from it."""
+        self._api.request("DELETE", "/v1/images/" + _seg(name))
+
     def import_tar(self, name: str, path_or_fileobj: Any) -> Dict[str, Any]:
         """Upload a tar archive as image ``name``.
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import http.client
 import json
 import socket
@@ -20,6 +22,16 @@ if TYPE_CHECKING:
     from .http import Callback
 
 __all__ = ["Sandbox"]
+
+
+def _unb64(v: Any) -> bytes:
+    """The bytes of a base64 field of an exec answer (absent: empty)."""
+    if not v:
+        return b""
+    try:
+        return base64.b64decode(v, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise SbxError("daemon sent output that is not base64: %s" % e) from e
 
 
 class Sandbox:
@@ -153,11 +165,12 @@ class Sandbox:
         *,
         cwd: Optional[str] = None,
         env: Optional[Dict[str, str]] = None,
-        stdin: Optional[str] = None,
+        stdin: Optional[Union[str, bytes]] = None,
         timeout_seconds: Optional[int] = None,
         check: bool = False,
         on_stdout: Optional[Callback] = None,
         on_stderr: Optional[Callback] = None,
+        binary: bool = False,
     ) -> ExecResult:
         """Run a command in the sandbox and wait for it.
 
@@ -166,7 +179,14 @@ class Sandbox:
         each callback gets ``str`` chunks as they arrive; the returned result
         still holds the whole output. With ``check=True`` a non-zero exit code
         raises :class:`sbx.ExecError`.
+
+        Output is text by default (invalid UTF-8 shows as U+FFFD). With
+        ``binary=True`` it is exact: ``stdout`` and ``stderr`` are ``bytes``,
+        callbacks get ``bytes``, and ``stdin`` may be ``bytes`` (the request's
+        ``"encoding": "base64"``).
         """
+        if isinstance(stdin, (bytes, bytearray)) and not binary:
+            raise TypeError("bytes stdin needs binary=True")
         if isinstance(cmd, str):
             cmd_value: Any = cmd
         else:
@@ -182,14 +202,22 @@ class Sandbox:
                 "timeout_seconds": timeout_seconds,
             }
         )
+        if binary:
+            body["encoding"] = "base64"
+            if stdin is not None:
+                raw = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
+                body["stdin"] = base64.b64encode(raw).decode("ascii")
         limit = timeout_seconds if timeout_seconds is not None else _SERVER_EXEC_TIMEOUT
         http_timeout = max(self._client.api.timeout, float(limit) + _EXEC_GRACE)
 
         if on_stdout is None and on_stderr is None:
-            d = self._client.api._call("POST", self._path("/exec"), body=body, timeout=http_timeout)
-            result = ExecResult._from_json(d or {})
+            d = self._client.api._call("POST", self._path("/exec"), body=body, timeout=http_timeout) or {}
+            if binary:
+                result = ExecResult._from_json(d, stdout=_unb64(d.get("stdout")), stderr=_unb64(d.get("stderr")))
+            else:
+                result = ExecResult._from_json(d)
         else:
-            result = self._exec_stream(body, http_timeout, on_stdout, on_stderr)
+            result = self._exec_stream(body, http_timeout, on_stdout, on_stderr, binary)
         if check and result.exit_code != 0:
             raise ExecError(result)
         return result
@@ -200,6 +228,7 @@ class Sandbox:
         http_timeout: float,
         on_stdout: Optional[Callback],
         on_stderr: Optional[Callback],
+        binary: bool = False,
     ) -> ExecResult:
         api = self._client.api
         conn, resp = api._open_stream("POST", self._path("/exec"), body, http_timeout)
@@ -208,14 +237,17 @@ class Sandbox:
             if "ndjson" not in ctype:
                 # The daemon answered with a plain JSON result: replay it.
                 d = _decode(resp.status, resp.reason, resp.read()) or {}
-                result = ExecResult._from_json(d)
+                if binary:
+                    result = ExecResult._from_json(d, stdout=_unb64(d.get("stdout")), stderr=_unb64(d.get("stderr")))
+                else:
+                    result = ExecResult._from_json(d)
                 if on_stdout is not None and result.stdout:
                     on_stdout(result.stdout)
                 if on_stderr is not None and result.stderr:
                     on_stderr(result.stderr)
                 return result
-            out: List[str] = []
-            err: List[str] = []
+            out: List[Any] = []
+            err: List[Any] = []
             while True:
                 try:
                     line = resp.readline()
@@ -236,17 +268,18 @@ class Sandbox:
                     continue
                 kind = ev.get("type")
                 if kind == "stdout":
-                    chunk = ev.get("data") or ""
+                    chunk = _unb64(ev.get("data")) if binary else (ev.get("data") or "")
                     out.append(chunk)
                     if on_stdout is not None and chunk:
                         on_stdout(chunk)
                 elif kind == "stderr":
-                    chunk = ev.get("data") or ""
+                    chunk = _unb64(ev.get("data")) if binary else (ev.get("data") or "")
                     err.append(chunk)
                     if on_stderr is not None and chunk:
                         on_stderr(chunk)
                 elif kind == "exit":
-                    return ExecResult._from_json(ev, stdout="".join(out), stderr="".join(err))
+                    joiner = b"" if binary else ""
+                    return ExecResult._from_json(ev, stdout=joiner.join(out), stderr=joiner.join(err))
                 elif kind == "error":
                     raise error_from_payload(None, ev)
                 # "keepalive" and unknown events are ignored.

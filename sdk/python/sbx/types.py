@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 
 __all__ = ["Timing", "ExecResult", "Answer"]
 
@@ -21,8 +21,8 @@ class ExecResult:
     """The outcome of one command run in a sandbox."""
 
     exit_code: int
-    stdout: str = ""
-    stderr: str = ""
+    stdout: Union[str, bytes] = ""  # bytes for an exec with binary=True
+    stderr: Union[str, bytes] = ""
     timed_out: bool = False
     stdout_truncated: bool = False
     stderr_truncated: bool = False
@@ -34,8 +34,8 @@ class ExecResult:
     def _from_json(
         cls,
         d: Dict[str, Any],
-        stdout: Optional[str] = None,
-        stderr: Optional[str] = None,
+        stdout: Optional[Union[str, bytes]] = None,
+        stderr: Optional[Union[str, bytes]] = None,
     ) -> "ExecResult":
         t = d.get("timing") or {}
         code = d.get("exit_code")
