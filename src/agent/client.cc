@@ -1,6 +1,7 @@
 #include "agent/client.h"
 
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -52,11 +53,24 @@ asio::awaitable<Status> Connect(asio::local::stream_protocol::socket& sock, Dial
 
 asio::awaitable<Result<ExitInfo>> Exec(asio::any_io_executor ex, DialerPtr addr,
                                        ExecRequest req, std::string stdin_data,
-                                       OutputFn on_output, int64_t grace_ms) {
+                                       OutputFn on_output, int64_t grace_ms,
+                                       std::shared_ptr<CancelSignal> client_gone) {
   auto sock = std::make_shared<asio::local::stream_protocol::socket>(ex);
   error_code ec;
   Status connected = co_await Connect(*sock, std::move(addr));
   if (!connected.ok()) co_return connected.error();
+  if (client_gone) {
+    // The client went away: the agent sees the connection close and kills the tree.
+    std::weak_ptr<asio::local::stream_protocol::socket> weak = sock;
+    client_gone->OnFire([weak, ex] {
+      asio::post(ex, [weak] {
+        if (auto s = weak.lock()) {
+          error_code ignored;
+          s->close(ignored);
+        }
+      });
+    });
+  }
 
   // The watchdog closes the connection if the agent does not answer in time.
   auto timer = std::make_shared<asio::steady_timer>(ex);
@@ -96,6 +110,8 @@ asio::awaitable<Result<ExitInfo>> Exec(asio::any_io_executor ex, DialerPtr addr,
     co_await asio::async_read(*sock, asio::buffer(header),
                               asio::redirect_error(use_awaitable, ec));
     if (ec) {
+      if (client_gone && client_gone->fired())
+        co_return MakeError(Code::kUnavailable, "the client went away: the command was stopped");
       if (!sock->is_open())
         co_return MakeError(Code::kDeadlineExceeded, "the sandbox's agent did not answer in time");
       co_return MakeError(Code::kUnavailable,

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "agent/protocol.h"
+#include "base/cancel.h"
 #include "base/result.h"
 
 namespace sbx::agent {
@@ -23,11 +24,12 @@ using OutputFn = std::function<boost::asio::awaitable<void>(FrameType, std::stri
 
 // Runs `req` in the sandbox whose agent listens at `addr`. `stdin_data` is sent and
 // closed if req.stdin_open. The connection is dropped (and the command's tree killed by the
-// agent) if no answer arrives `grace_ms` after req.timeout_ms.
+// agent) if no answer arrives `grace_ms` after req.timeout_ms, or when `client_gone` fires.
 boost::asio::awaitable<Result<ExitInfo>> Exec(boost::asio::any_io_executor ex,
                                               DialerPtr addr, ExecRequest req,
                                               std::string stdin_data, OutputFn on_output,
-                                              int64_t grace_ms = 10000);
+                                              int64_t grace_ms = 10000,
+                                              std::shared_ptr<CancelSignal> client_gone = nullptr);
 
 // What the agent at `addr` says of itself (a kPing round trip within kAgentStallMs).
 boost::asio::awaitable<Result<AgentInfo>> Ping(boost::asio::any_io_executor ex, DialerPtr addr);

@@ -114,6 +114,7 @@ asio::awaitable<Response> Api::DiskExec(Request& req) {
   if (e.timeout_seconds < 1 || e.timeout_seconds > 300) co_return Bad("timeout_seconds must be between 1 and 300");
   e.cwd = *cwd;
   e.env = *env;
+  e.cancel = req.client_gone;  // a client that goes away stops the call
   std::string id = req.params["id"];
   Collector out;
   agent::OutputFn collect = out.Fn();

@@ -37,6 +37,7 @@ asio::awaitable<Response> Api::ExecInSandbox(Request& req) {
       e.stdin_data = std::move(*raw);
     }
   }
+  e.cancel = req.client_gone;  // a client that goes away stops its command
   std::string id = req.params["id"];
   auto ex = co_await asio::this_coro::executor;
   bool ndjson = req.Header("accept").find("application/x-ndjson") != std::string::npos;

@@ -4,9 +4,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "base/cancel.h"
 
 namespace sbx::api {
 
@@ -27,6 +30,9 @@ struct Request {
   std::string via_sandbox;
   bool admin = false;  // the admin key came with it (set by Api::Refusal)
   std::string pattern;  // the route it matched (set by Api::Match)
+  // Fires when the client goes away (closes its end) while the request is handled or its
+  // answer streamed: work done only for it (an exec) stops. Set by the session.
+  std::shared_ptr<CancelSignal> client_gone;
   std::string Header(const std::string& name) const {
     auto it = headers.find(name);
     return it == headers.end() ? "" : it->second;

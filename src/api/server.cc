@@ -10,6 +10,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -114,6 +115,40 @@ asio::awaitable<error_code> ReadBody(Stream& stream, beast::flat_buffer& buf, Pa
   }
   co_return ec;
 }
+
+// Fires a CancelSignal when the client closes its end of `stream` while it is watched
+// (from construction to destruction, within one request). Used on the session's strand.
+template <typename Stream>
+class WatchGone {
+ public:
+  WatchGone(Stream& stream, bool enabled, asio::any_io_executor strand)
+      : stream_(stream), signal_(std::make_shared<CancelSignal>()), live_(std::make_shared<bool>(enabled)) {
+    if (!enabled) return;
+    stream_.async_wait(Stream::wait_read,
+                       asio::bind_executor(strand, [live = live_, sig = signal_, fd = stream_.native_handle()](
+                                                       const error_code& ec) {
+                         if (ec || !*live) return;
+                         char c;
+                         // Readable: either the next request (pipelined, kept for later) or the end.
+                         ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+                         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) sig->Fire();
+                       }));
+  }
+  ~WatchGone() {
+    if (!*live_) return;
+    *live_ = false;
+    error_code ignored;
+    stream_.cancel(ignored);  // only the wait is pending between requests
+  }
+  WatchGone(const WatchGone&) = delete;
+  WatchGone& operator=(const WatchGone&) = delete;
+  std::shared_ptr<CancelSignal> signal() const { return signal_; }
+
+ private:
+  Stream& stream_;
+  std::shared_ptr<CancelSignal> signal_;
+  std::shared_ptr<bool> live_;
+};
 
 // One connection: requests one after another (keep-alive) until the client closes, a
 // deadline passes, or an answer ends the connection.
@@ -256,6 +291,12 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       }
       break;
     }
+    // While the request is handled and answered, a client that closes its end is noticed
+    // at once (not at the next write): an exec it asked for is stopped. Not when the client
+    // already sent more (pipelined requests in `buf`): it is then still there.
+    auto strand = co_await asio::this_coro::executor;
+    WatchGone<Stream> watch(stream, buf.size() == 0, strand);
+    req.client_gone = watch.signal();
     Response resp = co_await api->Handle(req);
     if (!tmp_file.empty()) ::unlink(tmp_file.c_str());
     if (!resp.stream) {

@@ -149,7 +149,8 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
   // Arguments are named locals: g++ 12 may destroy a temporary made inside a co_await
   // expression twice.
   std::string stdin_data = req.stdin_data.value_or("");
-  auto res = co_await agent::Exec(ex, addr, std::move(areq), std::move(stdin_data), on_output);
+  std::shared_ptr<CancelSignal> cancel = req.cancel;
+  auto res = co_await agent::Exec(ex, addr, std::move(areq), std::move(stdin_data), on_output, 10000, cancel);
   {
     Lock lock(table_.mu);
     --e->active_execs;

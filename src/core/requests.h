@@ -4,11 +4,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "base/cancel.h"
 #include "base/result.h"
 
 namespace sbx::core {
@@ -49,6 +51,7 @@ struct ExecRequest {
   int64_t arrival_us = 0;  // steady clock, when the request arrived
   bool tty = false;  // background processes: a pseudo-terminal of cols x rows
   int cols = 80, rows = 24;
+  std::shared_ptr<CancelSignal> cancel;  // fires when the caller went away: the exec stops
 };
 
 // PATCH of a sandbox's lifecycle policy: absent fields stay as they are.

@@ -67,3 +67,37 @@ def test_bad_values_are_refused_not_ignored(daemon):
     assert status == 400 and body["error"]["code"] == "invalid_request"
     assert daemon.cli("ls", "--state", "running").returncode == 0
     assert [s["id"] for s in daemon.sandboxes()] == [s["id"] for s in before]
+
+
+def test_ctrl_c_stops_the_remote_command(daemon, client):
+    """Ctrl-C on a plain `sbx exec` (the CLI ends) stops the command in the sandbox at once,
+    as a client that drops a buffered API exec does: sbxd notices the closed connection."""
+    import signal
+    import time
+    env = dict(os.environ, SBX_URL=daemon.url, SBX_API_KEY=daemon.key)
+    with client.create(image="busybox") as sb:
+        p = subprocess.Popen([SBX, "exec", sb.id, "--", "sh", "-c", "echo started; sleep 30; touch /tmp/finished"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert p.stdout.readline() == b"started\n"
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=10)
+        deadline = time.time() + 5
+        while "sleep 30" in sb.exec("ps -o args").stdout:
+            assert time.time() < deadline, "the command still runs after the CLI went away"
+            time.sleep(0.1)
+        # A buffered exec whose client hangs up mid-way: the same.
+        import http.client
+        import json
+        c = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=30)
+        c.request("POST", f"/v1/sandboxes/{sb.id}/exec", body=json.dumps({"cmd": "sleep 31; touch /tmp/finished"}),
+                  headers={"Authorization": "Bearer " + daemon.key, "Content-Type": "application/json"})
+        deadline = time.time() + 5
+        while "sleep 31" not in sb.exec("ps -o args").stdout:
+            assert time.time() < deadline
+            time.sleep(0.05)
+        c.close()
+        deadline = time.time() + 5
+        while "sleep 31" in sb.exec("ps -o args").stdout:
+            assert time.time() < deadline, "the command still runs after its client hung up"
+            time.sleep(0.1)
+        assert sb.exec("ls /tmp/finished").exit_code != 0

@@ -18,17 +18,17 @@ def ask():
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(5)
     s.connect("\\0sbx-proc/1/{p.pid}")
-    # kProcList (22), which a keeper answers with what it knows.
-    s.sendall(struct.pack("<IB3x", 0, 22))
     got = b""
     try:
+        # kProcList (22), which a keeper answers with what it knows.
+        s.sendall(struct.pack("<IB3x", 0, 22))
         while True:
             part = s.recv(4096)
             if not part:
                 break
             got += part
-    except ConnectionResetError:
-        got = b"reset"  # closed with the request unread: refused
+    except (ConnectionResetError, BrokenPipeError):
+        got = b"reset"  # closed before or with the request unread: refused
     s.close()
     return got
 print("root", b'"argv"' in ask())
