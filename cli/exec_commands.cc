@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/base64.h"
 #include "commands.h"
 
 namespace sbx::cli {
@@ -120,13 +122,31 @@ int CopyFiles(HttpClient& c, const std::string& src, const std::string& dst) {
   return 0;
 }
 
+// An exec's stdin travels in its JSON body (base64: 4/3 of it), which sbxd takes up to
+// 64 MiB.
+constexpr size_t kMaxExecStdin = 32 << 20;
+
+// All of stdin, or nullopt past `max` bytes.
+std::optional<std::string> ReadStdin(size_t max) {
+  std::string in;
+  char buf[65536];
+  while (true) {
+    ssize_t n = ::read(0, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    in.append(buf, static_cast<size_t>(n));
+    if (in.size() > max) return std::nullopt;
+  }
+  return in;
+}
+
 struct ExecCommands {
   CLI::App *exec = nullptr, *cp = nullptr, *port = nullptr;
   CLI::App *ps = nullptr, *spawn = nullptr, *logs = nullptr, *kill = nullptr;
   std::string exec_id, cwd;
   int64_t timeout = 60;
   std::vector<std::string> cmd, exec_env;
-  bool exec_interactive = false, exec_tty = false;
+  bool exec_interactive = false, exec_tty = false, exec_no_stdin = false;
   std::string cp_src, cp_dst;
   std::string port_id, proxy_domain = "sbx.localhost";
   int port_num = 0;
@@ -150,8 +170,13 @@ void ExecCommands::Add(CLI::App& app) {
   exec->add_option("--timeout", timeout, "seconds before the command's tree is killed (default 60)");
   exec->add_option("--cwd", cwd, "working directory");
   exec->add_option("--env,-e", exec_env, "KEY=VALUE");
-  exec->add_flag("--interactive,-i", exec_interactive, "attach this terminal's input (with -t: an interactive terminal)");
-  exec->add_flag("--tty,-t", exec_tty, "run the command on a pseudo-terminal (use -it for a shell)");
+  exec->add_flag("--interactive,-i", exec_interactive,
+                  "send this input as the command's stdin even from a terminal (read to its end, then run)");
+  exec->add_flag("--tty,-t", exec_tty, "run the command on a pseudo-terminal with this terminal attached (-it for a shell)");
+  exec->add_flag("--no-stdin,-n", exec_no_stdin, "never send stdin (as ssh -n: for loops that read their own input)");
+  exec->footer("Examples: sbx exec my-box -- ls -l /root\n"
+               "          echo data | sbx exec my-box -- wc -c\n"
+               "          sbx exec my-box -- tar -C /root -cf - out > out.tar");
   exec->add_option("cmd", cmd, "the command and its arguments (after --)")->required();
 
   cp = app.add_subcommand("cp", "copy files or folders into or out of a sandbox (ID:/path names the sandbox side)");
@@ -183,7 +208,10 @@ void ExecCommands::Add(CLI::App& app) {
 
 std::optional<int> ExecCommands::Run(HttpClient& c, const Globals& g) {
   if (*exec) {
-    json body = {{"cmd", cmd}, {"timeout_seconds", timeout}};
+    // The one shell rule (docs/API.md, "Exec"): one word after -- is a shell command line,
+    // several are the argv.
+    json cmd_field = cmd.size() == 1 ? json(cmd[0]) : json(cmd);
+    json body = {{"cmd", cmd_field}, {"timeout_seconds", timeout}};
     if (!cwd.empty()) body["cwd"] = cwd;
     json e = json::object();
     for (const auto& kv : exec_env) {
@@ -192,11 +220,25 @@ std::optional<int> ExecCommands::Run(HttpClient& c, const Globals& g) {
       e[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
     if (!e.empty()) body["env"] = e;
-    if (exec_interactive || exec_tty) {
-      json pbody = {{"cmd", cmd}};
+    if (exec_tty) {
+      json pbody = {{"cmd", cmd_field}};
       if (!cwd.empty()) pbody["cwd"] = cwd;
       if (!e.empty()) pbody["env"] = e;
       return RunInteractiveExec(c, g, exec_id, pbody);
+    }
+    // Input piped or redirected into sbx (or any input with -i) is the command's stdin,
+    // read to its end first and sent with the exec; a terminal's is not, nor with -n.
+    struct stat in_st;
+    bool piped = !exec_no_stdin && fstat(0, &in_st) == 0 && (S_ISFIFO(in_st.st_mode) || S_ISREG(in_st.st_mode));
+    if (exec_interactive && !exec_no_stdin) piped = true;
+    if (piped) {
+      auto in = ReadStdin(kMaxExecStdin);
+      if (!in) {
+        std::fprintf(stderr, "sbx: stdin is over %zu MiB: too much for one exec (spawn a process and feed its stdin, or copy the data in with sbx cp)\n",
+                     kMaxExecStdin >> 20);
+        return 125;
+      }
+      body["stdin"] = Base64Encode(*in);  // the exec asks for base64 (StreamExecBody)
     }
     // The CLI's own failures (sbxd unreachable, no such sandbox) and output cut at the cap
     // exit 125, so that they are not taken for the command's own exit status.
@@ -245,7 +287,7 @@ std::optional<int> ExecCommands::Run(HttpClient& c, const Globals& g) {
     return 0;
   }
   if (*spawn) {
-    json body = {{"cmd", spawn_cmd}};
+    json body = {{"cmd", spawn_cmd.size() == 1 ? json(spawn_cmd[0]) : json(spawn_cmd)}};  // the one shell rule
     if (!spawn_cwd.empty()) body["cwd"] = spawn_cwd;
     auto j = CallJson(c, "POST", "/v1/sandboxes/" + spawn_id + "/processes", body);
     if (!j) return 1;

@@ -56,6 +56,9 @@ if ! $SBX image ls | grep -q '^default '; then
 fi
 
 log "demo: create, exec, files, a background process, pause/resume, snapshot, create from it, fork, rm, serverless calls on a disk, usage"
+# `sbx exec` sends piped input as the command's stdin: none of this script's (it may come
+# through a pipe) goes to the demo's commands.
+exec </dev/null
 set -x
 ID=$($SBX create --type small --ttl 600 --name demo-$$)
 $SBX exec "$ID" -- python3 -c 'print(1+1)'

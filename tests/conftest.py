@@ -18,6 +18,12 @@ import time
 
 import pytest
 
+# `sbx exec` sends piped or redirected input as the command's stdin: the tests' commands
+# get none unless a test gives it, whatever stdin the suite itself was started with.
+_devnull = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_devnull, 0)
+os.close(_devnull)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("SBX_BUILD_DIR", os.path.join(ROOT, "build"))
 SBXD = os.path.join(BUILD, "sbxd")

@@ -101,3 +101,34 @@ def test_ctrl_c_stops_the_remote_command(daemon, client):
             assert time.time() < deadline, "the command still runs after its client hung up"
             time.sleep(0.1)
         assert sb.exec("ls /tmp/finished").exit_code != 0
+
+
+def test_piped_stdin_reaches_the_command(daemon, client, tmp_path):
+    env = dict(os.environ, SBX_URL=daemon.url, SBX_API_KEY=daemon.key)
+    with client.create(image="busybox") as sb:
+        p = subprocess.run([SBX, "exec", sb.id, "--", "cat"], input=b"hello\n", env=env, capture_output=True, timeout=60)
+        assert p.returncode == 0 and p.stdout == b"hello\n", p.stderr
+        blob = os.urandom(300000) + b"\x00\xff"
+        f = tmp_path / "in.bin"
+        f.write_bytes(blob)
+        with open(f, "rb") as fin:  # a redirected file, byte for byte
+            p = subprocess.run([SBX, "exec", sb.id, "--", "cat"], stdin=fin, env=env, capture_output=True, timeout=60)
+        assert p.stdout == blob
+        # -n sends nothing (the command reads EOF), as ssh -n; so does an empty pipe.
+        p = subprocess.run([SBX, "exec", "-n", sb.id, "--", "wc", "-c"], input=b"ignored", env=env,
+                           capture_output=True, timeout=60)
+        assert p.stdout.split() == [b"0"]
+        p = subprocess.run([SBX, "exec", "-i", sb.id, "--", "wc", "-c"], input=b"12345", env=env,
+                           capture_output=True, timeout=60)
+        assert p.stdout.split() == [b"5"]
+
+
+def test_one_shell_rule(daemon, client):
+    """One word after -- is a shell command line, several are the argv: in exec, spawn and
+    disk exec alike."""
+    with client.create(image="busybox") as sb:
+        assert daemon.cli("exec", sb.id, "--", "echo a > /tmp/x; cat /tmp/x").stdout == "a\n"
+        assert daemon.cli("exec", sb.id, "--", "echo", "a > b").stdout == "a > b\n"
+        pid = daemon.cli("spawn", sb.id, "--", "echo s > /tmp/s").stdout.strip()
+        assert sb.processes.get(int(pid)).wait(timeout=10)["exit_code"] == 0
+        assert sb.exec("cat /tmp/s").stdout == "s\n"
