@@ -186,6 +186,44 @@ export class Transport {
  * Reads an exec's NDJSON stream to its `exit` line, calling the callbacks with each
  * output chunk, and returns the whole result. An `error` line throws its SbxApiError.
  */
+/** The bytes of a base64 string (an exec answer's fields with `"encoding": "base64"`). */
+export function fromBase64(s: string): Uint8Array {
+  const bin = atob(s);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+/** The base64 of some bytes. */
+export function toBase64(bytes: Uint8Array): string {
+  let bin = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(bin);
+}
+
+/**
+ * Reads an NDJSON exec stream of `"encoding": "base64"`: each data field decoded on its
+ * own (base64 pieces cannot be joined as text); resolves to the exit line and the bytes.
+ */
+export async function readExecStreamBytes(
+  res: Response,
+  timeoutSeconds: number | null,
+): Promise<{ exit: ExecResult; stdout: Uint8Array; stderr: Uint8Array }> {
+  const parts: Record<"stdout" | "stderr", Uint8Array[]> = { stdout: [], stderr: [] };
+  const collect = (k: "stdout" | "stderr") => (chunk: string) => parts[k].push(fromBase64(chunk));
+  const exit = await readExecStream(res, collect("stdout"), collect("stderr"), timeoutSeconds);
+  const join = (list: Uint8Array[]) => {
+    const out = new Uint8Array(list.reduce((n, p) => n + p.length, 0));
+    let at = 0;
+    for (const p of list) {
+      out.set(p, at);
+      at += p.length;
+    }
+    return out;
+  };
+  return { exit, stdout: join(parts.stdout), stderr: join(parts.stderr) };
+}
+
 export async function readExecStream(
   res: Response,
   onStdout: ((chunk: string) => void) | undefined,

@@ -38,6 +38,8 @@ export type {
   DiskData,
   DiskExecOptions,
   DiskMount,
+  ExecBytesOptions,
+  ExecBytesResult,
   ExecOptions,
   ExecResult,
   ExecTiming,

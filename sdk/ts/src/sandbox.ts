@@ -3,11 +3,13 @@ import { Files } from "./files.js";
 import { Processes } from "./processes.js";
 import { ExecError } from "./errors.js";
 import { LONG_EXEC_SECONDS, budget, cmdField, defined } from "./exec.js";
-import { readExecStream, seg } from "./http.js";
+import { fromBase64, readExecStream, readExecStreamBytes, seg, toBase64 } from "./http.js";
 import {
   execResultFromJson,
   type Command,
   type Deleted,
+  type ExecBytesOptions,
+  type ExecBytesResult,
   type ExecOptions,
   type ExecResult,
   type JsonObject,
@@ -132,6 +134,42 @@ export class Sandbox {
       result = execResultFromJson(d);
     }
     if (options.check && result.exitCode !== 0) throw new ExecError(result);
+    return result;
+  }
+
+  /**
+   * Runs a command like `exec`, with its output (and stdin) as exact bytes: a tar, an
+   * image, anything that is not UTF-8 text (the request's `"encoding": "base64"`).
+   */
+  async execBytes(command: Command, options: ExecBytesOptions = {}): Promise<ExecBytesResult> {
+    const stdin = options.stdin;
+    const body = defined({
+      cmd: cmdField(command),
+      cwd: options.cwd,
+      env: options.env,
+      stdin: stdin === undefined ? undefined : toBase64(typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin),
+      timeout_seconds: options.timeoutSeconds,
+      encoding: "base64",
+    });
+    const limit = options.timeoutSeconds ?? DEFAULT_EXEC_TIMEOUT;
+    const wait = budget(this.client.http.timeoutSeconds, limit + 30);
+    // Streamed: keepalive lines keep fetch from giving up on a quiet command.
+    const res = await this.client.http.send("POST", this.path("/exec"), {
+      json: body,
+      accept: "application/x-ndjson",
+      timeoutSeconds: wait,
+    });
+    let result: ExecBytesResult;
+    if ((res.headers.get("content-type") ?? "").includes("application/x-ndjson")) {
+      const got = await readExecStreamBytes(res, wait);
+      result = { ...got.exit, stdout: got.stdout, stderr: got.stderr };
+    } else {
+      const d = (await res.json()) as JsonObject;
+      const r = execResultFromJson(d);
+      result = { ...r, stdout: fromBase64(r.stdout), stderr: fromBase64(r.stderr) };
+    }
+    if (options.check && result.exitCode !== 0)
+      throw new ExecError({ ...result, stdout: new TextDecoder().decode(result.stdout), stderr: new TextDecoder().decode(result.stderr) });
     return result;
   }
 

@@ -191,6 +191,18 @@ export interface ExecOptions {
   onStderr?: (chunk: string) => void;
 }
 
+/** `Sandbox.execBytes`'s options: an exec's, with stdin as bytes or text and no callbacks. */
+export interface ExecBytesOptions extends Omit<ExecOptions, "stdin" | "onStdout" | "onStderr"> {
+  /** Fed to the command's stdin, byte for byte, followed by EOF. */
+  stdin?: Uint8Array | string;
+}
+
+/** An exec's result with its output as exact bytes. */
+export interface ExecBytesResult extends Omit<ExecResult, "stdout" | "stderr"> {
+  stdout: Uint8Array;
+  stderr: Uint8Array;
+}
+
 export interface DiskExecOptions {
   /** The working directory (default `/mnt/disk`). */
   cwd?: string;

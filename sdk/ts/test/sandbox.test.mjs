@@ -94,6 +94,16 @@ test("create, exec (string, argv, check, streaming) and delete", async () => {
     const cat = await sb.exec("pwd; cat", { cwd: "/tmp", stdin: "from stdin" });
     assert.equal(cat.stdout, "/tmp\nfrom stdin");
 
+    // Exact bytes: execBytes asks for base64 and hands back Uint8Arrays, stdin included.
+    const all = Uint8Array.from({ length: 256 }, (_, i) => i);
+    const bytes = await sb.execBytes("cat; printf '\\377' >&2", { stdin: all });
+    assert.deepEqual([...bytes.stdout], [...all]);
+    assert.deepEqual([...bytes.stderr], [255]);
+    assert.equal(bytes.exitCode, 0);
+    const text = await sb.execBytes(["printf", "a\\377b"]);
+    assert.deepEqual([...text.stdout], [97, 255, 98]);
+    assert.equal((await sb.exec(["printf", "a\\377b"])).stdout, "a\ufffdb"); // text mode replaces it
+
     // check: a non-zero exit throws ExecError carrying the result.
     await assert.rejects(sb.exec("echo out; echo bad >&2; exit 7", { check: true }), (e) => {
       assert.ok(e instanceof ExecError);
