@@ -49,6 +49,9 @@ Runner AddHealthCommand(CLI::App& app);   // health
 // bench_commands.cc
 Runner AddBenchCommands(CLI::App& app);  // bench and its rows
 
+// copy.cc: `sbx cp SRC DST` (exactly one side ID:/path), with docker cp's rules.
+int CopyFiles(HttpClient& c, const std::string& src, const std::string& dst);
+
 // Prints "sbx: MSG" on stderr; returns the exit code 1.
 int Fail(const std::string& msg);
 // The same for a command line that is wrong (a bad flag value): exit code 2.

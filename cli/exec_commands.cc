@@ -1,7 +1,6 @@
 // `sbx exec`, `cp`, `port`, `ps`, `spawn`, `logs`: work inside a sandbox (commands, files,
 // background processes, the port proxy's URLs).
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -20,107 +19,6 @@ namespace sbx::cli {
 namespace {
 
 using nlohmann::json;
-
-// "ID:/path" -> (ID, /path); a local path -> nullopt.
-std::optional<std::pair<std::string, std::string>> RemoteSide(const std::string& s) {
-  size_t colon = s.find(':');
-  if (colon == std::string::npos || colon == 0 || s.find('/') < colon) return std::nullopt;
-  return std::make_pair(s.substr(0, colon), s.substr(colon + 1));
-}
-
-bool IsDir(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-std::string BaseName(std::string p) {
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  size_t slash = p.rfind('/');
-  return slash == std::string::npos ? p : p.substr(slash + 1);
-}
-
-// Runs tar (argv) and returns its exit status.
-int RunTar(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    execvp(argv[0], argv.data());
-    _exit(127);
-  }
-  int st = 0;
-  if (pid < 0 || waitpid(pid, &st, 0) < 0) return -1;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-// sbx cp: a file goes through the files API, a folder as one tar through the archive
-// API. Downloads of folders are unpacked by the host's GNU tar, which refuses absolute
-// and ".." names and creates links last, so a hostile sandbox's tar cannot write outside.
-int CopyFiles(HttpClient& c, const std::string& src, const std::string& dst) {
-  auto rs = RemoteSide(src), rd = RemoteSide(dst);
-  if (rs.has_value() == rd.has_value()) return Fail("cp copies between this machine and a sandbox: exactly one side is ID:/path");
-  char tmpl[] = "/tmp/sbx-cp-XXXXXX";
-  if (rd) {
-    auto [id, path] = *rd;
-    if (path.empty() || path[0] != '/') return Fail("the sandbox path must be absolute: " + dst);
-    if (!IsDir(src)) {
-      // Into an existing folder: keep the file's name.
-      auto st = c.Call("GET", "/v1/sandboxes/" + id + "/files/stat?path=" + PercentEncode(path));
-      if (st.ok() && st->status == 200) {
-        auto j = json::parse(st->body, nullptr, false);
-        if (j.is_object() && j.value("type", "") == "dir") path += (path.back() == '/' ? "" : "/") + BaseName(src);
-      }
-      auto r = c.Upload("/v1/sandboxes/" + id + "/files?path=" + PercentEncode(path), src, nullptr, "PUT");
-      if (auto why = FailureOf(r)) return Fail(*why);
-      return 0;
-    }
-    int fd = mkstemp(tmpl);
-    if (fd < 0) return Fail("cannot create a temporary file");
-    close(fd);
-    std::string tmp = tmpl;
-    int rc = RunTar({"tar", "-C", src, "-cf", tmp, "."});
-    if (rc != 0) {
-      unlink(tmp.c_str());
-      return Fail("tar of " + src + " failed");
-    }
-    auto r = c.Upload("/v1/sandboxes/" + id + "/archive?path=" + PercentEncode(path), tmp, nullptr, "PUT");
-    unlink(tmp.c_str());
-    if (auto why = FailureOf(r)) return Fail(*why);
-    return 0;
-  }
-  auto [id, path] = *rs;
-  auto st = CallJson(c, "GET", "/v1/sandboxes/" + id + "/files/stat?path=" + PercentEncode(path));
-  if (!st) return 1;
-  bool dir = st->value("type", "") == "dir";
-  if (!dir) {
-    std::string target = IsDir(dst) ? dst + "/" + BaseName(path) : dst;
-    auto r = c.Call("GET", "/v1/sandboxes/" + id + "/files?path=" + PercentEncode(path), "", "*/*");
-    if (auto why = FailureOf(r)) return Fail(*why);
-    std::string part = target + ".sbx-part";
-    FILE* f = std::fopen(part.c_str(), "wb");
-    if (!f) return Fail("cannot write " + target);
-    bool ok = std::fwrite(r->body.data(), 1, r->body.size(), f) == r->body.size();
-    ok = std::fclose(f) == 0 && ok;
-    if (!ok || std::rename(part.c_str(), target.c_str()) != 0) {
-      unlink(part.c_str());
-      return Fail("cannot write " + target);
-    }
-    return 0;
-  }
-  auto r = c.Call("GET", "/v1/sandboxes/" + id + "/archive?path=" + PercentEncode(path), "", "*/*");
-  if (auto why = FailureOf(r)) return Fail(*why);
-  int fd = mkstemp(tmpl);
-  if (fd < 0) return Fail("cannot create a temporary file");
-  bool ok = write(fd, r->body.data(), r->body.size()) == static_cast<ssize_t>(r->body.size());
-  close(fd);
-  std::string tmp = tmpl;
-  if (!IsDir(dst) && mkdir(dst.c_str(), 0755) != 0) ok = false;
-  int rc = ok ? RunTar({"tar", "-C", dst, "-xf", tmp, "--no-same-owner", "--no-same-permissions"}) : -1;
-  unlink(tmp.c_str());
-  if (rc != 0) return Fail("unpacking into " + dst + " failed");
-  return 0;
-}
 
 // An exec's stdin travels in its JSON body (base64: 4/3 of it), which sbxd takes up to
 // 64 MiB.

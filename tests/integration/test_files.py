@@ -3,6 +3,7 @@ tar archives, served by the sandbox's agent with every path resolved inside its 
 import http.client
 import io
 import os
+import subprocess
 import tarfile
 import threading
 import time
@@ -11,6 +12,7 @@ import zlib
 import pytest
 
 import sbx
+from conftest import SBX
 
 
 def tar_bytes(entries, gz=False):
@@ -333,6 +335,46 @@ def test_cli_cp_files_and_folders_both_ways(daemon, client, tmp_path):
         daemon.cli("cp", f"{sb.id}:/tree", str(tmp_path / "tree2"))
         assert (tmp_path / "tree2" / "in" / "f.txt").read_text() == "folder file"
         p = daemon.cli("cp", f"{sb.id}:/missing", str(back), check=False)
-        assert p.returncode != 0 and ("not_found" in p.stderr or "No such file" in p.stderr), p.stderr
+        assert p.returncode != 0 and "no such file" in p.stderr.lower(), p.stderr
         p = daemon.cli("cp", str(one), str(back), check=False)
         assert p.returncode != 0 and "exactly one side" in p.stderr
+
+
+def test_cli_cp_follows_docker_cp(daemon, client, tmp_path):
+    """docker cp's rules: into an existing folder goes the folder itself (SRC/. its
+    contents), a missing destination becomes it, a destination ending in / must exist,
+    a folder never lands on a file; and sbx says what it copied."""
+    env_cwd = tmp_path / "here"
+    env_cwd.mkdir()
+    src = tmp_path / "proj"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "a.txt").write_text("a")
+    with client.create(image="busybox") as sb:
+        sb.exec("mkdir -p /root/src/deep /work && echo s > /root/src/deep/s.txt && echo f > /root/file", check=True)
+        p = subprocess.run([SBX, "cp", f"{sb.id}:/root/src", "."], cwd=env_cwd, capture_output=True, text=True,
+                           env=dict(os.environ, SBX_URL=daemon.url, SBX_API_KEY=daemon.key), stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, p.stderr
+        assert (env_cwd / "src" / "deep" / "s.txt").read_text() == "s\n"
+        assert "copied folder" in p.stderr and str(env_cwd / "src") in p.stderr or "./src" in p.stderr, p.stderr
+        into = tmp_path / "into"
+        into.mkdir()
+        daemon.cli("cp", f"{sb.id}:/root/src/.", str(into))  # the contents
+        assert (into / "deep" / "s.txt").exists() and not (into / "src").exists()
+        p = daemon.cli("cp", f"{sb.id}:/root/file", str(tmp_path / "nowhere") + "/", check=False)
+        assert p.returncode == 1 and "does not exist" in p.stderr
+        (tmp_path / "plain").write_text("x")
+        p = daemon.cli("cp", f"{sb.id}:/root/src", str(tmp_path / "plain"), check=False)
+        assert p.returncode == 1 and "onto the file" in p.stderr
+        # Uploads, the same rules.
+        out = daemon.cli("cp", str(src), f"{sb.id}:/work")
+        assert sb.files.read("/work/proj/sub/a.txt") == "a" and "copied folder" in out.stderr
+        daemon.cli("cp", str(src) + "/.", f"{sb.id}:/work")
+        assert sb.files.read("/work/sub/a.txt") == "a"
+        daemon.cli("cp", str(src), f"{sb.id}:/fresh")  # missing: becomes the folder
+        assert sb.files.read("/fresh/sub/a.txt") == "a"
+        p = daemon.cli("cp", str(src / "sub" / "a.txt"), f"{sb.id}:/nope/", check=False)
+        assert p.returncode == 1 and "does not exist" in p.stderr
+        p = daemon.cli("cp", str(src), f"{sb.id}:/root/file", check=False)
+        assert p.returncode == 1 and "onto the file" in p.stderr
+        p = daemon.cli("cp", str(src), "relative:path", check=False)
+        assert p.returncode != 0
