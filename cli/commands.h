@@ -37,6 +37,8 @@ Runner AddCreateCommand(CLI::App& app);    // create
 Runner AddSandboxCommands(CLI::App& app);  // ls, get, rm, stop, start, pause, resume
 // exec_commands.cc
 Runner AddExecCommands(CLI::App& app);  // exec, cp, port, ps, spawn, logs
+// stats_command.cc
+Runner AddStatsCommand(CLI::App& app);  // stats
 // snapshot_commands.cc
 Runner AddSnapshotCommands(CLI::App& app);  // snapshot, fork, template
 Runner AddImageCommands(CLI::App& app);     // image

@@ -105,6 +105,7 @@ class Api {
   Handler CreateSandbox(Request& req);
   Handler ListSandboxes(Request& req);
   Handler GetSandbox(Request& req);
+  Handler SandboxStats(Request& req);
   Handler UpdateSandbox(Request& req);
   Handler DeleteSandbox(Request& req);
   Handler SetTimeout(Request& req);

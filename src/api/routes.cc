@@ -22,6 +22,7 @@ const std::vector<RouteInfo>& Routes() {
       {"POST", "/v1/sandboxes",                             Body::kJson, Access::kAdmin, &Api::CreateSandbox},
       {"GET", "/v1/sandboxes",                              Body::kNone, Access::kAdmin, &Api::ListSandboxes},
       {"GET", "/v1/sandboxes/{id}",                         Body::kNone, Access::kOwnSandbox, &Api::GetSandbox},
+      {"GET", "/v1/sandboxes/{id}/stats",                   Body::kNone, Access::kOwnSandbox, &Api::SandboxStats},
       {"DELETE", "/v1/sandboxes/{id}",                      Body::kNone, Access::kAdmin, &Api::DeleteSandbox},
       {"PATCH", "/v1/sandboxes/{id}",                       Body::kJson, Access::kAdmin, &Api::UpdateSandbox},
       {"POST", "/v1/sandboxes/{id}/exec",                   Body::kJson, Access::kAdmin, &Api::ExecInSandbox},

@@ -49,6 +49,25 @@ asio::awaitable<Response> Api::GetSandbox(Request& req) {
   co_return Json(200, SandboxJson(*v));
 }
 
+asio::awaitable<Response> Api::SandboxStats(Request& req) {
+  auto st = manager_->Stats(req.params["id"]);
+  if (!st.ok()) co_return ErrorResponse(st.error());
+  // Disk use and network counters are not measured yet: null, not a made-up zero.
+  co_return Json(200, {{"id", st->id},
+                       {"state", st->state},
+                       {"read_at", FormatRfc3339(st->read_ms)},
+                       {"read_at_ms", st->read_ms},
+                       {"cpu_ns", st->cpu_ns},
+                       {"cpus", st->cpus},
+                       {"memory_bytes", st->memory_bytes},
+                       {"memory_limit_bytes", st->memory_limit_bytes},
+                       {"processes", st->processes},
+                       {"pids_limit", st->pids_limit},
+                       {"disk_bytes", nullptr},
+                       {"disk_limit_bytes", st->disk_limit_bytes},
+                       {"network", nullptr}});
+}
+
 asio::awaitable<Response> Api::UpdateSandbox(Request& req) {
   const std::string& id = req.params["id"];
   auto j = ParseObject(req.body, {"ttl_seconds", "ttl_action", "idle_timeout_seconds", "auto_resume", "public"});

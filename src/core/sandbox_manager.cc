@@ -79,6 +79,36 @@ SandboxView SandboxManager::View(const Entry& e) const {
   return v;
 }
 
+Result<SandboxStats> SandboxManager::Stats(const std::string& id) {
+  SandboxStats out;
+  runtime::Instance inst;
+  runtime::Runtime* rt;
+  {
+    Lock lock(table_.mu);
+    SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));
+    const bool frozen = e->is(State::kPaused) && e->rec.pause_mode == "freeze";
+    if ((!e->is(State::kRunning) && !frozen) || e->busy)
+      return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " +
+                                                      (e->busy ? std::string("changing state") : e->rec.state) +
+                                                      (e->is(State::kPaused) ? " (hibernated)" : "") +
+                                                      ": nothing of it runs to measure");
+    out.id = id;
+    out.state = e->rec.state;
+    out.cpus = static_cast<double>(e->rec.cpus);
+    out.memory_limit_bytes = static_cast<uint64_t>(e->rec.memory_mb) << 20;
+    out.pids_limit = static_cast<uint64_t>(e->rec.pids);
+    out.disk_limit_bytes = static_cast<uint64_t>(e->rec.disk_mb) << 20;
+    inst = e->inst;
+    rt = &Rt(e->rec);
+  }
+  SBX_ASSIGN_OR_RETURN(auto u, rt->ReadUsage(id, inst));
+  out.read_ms = Now();
+  out.cpu_ns = u.cpu_ns;
+  out.memory_bytes = u.memory_bytes;
+  out.processes = u.processes;
+  return out;
+}
+
 Result<std::string> SandboxManager::ResolveSandbox(const std::string& ref) {
   Lock lock(table_.mu);
   return table_.Resolve(ref);

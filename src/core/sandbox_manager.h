@@ -77,6 +77,8 @@ class SandboxManager {
   // create.cc
   Result<SandboxView> Create(const CreateRequest& req);
   Result<SandboxView> Get(const std::string& id);
+  // What a running or paused (frozen) sandbox uses now (409 otherwise).
+  Result<SandboxStats> Stats(const std::string& id);
   // The id of the sandbox that `ref` names (an id, a name, or a unique prefix of an id);
   // see SandboxTable::Resolve.
   Result<std::string> ResolveSandbox(const std::string& ref);

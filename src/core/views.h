@@ -61,6 +61,18 @@ struct SnapshotView {
   storage::SnapshotRecord rec;
 };
 
+// `GET /v1/sandboxes/{id}/stats`: what a running or frozen sandbox uses now, and its
+// limits. Counters, not rates: a reader takes two and divides (the CLI does).
+struct SandboxStats {
+  std::string id, state;
+  int64_t read_ms = 0;  // wall clock of the reading
+  uint64_t cpu_ns = 0;  // CPU time so far
+  double cpus = 0;      // the CPU limit, in cores
+  uint64_t memory_bytes = 0, memory_limit_bytes = 0;
+  uint64_t processes = 0, pids_limit = 0;
+  uint64_t disk_limit_bytes = 0;
+};
+
 struct ListFilter {
   std::string name;
   std::string state;

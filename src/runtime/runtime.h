@@ -120,6 +120,16 @@ class Runtime {
   virtual Result<Instance> Adopt(const StartSpec& spec, const std::string& saved_state, bool frozen) = 0;
   // CPU time the sandbox's processes used so far, in nanoseconds (0 if unknown).
   virtual uint64_t CpuUsageNs(const std::string& id, const Instance& inst) = 0;
+  // What a sandbox (running or frozen) uses now: its CPU time so far, its memory and its
+  // processes (`sbx stats`).
+  struct Usage {
+    uint64_t cpu_ns = 0;
+    uint64_t memory_bytes = 0;
+    uint64_t processes = 0;
+  };
+  virtual Result<Usage> ReadUsage(const std::string& id, const Instance& inst) {
+    return MakeError(Code::kFailedPrecondition, "this sandbox's isolation does not measure its usage");
+  }
   // Ids of sandboxes that own kernel objects on this host (for reconciliation).
   virtual std::vector<std::string> ListKernelObjects() = 0;
   // True while the instance's init lives.

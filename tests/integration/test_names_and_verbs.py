@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import tarfile
+import time
 
 from conftest import busybox_applets
 
@@ -157,3 +158,32 @@ def test_image_rm_refuses_while_used(daemon, client, tmp_path):
     assert name not in [i["name"] for i in client.images.list()]
     r = daemon.cli("image", "rm", "no/such", check=False)
     assert r.returncode == 1
+
+
+def test_stats_api_and_cli(daemon, client):
+    with client.create(image="busybox", name=f"busy-{secrets.token_hex(3)}") as sb:
+        sb.exec("(while :; do :; done) >/dev/null 2>&1 & sleep 0.2", check=True)
+        status, a = daemon.raw("GET", f"/v1/sandboxes/{sb.id}/stats")
+        assert status == 200, a
+        assert a["id"] == sb.id and a["state"] == "running" and a["processes"] >= 2
+        assert a["memory_bytes"] > 0 and a["memory_limit_bytes"] == sb.data["resources"]["memory_mb"] << 20
+        assert a["pids_limit"] == sb.data["resources"]["pids"] and a["disk_bytes"] is None and a["network"] is None
+        time.sleep(0.3)
+        status, b = daemon.raw("GET", f"/v1/sandboxes/{sb.name}/stats")
+        assert b["cpu_ns"] > a["cpu_ns"] and b["read_at_ms"] >= a["read_at_ms"]
+        out = json.loads(daemon.cli("--json", "stats", sb.id).stdout)
+        assert len(out) == 1 and out[0]["id"] == sb.id and out[0]["cpu_percent"] > 5, out
+        table = daemon.cli("stats", "--no-stream", sb.name).stdout.splitlines()
+        assert table[0].split()[:3] == ["ID", "STATE", "CPU"] and table[1].startswith(sb.id)
+        # Its own token reads it; frozen it is still measured; hibernated or stopped it is not.
+        token = sb.exec("echo $SBX_TOKEN").stdout.strip()
+        assert daemon.raw("GET", f"/v1/sandboxes/{sb.id}/stats", headers={"Authorization": "Bearer " + token},
+                          auth=False)[0] == 200
+        sb.pause(mode="freeze")
+        assert daemon.raw("GET", f"/v1/sandboxes/{sb.id}/stats")[0] == 200
+        sb.resume()
+        sb.stop()
+        status, body = daemon.raw("GET", f"/v1/sandboxes/{sb.id}/stats")
+        assert status == 409 and "nothing of it runs" in body["error"]["message"]
+        r = daemon.cli("stats", "--no-stream", sb.id, check=False)
+        assert r.returncode == 1

@@ -412,6 +412,12 @@ class ContainerRuntime : public Runtime {
     return CgroupDir(mode_, Group(id), o_.cgroup_root).CpuUsageNs();
   }
 
+  Result<Usage> ReadUsage(const std::string& id, const Instance&) override {
+    CgroupDir g(mode_, Group(id), o_.cgroup_root);
+    if (!g.Exists()) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " has no control group now");
+    return Usage{g.CpuUsageNs(), g.MemoryCurrent(), g.Pids().size()};
+  }
+
   std::vector<std::string> ListKernelObjects() override {
     return ListCgroupChildren(mode_, "sbx-" + o_.instance, o_.cgroup_root);
   }
