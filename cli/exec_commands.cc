@@ -69,11 +69,11 @@ void ExecCommands::Add(CLI::App& app) {
   exec->add_option("--cwd", cwd, "working directory");
   exec->add_option("--env,-e", exec_env, "KEY=VALUE");
   exec->add_flag("--interactive,-i", exec_interactive,
-                  "send this input as the command's stdin even from a terminal (read to its end, then run)");
+                  "send this input (a pipe, a terminal) as the command's stdin, read to its end first");
   exec->add_flag("--tty,-t", exec_tty, "run the command on a pseudo-terminal with this terminal attached (-it for a shell)");
-  exec->add_flag("--no-stdin,-n", exec_no_stdin, "never send stdin (as ssh -n: for loops that read their own input)");
+  exec->add_flag("--no-stdin,-n", exec_no_stdin, "never send stdin, not even a redirected file (as ssh -n)");
   exec->footer("Examples: sbx exec my-box -- ls -l /root\n"
-               "          echo data | sbx exec my-box -- wc -c\n"
+               "          echo data | sbx exec -i my-box -- wc -c\n"
                "          sbx exec my-box -- tar -C /root -cf - out > out.tar");
   exec->add_option("cmd", cmd, "the command and its arguments (after --)")->required();
 
@@ -124,10 +124,12 @@ std::optional<int> ExecCommands::Run(HttpClient& c, const Globals& g) {
       if (!e.empty()) pbody["env"] = e;
       return RunInteractiveExec(c, g, exec_id, pbody);
     }
-    // Input piped or redirected into sbx (or any input with -i) is the command's stdin,
-    // read to its end first and sent with the exec; a terminal's is not, nor with -n.
+    // With -i (as docker exec -i), or from a redirected file, the input is the command's
+    // stdin, read to its end first and sent with the exec. A pipe is read only with -i: a
+    // parent that hands down a pipe it never closes (Node's child_process does) would
+    // otherwise hang sbx. Never with -n.
     struct stat in_st;
-    bool piped = !exec_no_stdin && fstat(0, &in_st) == 0 && (S_ISFIFO(in_st.st_mode) || S_ISREG(in_st.st_mode));
+    bool piped = !exec_no_stdin && fstat(0, &in_st) == 0 && S_ISREG(in_st.st_mode);
     if (exec_interactive && !exec_no_stdin) piped = true;
     if (piped) {
       auto in = ReadStdin(kMaxExecStdin);

@@ -166,8 +166,23 @@ class Keeper {
 };
 
 json Keeper::Info() const {
+  // The command as started, cut to 4 KiB in all (a long script must not make the list of
+  // processes too large to answer).
+  std::vector<std::string> argv;
+  size_t room = 4096;
+  bool cut = false;
+  for (const auto& a : req_.argv) {
+    if (a.size() > room) {
+      argv.push_back(a.substr(0, room));
+      cut = true;
+      break;
+    }
+    argv.push_back(a);
+    room -= a.size();
+  }
   json j = {{"pid", sp_.pid},
-            {"argv", req_.argv},
+            {"argv", argv},
+            {"argv_cut", cut},
             {"cwd", req_.cwd},
             {"tty", req_.tty},
             {"started_ms", started_ms_},
@@ -486,12 +501,17 @@ void ServeProcList(int sock) {
   };
   std::vector<Ask> asks;
   std::vector<std::string> names = KeeperNames();
-  if (names.size() > kMaxKeepers) names.resize(kMaxKeepers);
+  bool complete = true;
+  if (names.size() > kMaxKeepers) {
+    names.resize(kMaxKeepers);
+    complete = false;
+  }
   for (const std::string& name : names) {
     UniqueFd k = ConnectKeeper(name);
     if (k.valid() && Send(k.get(), FrameType::kProcList, "")) asks.push_back({std::move(k), FrameDecoder()});
   }
   json list = json::array();
+  size_t list_bytes = 0;
   const int64_t deadline = MonoUs() + int64_t{kControlMs} * 1000;
   size_t left = asks.size();
   char buf[4096];
@@ -514,7 +534,13 @@ void ServeProcList(int sock) {
       bool whole = f.ok() && f->has_value();
       if (whole && (*f)->type == FrameType::kResult) {
         auto info = json::parse((*f)->payload, nullptr, false);
-        if (info.is_object()) list.push_back(std::move(info));
+        // The answer must fit one frame: past that the list says it is incomplete.
+        if (info.is_object() && list_bytes + (*f)->payload.size() < kMaxPayload / 2) {
+          list_bytes += (*f)->payload.size();
+          list.push_back(std::move(info));
+        } else {
+          complete = false;
+        }
       }
       if (whole || n <= 0 || !f.ok() || a.dec.buffered() > (64 << 10)) {
         a.fd.Reset();
@@ -522,7 +548,9 @@ void ServeProcList(int sock) {
       }
     }
   }
-  SendJson(sock, {{"processes", std::move(list)}});
+  // Keepers that did not answer in time are left out: the list is then incomplete too.
+  if (left > 0) complete = false;
+  SendJson(sock, {{"processes", std::move(list)}, {"complete", complete}});
 }
 
 }  // namespace sbx::agent

@@ -137,6 +137,13 @@ Status Api::ResolveRefs(Request& req, const Caller& caller) const {
   auto ref = req.params.find("id");
   if (ref == req.params.end()) return OkStatus();
   Result<std::string> id = MakeError(Code::kNotFound, "");
+  if (caller.kind == Caller::kSandbox) {
+    // A sandbox's token names its own sandbox by id or name only: a prefix would tell it
+    // whether other ids share one.
+    auto own = manager_->Get(caller.sandbox);
+    if (own.ok() && !own->rec.name.empty() && ref->second == own->rec.name) ref->second = caller.sandbox;
+    return OkStatus();
+  }
   if (req.pattern.rfind("/v1/sandboxes/{id}", 0) == 0) id = manager_->ResolveSandbox(ref->second);
   else if (req.pattern.rfind("/v1/disks/{id}", 0) == 0 && disks_ != nullptr) id = disks_->Resolve(ref->second);
   else return OkStatus();
@@ -144,9 +151,8 @@ Status Api::ResolveRefs(Request& req, const Caller& caller) const {
     ref->second = *id;
     return OkStatus();
   }
-  // A sandbox's token learns nothing of other sandboxes: whatever it named is refused alike.
   // Not found: the handler answers 404 naming what was asked for.
-  if (caller.kind == Caller::kSandbox || id.error().code == Code::kNotFound) return OkStatus();
+  if (id.error().code == Code::kNotFound) return OkStatus();
   return id.error();
 }
 
@@ -181,7 +187,8 @@ asio::awaitable<Response> Api::Handle(Request& req) {
     if (!ValidName(v)) co_return Bad("invalid " + k + ": ids and names match [a-z0-9][a-z0-9._-]{0,62}");
   }
   // Any API call on a sandbox is activity for its idle policy.
-  if (pat.rfind("/v1/sandboxes/{id}", 0) == 0) manager_->Touch(req.params["id"]);
+  // (Not a stats reading: `sbx stats` polls every sandbox each second.)
+  if (pat.rfind("/v1/sandboxes/{id}", 0) == 0 && pat != "/v1/sandboxes/{id}/stats") manager_->Touch(req.params["id"]);
   try {
     co_return co_await (this->*route->handler)(req);
   } catch (const std::exception& e) {

@@ -238,7 +238,8 @@ Status SandboxManager::DeleteImage(const std::string& name) {
   SBX_ASSIGN_OR_RETURN(auto snaps, store_->ListSnapshots());
   std::vector<std::string> users;
   for (const auto& r : rows)
-    if (ParseState(r.state) != State::kPooled && uses(r.layers_json)) users.push_back("sandbox " + r.id);
+    if (ParseState(r.state) != State::kPooled && ParseState(r.state) != State::kDeleting && uses(r.layers_json))
+      users.push_back("sandbox " + r.id);  // (sandboxes being deleted are waited for below)
   for (const auto& r : snaps)
     if (uses(r.layers_json)) users.push_back("snapshot " + r.name);
   if (!users.empty()) {

@@ -33,6 +33,8 @@ Status SandboxManager::StopLocked(const EntryPtr& e, const std::string& reason) 
   e->rec.runtime_state.clear();
   e->rec.error = reason;
   e->inst = runtime::Instance();
+  // Background processes sbxd let go of around a hibernate end here, with the rest.
+  if (processes_) processes_->EndDetached(id, "the sandbox was stopped");
   return table_.Persist(*e);
 }
 
@@ -50,6 +52,7 @@ Result<SandboxView> SandboxManager::Start(const std::string& id) {
   SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));
   if (e->is(State::kRunning) && !e->busy && !e->captures) return View(*e);
   SBX_RETURN_IF_ERROR(table_.RequireState(*e, {State::kStopped, State::kError}));
+  if (processes_) processes_->EndDetached(id, "the sandbox stopped");  // a start boots afresh
   if (!Rt(e->rec).HasFiles(DirOf(id)))
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + " has lost its files and cannot start");
   SBX_RETURN_IF_ERROR(admission_.CheckQuota(table_, 1, e->rec.memory_mb, 0));

@@ -37,9 +37,21 @@ asio::awaitable<Result<bool>> ProcessTable::AgentKeeps(asio::any_io_executor ex,
 }
 
 asio::awaitable<Status> ProcessTable::AttachOnStrand(std::shared_ptr<Proc> p, uint64_t since) {
+  // One attach at a time, and none while a reader follows: two followers of one keeper
+  // would take its connection from each other.
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (p->attaching || p->info.attached) co_return OkStatus();
+  }
+  p->attaching = true;
+  p->last_attach_ms = WallMs();
+  struct Done {
+    Proc* p;
+    ~Done() { p->attaching = false; }
+  } done{p.get()};
   auto lease = manager_->LeaseAgent(p->sandbox);
   if (!lease.ok()) co_return lease.error();
-  auto conn = std::make_unique<agent::Conn>(p->strand);
+  auto conn = std::make_shared<agent::Conn>(p->strand);
   agent::DialerPtr addr = (*lease)->addr();
   if (Status st = co_await conn->Open(addr); !st.ok()) co_return st;
   int64_t pid;
@@ -152,6 +164,7 @@ asio::awaitable<void> ProcessTable::ReattachAsync(std::string sandbox, bool forc
       if (it != mine.end() && it->second->info.kept) p = it->second;
     }
     uint64_t since = 0;
+    bool fresh = false;
     if (p) {
       std::lock_guard<std::mutex> plock(p->mu);
       if (p->info.attached) continue;
@@ -183,14 +196,19 @@ asio::awaitable<void> ProcessTable::ReattachAsync(std::string sandbox, bool forc
       } catch (const std::exception&) {
         continue;  // a malformed entry: not ours to follow
       }
-      Remember(sandbox, p);
+      fresh = true;
     }
     auto attach = AttachOnStrand(p, since);
-    (void)co_await asio::co_spawn(p->strand, std::move(attach), use_awaitable);
+    Status st = co_await asio::co_spawn(p->strand, std::move(attach), use_awaitable);
+    // One known only from the list is remembered once it is followed: a keeper that
+    // cannot be attached to (or something squatting its name) leaves no entry behind.
+    if (fresh && st.ok()) Remember(sandbox, p);
   }
   // What sbxd followed but the agent no longer keeps ended while nobody watched (its
-  // sandbox restarted, say): its end is unknown.
-  for (auto& p : cached) {
+  // sandbox restarted, say): its end is unknown. Only from a complete list (a keeper
+  // that did not answer in time, or a list cut to fit, says nothing of the others).
+  const bool complete = !j.contains("complete") || (j["complete"].is_boolean() && j["complete"].get<bool>());
+  for (auto& p : complete ? cached : std::vector<std::shared_ptr<Proc>>{}) {
     std::lock_guard<std::mutex> plock(p->mu);
     if (p->info.running && !p->info.attached && !alive.count(p->info.pid)) {
       EndLocked(*p, "the sandbox's agent no longer keeps this process (the sandbox restarted)");
@@ -253,6 +271,18 @@ void ProcessTable::Detach(const std::string& sandbox) {
     });
   }
   for (auto& w : waits) w.wait_for(std::chrono::seconds(5));
+}
+
+void ProcessTable::EndDetached(const std::string& sandbox, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = procs_.find(sandbox);
+  if (s == procs_.end()) return;
+  for (auto& [pid, p] : s->second) {
+    std::lock_guard<std::mutex> plock(p->mu);
+    if (!p->info.kept || !p->info.running || p->info.attached) continue;
+    EndLocked(*p, reason);
+    asio::post(p->strand, [q = p] { WakeWaiters(*q); });
+  }
 }
 
 }  // namespace sbx::core

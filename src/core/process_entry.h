@@ -28,10 +28,14 @@ inline int64_t WallMs() {
 
 struct ProcessTable::Proc {
   Proc(std::string sb, boost::asio::strand<boost::asio::any_io_executor> s, size_t cap)
-      : sandbox(std::move(sb)), strand(s), conn(std::make_unique<agent::Conn>(s)), ring_cap(cap) {}
+      : sandbox(std::move(sb)), strand(s), conn(std::make_shared<agent::Conn>(s)), ring_cap(cap) {}
   std::string sandbox;
   boost::asio::strand<boost::asio::any_io_executor> strand;
-  std::unique_ptr<agent::Conn> conn;  // the current connection (strand only, after start)
+  // The current connection (strand only, after start). Shared: a reader or writer holds
+  // the one it works on, so a newer connection never frees it under them.
+  std::shared_ptr<agent::Conn> conn;
+  bool attaching = false;     // strand only: an attach is under way (one at a time)
+  int64_t last_attach_ms = 0;  // strand only: when the last attach began (for back-off)
   std::shared_ptr<AgentLease> lease;  // held while sbxd follows a running process
   std::mutex mu;                      // guards info and the ring
   ProcessInfo info;

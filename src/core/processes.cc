@@ -126,8 +126,9 @@ void ProcessTable::EndLocked(Proc& p, const std::string& error) {
 
 asio::awaitable<void> ProcessTable::ReadLoop(std::shared_ptr<Proc> p) {
   std::string lost;
+  std::shared_ptr<agent::Conn> conn = p->conn;  // this reader's connection
   while (true) {
-    auto f = co_await p->conn->Recv();
+    auto f = co_await conn->Recv();
     if (!f.ok()) {
       lost = f.error().message;
       break;
@@ -173,7 +174,7 @@ asio::awaitable<void> ProcessTable::ReadLoop(std::shared_ptr<Proc> p) {
   }
   p->lease.reset();  // no longer activity for the idle policy
   error_code ignored;
-  p->conn->socket().close(ignored);
+  conn->socket().close(ignored);
   bool kept, ended;
   {
     std::lock_guard<std::mutex> lock(p->mu);
@@ -191,6 +192,12 @@ asio::awaitable<void> ProcessTable::ReadLoop(std::shared_ptr<Proc> p) {
   if (kept && !ended) {
     // The connection broke, maybe not the process: attach again if the sandbox still
     // runs (a sandbox being stopped is busy, and the attach fails at once).
+    // At most one attach a second: a connection that keeps breaking costs no busy loop.
+    if (int64_t since_last = WallMs() - p->last_attach_ms; since_last < 1000) {
+      asio::steady_timer wait(p->strand, std::chrono::milliseconds(1000 - since_last));
+      error_code ec;
+      co_await wait.async_wait(asio::redirect_error(use_awaitable, ec));
+    }
     uint64_t since;
     {
       std::lock_guard<std::mutex> lock(p->mu);
@@ -236,11 +243,12 @@ asio::awaitable<void> ProcessTable::WaitOnStrand(std::shared_ptr<Proc> p, uint64
 }
 
 asio::awaitable<void> ProcessTable::WriteLoop(std::shared_ptr<Proc> p) {
+  std::shared_ptr<agent::Conn> conn = p->conn;  // this writer's connection
   while (!p->outq.empty()) {
     std::string frame = std::move(p->outq.front());
     p->outq.pop_front();
     error_code ec;
-    co_await asio::async_write(p->conn->socket(), asio::buffer(frame), asio::redirect_error(use_awaitable, ec));
+    co_await asio::async_write(conn->socket(), asio::buffer(frame), asio::redirect_error(use_awaitable, ec));
     if (ec) {
       p->outq.clear();
       break;
@@ -249,7 +257,7 @@ asio::awaitable<void> ProcessTable::WriteLoop(std::shared_ptr<Proc> p) {
   p->writing = false;
   if (p->close_when_written) {
     error_code ignored;
-    p->conn->socket().close(ignored);
+    conn->socket().close(ignored);
   }
 }
 

@@ -93,6 +93,9 @@ class ProcessTable {
   // and attaches those sbxd does not follow. Without `force`, only when something is
   // detached or the sandbox was not listed since sbxd started. Blocking, within seconds.
   void Reattach(const std::string& sandbox, bool force);
+  // The sandbox stopped: kept processes sbxd does not follow now (let go of around a
+  // hibernate) end with `reason`. Never blocks; safe under the sandbox table's lock.
+  void EndDetached(const std::string& sandbox, const std::string& reason);
   // Drops what is remembered of a deleted sandbox's processes.
   void Forget(const std::string& sandbox);
   // Forgets the processes of every sandbox that no longer exists (deleted by its TTL, say,

@@ -106,8 +106,19 @@ def test_ctrl_c_stops_the_remote_command(daemon, client):
 def test_piped_stdin_reaches_the_command(daemon, client, tmp_path):
     env = dict(os.environ, SBX_URL=daemon.url, SBX_API_KEY=daemon.key)
     with client.create(image="busybox") as sb:
-        p = subprocess.run([SBX, "exec", sb.id, "--", "cat"], input=b"hello\n", env=env, capture_output=True, timeout=60)
+        p = subprocess.run([SBX, "exec", "-i", sb.id, "--", "cat"], input=b"hello\n", env=env, capture_output=True,
+                           timeout=60)
         assert p.returncode == 0 and p.stdout == b"hello\n", p.stderr
+        # Without -i a pipe is not read (as docker exec): a parent that never closes the
+        # pipe it hands down does not hang sbx.
+        never_closed = subprocess.Popen(["sleep", "30"], stdout=subprocess.PIPE)
+        try:
+            p = subprocess.run([SBX, "exec", sb.id, "--", "wc", "-c"], stdin=never_closed.stdout, env=env,
+                               capture_output=True, timeout=20)
+            assert p.returncode == 0 and p.stdout.split() == [b"0"]
+        finally:
+            never_closed.kill()
+            never_closed.wait()
         blob = os.urandom(300000) + b"\x00\xff"
         f = tmp_path / "in.bin"
         f.write_bytes(blob)

@@ -130,3 +130,16 @@ def test_hibernate_and_restore_with_a_background_and_a_tty_process():
         d.wait_clean()
     finally:
         d.destroy()
+
+
+def test_a_stop_after_a_hibernate_ends_the_processes_sbxd_let_go_of(daemon, client):
+    with client.create(image="busybox") as sb:
+        p = sb.processes.start(["sleep", "300"])
+        sb.pause(mode="hibernate")
+        assert p.info()["state"] == "running"
+        sb.stop()
+        info = p.info()
+        assert info["state"] == "exited" and "stopped" in info["error"], info
+        assert p.wait(timeout=5)["state"] == "exited"  # a follower is not left waiting
+        sb.start()
+        assert [q.pid for q in sb.processes.list() if q.data["state"] == "running"] == []
