@@ -76,8 +76,11 @@ def test_ctrl_c_stops_the_remote_command(daemon, client):
     import time
     env = dict(os.environ, SBX_URL=daemon.url, SBX_API_KEY=daemon.key)
     with client.create(image="busybox") as sb:
+        # As in a terminal's foreground: SIGINT at its default (a suite started in the
+        # background, as CI may start it, inherits it ignored).
         p = subprocess.Popen([SBX, "exec", sb.id, "--", "sh", "-c", "echo started; sleep 30; touch /tmp/finished"],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         assert p.stdout.readline() == b"started\n"
         p.send_signal(signal.SIGINT)
         p.wait(timeout=10)
