@@ -108,4 +108,19 @@ std::string Sha256Hex(const std::string& data) {
   return out;
 }
 
+Result<std::string> PickByIdPrefix(const std::string& ref, const std::vector<std::string>& ids,
+                                   const std::string& id_prefix, const std::string& kind) {
+  std::vector<std::string> hits;
+  if (!ref.empty())
+    for (const auto& id : ids)
+      if (id.rfind(ref, 0) == 0 || id.rfind(id_prefix + ref, 0) == 0) hits.push_back(id);
+  if (hits.size() == 1) return hits[0];
+  if (hits.empty()) return MakeError(Code::kNotFound, kind + " " + ref + " not found");
+  std::string shown;
+  for (size_t i = 0; i < hits.size() && i < 5; ++i) shown += (i ? ", " : "") + hits[i];
+  return MakeError(Code::kInvalidArgument, "ambiguous: \"" + ref + "\" begins the ids of " +
+                                               std::to_string(hits.size()) + " " + kind + "s (" + shown +
+                                               (hits.size() > 5 ? ", ..." : "") + "); give more of the id");
+}
+
 }  // namespace sbx

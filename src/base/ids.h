@@ -3,6 +3,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "base/result.h"
 
 namespace sbx {
 
@@ -10,6 +13,11 @@ namespace sbx {
 bool ValidName(const std::string& s);
 // "<prefix>-" followed by 16 random lowercase hex digits.
 std::string NewId(const std::string& prefix);
+// The one of `ids` that `ref` begins, with or without `id_prefix` ("sb-"): kNotFound when
+// none does, kInvalidArgument ("ambiguous: ...", naming up to five) when several do.
+// `kind` names what they are ("sandbox", "disk").
+Result<std::string> PickByIdPrefix(const std::string& ref, const std::vector<std::string>& ids,
+                                   const std::string& id_prefix, const std::string& kind);
 // Random bytes as hex from the kernel's CSPRNG.
 std::string RandomHex(size_t bytes);
 int64_t NowUnixMs();

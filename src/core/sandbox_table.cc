@@ -64,17 +64,10 @@ Result<std::string> SandboxTable::Resolve(const std::string& ref) const {
   if (auto it = live_.find(ref); it != live_.end() && visible(*it->second)) return ref;
   for (const auto& [id, e] : live_)
     if (visible(*e) && !ref.empty() && e->rec.name == ref) return id;
-  std::vector<std::string> hits;
-  if (!ref.empty())
-    for (const auto& [id, e] : live_)
-      if (visible(*e) && (id.rfind(ref, 0) == 0 || id.rfind("sb-" + ref, 0) == 0)) hits.push_back(id);
-  if (hits.size() == 1) return hits[0];
-  if (hits.empty()) return MakeError(Code::kNotFound, "sandbox " + ref + " not found");
-  std::string shown;
-  for (size_t i = 0; i < hits.size() && i < 5; ++i) shown += (i ? ", " : "") + hits[i];
-  return MakeError(Code::kInvalidArgument, "ambiguous: \"" + ref + "\" begins the ids of " +
-                                               std::to_string(hits.size()) + " sandboxes (" + shown +
-                                               (hits.size() > 5 ? ", ..." : "") + "); give more of the id");
+  std::vector<std::string> ids;
+  for (const auto& [id, e] : live_)
+    if (visible(*e)) ids.push_back(id);
+  return PickByIdPrefix(ref, ids, "sb-", "sandbox");
 }
 
 Status SandboxTable::CheckNameFree(const std::string& name, const std::string& except) const {

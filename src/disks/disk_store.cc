@@ -94,17 +94,9 @@ Result<std::string> DiskStore::Resolve(const std::string& ref) {
     if (d.id == ref) return d.id;
   for (const auto& d : all)
     if (!ref.empty() && d.name == ref) return d.id;
-  std::vector<std::string> hits;
-  if (!ref.empty())
-    for (const auto& d : all)
-      if (d.id.rfind(ref, 0) == 0 || d.id.rfind("dk-" + ref, 0) == 0) hits.push_back(d.id);
-  if (hits.size() == 1) return hits[0];
-  if (hits.empty()) return MakeError(Code::kNotFound, "disk " + ref + " not found");
-  std::string shown;
-  for (size_t i = 0; i < hits.size() && i < 5; ++i) shown += (i ? ", " : "") + hits[i];
-  return MakeError(Code::kInvalidArgument, "ambiguous: \"" + ref + "\" begins the ids of " +
-                                               std::to_string(hits.size()) + " disks (" + shown +
-                                               (hits.size() > 5 ? ", ..." : "") + "); give more of the id");
+  std::vector<std::string> ids;
+  for (const auto& d : all) ids.push_back(d.id);
+  return PickByIdPrefix(ref, ids, "dk-", "disk");
 }
 
 Status DiskStore::Delete(const std::string& id) {
