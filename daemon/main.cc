@@ -20,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "api/handlers.h"
@@ -34,6 +35,7 @@
 #include "core/sandbox_manager.h"
 #include "layers/images.h"
 #include "runtime/container/host_setup.h"
+#include "net/network.h"
 #include "runtime/registry.h"
 #include "runtime/runtime.h"
 #include "storage/store.h"
@@ -70,6 +72,11 @@ struct Flags {
   int64_t http_header_timeout_ms = 10000, http_idle_timeout_ms = 120000, http_body_idle_timeout_ms = 30000;
   int64_t proxy_idle_timeout_ms = 300000, max_connections = 4096, max_sandbox_connections = 64;
   int64_t small_body_limit = 64 << 10, max_body = 64 << 20;
+  // Sandboxes' networking (docs/network.md).
+  std::string default_network = "outbound";
+  std::string net_subnet = "10.250.0.0/16";
+  std::string dns_upstream;  // empty: the first IPv4 nameserver of /etc/resolv.conf
+  int64_t net_max_conns = 1024;
 };
 
 // The integer options that are plain limits (0 turns a deadline or a cap off).
@@ -97,7 +104,9 @@ void Usage() {
                "            [--http-header-timeout-ms MS] [--http-idle-timeout-ms MS]\n"
                "            [--http-body-idle-timeout-ms MS] [--proxy-idle-timeout-ms MS]\n"
                "            [--max-connections N] [--max-sandbox-connections N]\n"
-               "            [--small-body-limit BYTES] [--max-body BYTES]\n");
+               "            [--small-body-limit BYTES] [--max-body BYTES]\n"
+               "            [--default-network none|outbound] [--net-subnet CIDR] [--dns-upstream ADDR[:PORT]]\n"
+               "            [--net-max-conns N]\n");
 }
 
 // The CRIU for pause mode "hibernate". `--criu PATH` names it, `--criu none` turns hibernate
@@ -128,6 +137,64 @@ Result<std::string> FindCriu(const std::string& flag) {
                    << (r.ok() ? ": " + r->output.substr(0, 200) : ": " + r.error().message);
   }
   return std::string();
+}
+
+// The resolver sandboxes' queries go to: --dns-upstream ADDR[:PORT], else the first IPv4
+// nameserver of the host's /etc/resolv.conf (sbxd asks it from the host, so a loopback
+// resolver such as systemd-resolved's works).
+Result<std::pair<net::Address, uint16_t>> DnsUpstream(const std::string& flag) {
+  std::string text = flag;
+  if (text.empty()) {
+    std::ifstream in("/etc/resolv.conf");
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream words(line);
+      std::string key, addr;
+      if (words >> key >> addr && key == "nameserver" && net::Address::Parse(addr) && !net::Address::Parse(addr)->v6) {
+        text = addr;
+        break;
+      }
+    }
+    if (text.empty()) return MakeError(Code::kFailedPrecondition, "/etc/resolv.conf names no IPv4 nameserver (use --dns-upstream)");
+  }
+  uint16_t port = 53;
+  if (auto colon = text.find(':'); colon != std::string::npos) {
+    try {
+      int p = std::stoi(text.substr(colon + 1));
+      if (p < 1 || p > 65535) throw std::out_of_range("port");
+      port = static_cast<uint16_t>(p);
+    } catch (const std::exception&) {
+      return MakeError(Code::kInvalidArgument, "--dns-upstream wants an IPv4 ADDR[:PORT]");
+    }
+    text = text.substr(0, colon);
+  }
+  auto a = net::Address::Parse(text);
+  if (!a || a->v6) return MakeError(Code::kInvalidArgument, "--dns-upstream wants an IPv4 ADDR[:PORT]");
+  return std::make_pair(*a, port);
+}
+
+Result<std::unique_ptr<net::Network>> OpenNetwork(const Flags& f, const std::string& instance,
+                                                  const std::string& data_dir) {
+  net::NetworkOptions o;
+  o.tag = instance.substr(0, 5);
+  auto subnet = net::Cidr::Parse(f.net_subnet);
+  if (!subnet) return MakeError(Code::kInvalidArgument, "--net-subnet wants an IPv4 CIDR");
+  o.subnet = *subnet;
+  SBX_ASSIGN_OR_RETURN(auto upstream, DnsUpstream(f.dns_upstream));
+  o.upstream = upstream.first;
+  o.upstream_port = upstream.second;
+  o.max_conns = static_cast<int>(f.net_max_conns);
+  o.state_dir = data_dir + "/network";
+  // The resolver keeps its port across restarts: the firewall sends DNS there until the
+  // new table replaces the old.
+  if (auto port = fs::ReadFile(o.state_dir + "/resolver-port"); port.ok()) o.resolver_port = static_cast<uint16_t>(std::atoi(port->c_str()));
+  auto n = net::Network::Open(o);
+  if (!n.ok() && o.resolver_port != 0) {
+    o.resolver_port = 0;  // taken meanwhile: any port
+    n = net::Network::Open(o);
+  }
+  if (!n.ok()) return n.error();
+  (void)fs::WriteFileAtomic(o.state_dir + "/resolver-port", std::to_string((*n)->resolver_port()) + "\n", 0600);
+  return n;
 }
 
 // A small subset of TOML: top-level `key = "string"` and `key = integer` lines.
@@ -212,6 +279,10 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       }
       else if (k == "keepalive_ms") f->keepalive_ms = std::stoll(v);
       else if (k == "criu") f->criu = v;
+      else if (k == "default_network") f->default_network = v;
+      else if (k == "net_subnet") f->net_subnet = v;
+      else if (k == "dns_upstream") f->dns_upstream = v;
+      else if (k == "net_max_conns") f->net_max_conns = std::stoll(v);
       else if (k == "uid_base") f->uid_base = std::stoll(v);
       else if (k == "owner_uid_base") f->owner_uid_base = std::stoll(v);
       else if (k == "sandbox_max_open_files") f->sandbox_max_open_files = std::stoll(v);
@@ -249,6 +320,10 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
   if (f->output_cap < 1024) return MakeError(Code::kInvalidArgument, "output_cap must be at least 1024");
   if (f->pool_size < 0 || f->pool_size > 64) return MakeError(Code::kInvalidArgument, "pool_size must be between 0 and 64");
   if (f->min_free_mb < 0) return MakeError(Code::kInvalidArgument, "min_free_mb must be 0 or more");
+  if (f->default_network != "none" && f->default_network != "outbound")
+    return MakeError(Code::kInvalidArgument, "default_network must be none or outbound");
+  if (f->net_max_conns < 0 || f->net_max_conns > 1000000)
+    return MakeError(Code::kInvalidArgument, "net_max_conns must be 0 (no cap) to 1000000");
   if (f->max_sandboxes < 0 || f->max_sandboxes > 1000000 || f->max_memory_mb < 0 || f->max_disk_mb < 0)
     return MakeError(Code::kInvalidArgument, "quotas must be 0 (none) or positive");
   return OkStatus();
@@ -397,8 +472,17 @@ int Run(int argc, char** argv) {
       if (!built.ok()) SBX_LOG(kWarn) << "cannot build the busybox image: " << built.error().message;
     }
   }
+  std::unique_ptr<net::Network> network;
+  if (auto n = OpenNetwork(f, co.instance, data_dir); n.ok()) {
+    network = std::move(*n);
+    SBX_LOG(kInfo) << "network: sandboxes in " << f.net_subnet << ", resolver on port " << network->resolver_port()
+                   << ", default mode " << f.default_network;
+  } else {
+    SBX_LOG(kError) << "network: off, every sandbox has loopback only: " << n.error().message;
+  }
   core::ManagerOptions mo;
   mo.data_dir = data_dir;
+  mo.default_network = network ? f.default_network : "none";
   mo.default_image = f.default_image;
   if (f.keepalive_ms < 10 || f.keepalive_ms > 3600000)
     return fail(MakeError(Code::kInvalidArgument, "--keepalive-ms must be between 10 and 3600000"));
@@ -435,7 +519,10 @@ int Run(int argc, char** argv) {
   disks::DiskStore disk_store(data_dir, store->get(), co.uid_base);
   if (auto st = disk_store.MountAll(); !st.ok()) return fail(st.error().Wrap("mounting disks"));
   manager.AttachDisks(&disk_store);
+  manager.set_network(network.get());
   if (auto st = manager.Recover(); !st.ok()) return fail(st.error().Wrap("recovering state"));
+  // Every sandbox's rules at once, replacing the table an earlier sbxd left.
+  if (auto st = manager.InstallNetwork(); !st.ok()) SBX_LOG(kError) << "network rules: " << st.error().message;
   if (auto st = manager.secrets().Load(); !st.ok()) return fail(st.error().Wrap("loading secrets"));
 
   asio::io_context io;

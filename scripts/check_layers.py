@@ -17,7 +17,8 @@ ALLOWED = {
     "layers": {"base", "storage", "layers"},
     "disks": {"base", "storage", "disks"},
     "runtime": AGENT_PROTO | {"layers", "runtime"},
-    "core": AGENT_PROTO | {"agent/client", "storage", "layers", "disks", "runtime", "core"},
+    "net": {"base", "net"},
+    "core": AGENT_PROTO | {"agent/client", "storage", "layers", "disks", "runtime", "net", "core"},
     # The API still calls the agent client (files, the port proxy) and the image store
     # directly; the redesign moves those calls into core.
     "api": AGENT_PROTO | {"agent/client", "layers", "disks", "core", "api"},

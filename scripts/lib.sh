@@ -13,6 +13,7 @@ PACKAGES=(
   libcli11-dev libgtest-dev googletest zlib1g-dev
   python3 python3-pytest
   debootstrap busybox-static tar iproute2 procps btrfs-progs
+  nftables libnftables-dev
   bubblewrap crun
   clang-14 libclang-rt-14-dev clang-tidy-14
 )

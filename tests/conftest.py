@@ -79,6 +79,8 @@ class Daemon:
         self.proc = subprocess.Popen(
             [SBXD, "--listen", f"127.0.0.1:{self.port}", "--socket", os.path.join(self.data, "sbxd.sock"),
              "--data-dir", self.data, "--uid-base", str(self.uid_base), "--default-image", "busybox",
+             # No test's sandbox sends a packet unless the test asks for a network.
+             *([] if any(a.startswith("--default-network") for a in self.extra_args) else ["--default-network", "none"]),
              *self.extra_args],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         deadline = time.time() + 20
@@ -230,6 +232,9 @@ class Daemon:
                     os.rmdir(base)
                 except OSError:
                     pass
+            # Its firewall table (sbxd keeps it across restarts for its sandboxes).
+            subprocess.run(["nft", "delete", "table", "inet", f"sbx_{self.instance[:5]}"],
+                           check=False, capture_output=True)
             # Disks are host mounts under the data dir: unmount them before removing it.
             for line in self.host_mounts():
                 target = line.split()[4]

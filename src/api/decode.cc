@@ -145,17 +145,8 @@ Result<core::CreateRequest> DecodeCreate(const std::string& body) {
   c.no_new_privs = *no_new_privs;
   c.env = *env;
   c.metadata = *md;
-  if (j.contains("network") && !j["network"].is_null()) {
-    const json& n = j["network"];
-    if (!n.is_object()) return Invalid("network must be an object");
-    for (auto& [k, _] : n.items())
-      if (k != "mode" && k != "allow") return Invalid("unknown field network." + k);
-    auto mode = GetString(n, "mode", "none");
-    if (!mode.ok()) return mode.error();
-    c.network_mode = *mode;
-    if (n.contains("allow") && !(n["allow"].is_array() && n["allow"].empty()))
-      return Invalid("network.allow is not available on this sbxd yet");
-  }
+  // Core checks the rules (net::Rules): the API passes them as given.
+  if (j.contains("network")) c.network = j["network"];
   if (j.contains("disks") && !j["disks"].is_null()) {
     const json& ds = j["disks"];
     if (!ds.is_array()) return Invalid("disks must be an array of {id, mount_path}");

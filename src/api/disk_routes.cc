@@ -92,8 +92,9 @@ asio::awaitable<Response> Api::WriteDiskFile(Request& req) {
 asio::awaitable<Response> Api::DiskExec(Request& req) {
   if (!disks_) co_return NoDisks();
   // A serverless call: a fresh sandbox with the disk at /mnt/disk, one command, gone.
-  auto j = ParseObject(req.body, {"cmd", "cwd", "env", "timeout_seconds", "image", "from", "encoding"});
+  auto j = ParseObject(req.body, {"cmd", "cwd", "env", "timeout_seconds", "image", "from", "encoding", "network"});
   if (!j.ok()) co_return ErrorResponse(j.error());
+  const json network = j->contains("network") ? (*j)["network"] : json();
   auto b64 = GetBase64Encoding(*j);
   if (!b64.ok()) co_return ErrorResponse(b64.error());
   const bool base64 = *b64;
@@ -119,7 +120,7 @@ asio::awaitable<Response> Api::DiskExec(Request& req) {
   Collector out;
   agent::OutputFn collect = out.Fn();
   auto ex = co_await asio::this_coro::executor;
-  auto res = co_await manager_->RunOnDisk(ex, id, *image, *from, std::move(e), shell_cmd, collect);
+  auto res = co_await manager_->RunOnDisk(ex, id, *image, *from, network, std::move(e), shell_cmd, collect);
   if (!res.ok()) co_return ErrorResponse(res.error());
   json body = ExitJson(res->exec);
   body["cost_usd"] = res->cost_usd;

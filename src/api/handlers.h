@@ -107,6 +107,7 @@ class Api {
   Handler GetSandbox(Request& req);
   Handler SandboxStats(Request& req);
   Handler UpdateSandbox(Request& req);
+  Handler SetNetwork(Request& req);
   Handler DeleteSandbox(Request& req);
   Handler SetTimeout(Request& req);
   Handler StopSandbox(Request& req);

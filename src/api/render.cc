@@ -38,8 +38,16 @@ json SandboxJson(const core::SandboxView& v) {
             {"cost_usd", v.cost_usd}};
   auto md = json::parse(r.metadata_json, nullptr, false);
   j["metadata"] = md.is_object() ? md : json::object();
-  auto net = json::parse(r.network_json, nullptr, false);
-  j["network"] = net.is_object() ? net : json::object();
+  // The rules as given (normalized), the address while it has a link, the bytes so far.
+  auto row = json::parse(r.network_json, nullptr, false);
+  json net = {{"mode", "none"}, {"allow", json::array()}, {"deny", json::array()}};
+  if (row.is_object())
+    for (const char* k : {"mode", "allow", "deny"})
+      if (row.contains(k)) net[k] = row[k];
+  net["address"] = v.address.empty() ? json(nullptr) : json(v.address);
+  net["tx_bytes"] = v.tx_bytes;
+  net["rx_bytes"] = v.rx_bytes;
+  j["network"] = net;
   j["error"] = r.error.empty() ? json(nullptr) : json(r.error);
   return j;
 }

@@ -99,6 +99,17 @@ asio::awaitable<Response> Api::UpdateSandbox(Request& req) {
   co_return Json(200, SandboxJson(*v));
 }
 
+asio::awaitable<Response> Api::SetNetwork(Request& req) {
+  // The whole `network` object: it replaces the sandbox's rules.
+  auto j = json::parse(req.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) co_return Bad("the body must be a network object {mode, allow, deny}");
+  const std::string id = req.params["id"];
+  std::function<Result<core::SandboxView>()> fn = [this, &id, &j] { return manager_->SetNetwork(id, j); };
+  auto v = co_await RunBlocking(pool_, &fn);
+  if (!v.ok()) co_return ErrorResponse(v.error());
+  co_return Json(200, SandboxJson(*v));
+}
+
 asio::awaitable<Response> Api::DeleteSandbox(Request& req) {
   const std::string& id = req.params["id"];
   auto st = manager_->Delete(id);

@@ -168,6 +168,11 @@ Result<std::vector<SandboxView>> SandboxManager::Fork(const std::string& id, int
     req.no_env = r.no_env;
     req.public_ports = r.public_ports;
     req.no_new_privs = r.no_new_privs;
+    // Its source's rules, with a link (and address) of its own.
+    auto net = json::parse(r.network_json, nullptr, false);
+    if (net.is_object())
+      for (const char* k : {"mode", "allow", "deny"})
+        if (net.contains(k)) req.network[k] = net[k];
     req.cpus = static_cast<int>(r.cpus);
     req.memory_mb = r.memory_mb;
     req.disk_mb = r.disk_mb;

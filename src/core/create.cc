@@ -63,10 +63,7 @@ Status SandboxManager::ValidateCreate(const CreateRequest& req) const {
   if (req.idle_timeout_seconds < 0 || req.idle_timeout_seconds > opts_.max_ttl_seconds)
     return MakeError(Code::kInvalidArgument, "idle_timeout_seconds must be between 0 (off) and " +
                                                  std::to_string(opts_.max_ttl_seconds));
-  if (req.network_mode != "none")
-    return MakeError(Code::kInvalidArgument, req.network_mode == "outbound"
-                                                 ? "network mode \"outbound\" is not available on this sbxd yet"
-                                                 : "network mode must be \"none\" or \"outbound\"");
+  if (auto rules = ValidateNetwork(req.network); !rules.ok()) return rules.error();
   SBX_RETURN_IF_ERROR(ValidateEnv(req.env, "env"));
   if (!req.disks.empty()) {
     if (!disks_) return MakeError(Code::kInvalidArgument, "disks are not available on this sbxd");
@@ -135,7 +132,8 @@ SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, const Sandbox
   r.no_env = req.no_env;
   r.env_json = json(req.env).dump();
   r.metadata_json = json(req.metadata).dump();
-  r.network_json = json{{"mode", req.network_mode}}.dump();
+  auto rules = net::Rules::FromJson(req.network, opts_.default_network);  // validated
+  r.network_json = (rules.ok() ? rules->ToJson() : json{{"mode", "none"}}).dump();
   json ds = json::array();
   for (const auto& [id, path] : req.disks) {
     // Stored by id: a name may be reused by another disk later.
@@ -172,16 +170,22 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
   e->rec = MakeRecord(req, type, image_name, layers);
   SandboxRecord& r = e->rec;
   e->busy = true;
+  // Its rules are in the firewall before its link exists.
+  SBX_RETURN_IF_ERROR(PrepareNetwork(&r));
   {
     Lock lock(table_.mu);
-    SBX_RETURN_IF_ERROR(table_.CheckNameFree(r.name));
-    SBX_RETURN_IF_ERROR(admission_.CheckQuota(table_, 1, r.memory_mb, r.disk_mb));
+    auto refused = [&](Error err) {
+      ReleaseNetwork(r);
+      return err;
+    };
+    if (Status free = table_.CheckNameFree(r.name); !free.ok()) return refused(free.error());
+    if (Status q = admission_.CheckQuota(table_, 1, r.memory_mb, r.disk_mb); !q.ok()) return refused(q.error());
     // The row comes first: a crash from here on leaves a row that Recover() resolves.
     auto st = store_->InsertSandbox(r);
     if (!st.ok()) {
       if (st.error().code == Code::kAlreadyExists)
-        return MakeError(Code::kAlreadyExists, "a sandbox named \"" + r.name + "\" exists");
-      return st.error();
+        return refused(MakeError(Code::kAlreadyExists, "a sandbox named \"" + r.name + "\" exists"));
+      return refused(st.error());
     }
     table_.Add(e);
   }
@@ -202,6 +206,7 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
     table_.Remove(r.id);
     table_.mu.Unlock();
     (void)rt.Destroy(r.id, spec.dir);
+    ReleaseNetwork(r);
     (void)store_->DeleteSandbox(r.id);
     table_.mu.Lock();
     return OnDataDir(inst.error());

@@ -43,6 +43,8 @@ struct ManagerOptions {
   // Idle policy: a sandbox using more than this share of one CPU is busy.
   double idle_cpu_threshold = 0.05;
   std::function<int64_t()> now_ms;  // wall clock (tests drive it); default: real time
+  // A create's network mode when it names none ("none" or "outbound").
+  std::string default_network = "none";
   // 32 raw bytes: seals daemon secrets at rest and signs sandbox tokens. Empty: secrets
   // and tokens are off (unit tests).
   std::string secret_key;

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "base/cancel.h"
 #include "base/result.h"
 
@@ -33,7 +35,8 @@ struct CreateRequest {
   bool no_env = false;
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> metadata;
-  std::string network_mode = "none";
+  // {"mode", "allow", "deny"} as the API took it (null: the daemon's default mode).
+  nlohmann::json network;
   std::vector<std::pair<std::string, std::string>> disks;  // disk id or name, mount path
   // Optional overrides of the type's resources.
   std::optional<int> cpus;

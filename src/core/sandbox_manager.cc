@@ -69,6 +69,8 @@ runtime::StartSpec SandboxManager::SpecOf(const SandboxRecord& r) const {
   s.limits.disk_bytes = static_cast<uint64_t>(r.disk_mb) << 20;
   s.limits.pids = static_cast<int>(r.pids);
   s.no_new_privs = r.no_new_privs;
+  s.link = LinkOfRow(r);
+  s.nameserver = Nameserver();
   return s;
 }
 
@@ -76,6 +78,8 @@ SandboxView SandboxManager::View(const Entry& e) const {
   SandboxView v;
   v.rec = e.rec;
   std::tie(v.billed_seconds, v.cost_usd) = metering_.Billed(e.rec);
+  std::tie(v.tx_bytes, v.rx_bytes) = NetworkBytes(e);
+  if (auto link = LinkOfRow(e.rec)) v.address = net::Address::V4(link->sandbox).ToString();
   return v;
 }
 

@@ -47,9 +47,14 @@
 #include "core/work_queue.h"
 #include "disks/disk_store.h"
 #include "layers/images.h"
+#include "net/rules.h"
 #include "runtime/registry.h"
 #include "runtime/runtime.h"
 #include "storage/store.h"
+
+namespace sbx::net {
+class Network;
+}
 
 namespace sbx::core {
 
@@ -129,6 +134,14 @@ class SandboxManager {
   Result<std::shared_ptr<AgentLease>> LeaseAgent(const std::string& id);
   // The table of background processes, told around hibernates and resumes.
   void set_processes(ProcessTable* p) { processes_ = p; }
+  // The host's networking for sandboxes (none: every sandbox has loopback only).
+  void set_network(net::Network* n) { network_ = n; }
+
+  // sandbox_network.cc. Replaces a sandbox's network rules (PATCH .../network); a running
+  // sandbox gets or loses its link at once, new connections follow the new rules.
+  Result<SandboxView> SetNetwork(const std::string& id, const nlohmann::json& network);
+  // At sbxd's start, after recovery: every sandbox's rules into the firewall at once.
+  Status InstallNetwork();
   // An API call on the sandbox: activity for its idle policy.
   void Touch(const std::string& id);
 
@@ -136,7 +149,8 @@ class SandboxManager {
   // command runs with the image's bash, else sh); the sandbox goes when it ends.
   boost::asio::awaitable<Result<DiskCallResult>> RunOnDisk(boost::asio::any_io_executor ex, const std::string& disk,
                                                            const std::string& image, const std::string& from,
-                                                           ExecRequest req, const std::string& shell_cmd,
+                                                           nlohmann::json network, ExecRequest req,
+                                                           const std::string& shell_cmd,
                                                            agent::OutputFn on_output);
   // Deletes a disk no sandbox uses (409 otherwise; waits briefly for teardowns).
   Status DeleteDisk(const std::string& id);
@@ -189,6 +203,17 @@ class SandboxManager {
   storage::SandboxRecord MakeRecord(const CreateRequest& req, const SandboxType& type, const std::string& image,
                                     const std::vector<std::string>& layers);
   runtime::StartSpec SpecOf(const storage::SandboxRecord& r) const;
+  // sandbox_network.cc
+  Result<net::Rules> ValidateNetwork(const nlohmann::json& network) const;
+  std::optional<runtime::NetLink> LinkOfRow(const storage::SandboxRecord& r) const;
+  std::string Nameserver() const;
+  // Rules into the firewall (and a slot, for a sandbox that reaches out) before its link
+  // exists; ReleaseNetwork undoes it when the sandbox goes.
+  Status PrepareNetwork(storage::SandboxRecord* r);
+  void ReleaseNetwork(const storage::SandboxRecord& r);
+  // Adds the bytes of the sandbox's link to its row before the link goes.
+  void KeepLinkBytes(storage::SandboxRecord* r);
+  std::pair<uint64_t, uint64_t> NetworkBytes(const Entry& e) const;  // sent, received
   SandboxView View(const Entry& e) const;
   std::string DirOf(const std::string& id) const { return opts_.data_dir + "/sandboxes/" + id; }
   // Where a hibernated sandbox's checkpoint is kept.
@@ -258,6 +283,7 @@ class SandboxManager {
   layers::ImageStore* images_;
   disks::DiskStore* disks_ = nullptr;
   ProcessTable* processes_ = nullptr;  // set once, before serving
+  net::Network* network_ = nullptr;    // set once, before serving
   const runtime::Registry* runtimes_;
   TypeTable types_;
 

@@ -51,7 +51,7 @@ std::string SandboxManager::ShellFor(const storage::SandboxRecord& r) const {
 
 asio::awaitable<Result<DiskCallResult>> SandboxManager::RunOnDisk(asio::any_io_executor ex, const std::string& disk,
                                                                   const std::string& image, const std::string& from,
-                                                                  ExecRequest req, const std::string& shell_cmd,
+                                                                  nlohmann::json network, ExecRequest req, const std::string& shell_cmd,
                                                                   agent::OutputFn on_output) {
   if (!disks_) co_return MakeError(Code::kUnavailable, "disks are not available on this sbxd");
   const int64_t arrival_us = req.arrival_us ? req.arrival_us : SteadyUs();
@@ -63,6 +63,7 @@ asio::awaitable<Result<DiskCallResult>> SandboxManager::RunOnDisk(asio::any_io_e
   creq.ttl_seconds = 600;
   creq.disks = {{disk, "/mnt/disk"}};
   creq.metadata = {{"serverless_disk", disk}};
+  creq.network = network;
   std::function<Result<SandboxView>()> create = [this, &creq] { return Create(creq); };
   auto sb = co_await RunBlocking(&blocking_, &create);
   if (!sb.ok()) co_return sb.error();

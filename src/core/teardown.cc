@@ -41,6 +41,7 @@ void SandboxManager::TeardownOne(const std::string& id) {
   // not answer.
   runtime::Instance inst;
   runtime::Runtime* rt = runtimes_->layers();
+  storage::SandboxRecord rec;
   bool cancelled = false;
   {
     Lock lock(table_.mu);
@@ -48,7 +49,10 @@ void SandboxManager::TeardownOne(const std::string& id) {
       EntryPtr e = table_.Deleting(id);
       if (e) rt = &Rt(e->rec);
       if (!e || (!e->busy && e->captures == 0)) {
-        if (e) inst = e->inst;
+        if (e) {
+          inst = e->inst;
+          rec = e->rec;
+        }
         break;
       }
       if (e->restoring && !cancelled) {
@@ -67,6 +71,7 @@ void SandboxManager::TeardownOne(const std::string& id) {
   Status st = rt->Stop(id, inst);
   if (st.ok()) st = rt->DropCheckpoint(CheckpointDir(id));
   if (st.ok()) st = rt->Destroy(id, DirOf(id));
+  if (st.ok() && !rec.id.empty()) ReleaseNetwork(rec);
   if (st.ok()) st = store_->DeleteSandbox(id);
   if (!st.ok()) SBX_LOG(kError) << "teardown of " << id << ": " << st.error().message;
   {

@@ -28,6 +28,10 @@ struct SandboxView {
   storage::SandboxRecord rec;
   double billed_seconds = 0;
   double cost_usd = 0;
+  // Its network: its address while it has a link (else empty), and the bytes it sent
+  // and received through its links so far.
+  std::string address;
+  uint64_t tx_bytes = 0, rx_bytes = 0;
 };
 
 // A running sandbox's agent, held for one file, process or port operation. While it is

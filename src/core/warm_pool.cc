@@ -73,12 +73,25 @@ Result<SandboxView> SandboxManager::Claim(EntryPtr e, const CreateRequest& req, 
       return st.error();
     }
   }
+  // Its own rules, then its link (a pooled sandbox has loopback only).
+  if (Status st = PrepareNetwork(&claimed); !st.ok()) {
+    give_back();
+    return st.error();
+  }
+  if (auto link = LinkOfRow(claimed))
+    if (Status st = Rt(e->rec).AttachLink(claimed.id, e->inst, *link); !st.ok()) {
+      ReleaseNetwork(claimed);
+      give_back();
+      return st.error();
+    }
   Lock lock(table_.mu);
   if (Status free = table_.CheckNameFree(claimed.name); !free.ok()) {
+    ReleaseNetwork(claimed);
     DiscardLocked(e);
     return free.error();
   }
   if (Status q = admission_.CheckQuota(table_, 1, claimed.memory_mb, claimed.disk_mb); !q.ok()) {
+    ReleaseNetwork(claimed);
     DiscardLocked(e);
     return q.error();
   }
@@ -91,6 +104,7 @@ Result<SandboxView> SandboxManager::Claim(EntryPtr e, const CreateRequest& req, 
   if (!st.ok()) {
     (void)store_->ClosePeriod(claimed.id, claimed.started_ms);  // nothing was billed
     e->rec = before;
+    ReleaseNetwork(claimed);
     DiscardLocked(e);
     if (st.error().code == Code::kAlreadyExists)
       return MakeError(Code::kAlreadyExists, "a sandbox named \"" + claimed.name + "\" exists");
@@ -115,6 +129,7 @@ bool SandboxManager::FillOne(const std::string& key, const PoolKey& k) {
     }
   CreateRequest req;
   req.isolation = k.isolation;
+  req.network = {{"mode", "none"}};  // a claim gives it its own rules and link
   req.from = k.from;
   req.disks = k.disks;
   if (!k.disks.empty()) req.metadata = {{"serverless_disk", k.disks.front().first}};

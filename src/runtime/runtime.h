@@ -30,6 +30,21 @@ struct Bind {
   std::string target;  // absolute, normalized path inside the sandbox
 };
 
+// A sandbox's link to the host (IPv4 addresses in host byte order): the host's end
+// `host_if` with `gateway`, the sandbox's `eth0` with `sandbox`, a point-to-point /31.
+struct NetLink {
+  std::string host_if;
+  uint32_t sandbox = 0;
+  uint32_t gateway = 0;
+  int prefix = 31;
+};
+
+// Bytes through a sandbox's link, as the sandbox sees them.
+struct LinkCounters {
+  uint64_t tx_bytes = 0;
+  uint64_t rx_bytes = 0;
+};
+
 struct StartSpec {
   std::string id;
   std::vector<Bind> binds;
@@ -39,6 +54,8 @@ struct StartSpec {
   Limits limits;
   // No process of the sandbox gains privileges by exec (setuid programs gain nothing).
   bool no_new_privs = true;
+  std::optional<NetLink> link;  // none: the sandbox has loopback only
+  std::string nameserver;       // its /etc/resolv.conf's (empty: the image's file stays)
 };
 
 // A running sandbox as the runtime knows it. Core keeps it and gives it back; it reads
@@ -130,6 +147,14 @@ class Runtime {
   virtual Result<Usage> ReadUsage(const std::string& id, const Instance& inst) {
     return MakeError(Code::kFailedPrecondition, "this sandbox's isolation does not measure its usage");
   }
+  // Gives a running (or frozen) sandbox its link, or takes it away (its connections
+  // through it end).
+  virtual Status AttachLink(const std::string& id, const Instance& inst, const NetLink& link) {
+    return MakeError(Code::kFailedPrecondition, "this sandbox's isolation has no network");
+  }
+  virtual Status DetachLink(const NetLink& link) { return OkStatus(); }
+  // What went through the link so far (nullopt: it has none now).
+  virtual std::optional<LinkCounters> ReadLinkCounters(const NetLink& link) { return std::nullopt; }
   // Ids of sandboxes that own kernel objects on this host (for reconciliation).
   virtual std::vector<std::string> ListKernelObjects() = 0;
   // True while the instance's init lives.

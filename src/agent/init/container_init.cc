@@ -73,6 +73,25 @@ Status Mask(const std::string& path) {
 
 // Creates each directory of `rel` (absolute inside the root) below `root`, refusing
 // symlinks and non-directories on the way, so an image cannot redirect a mount.
+// /etc/resolv.conf names sbxd's resolver (after the pivot: every path is the sandbox's).
+// A symbolic link there (to a host-side resolver's file) is replaced by the file.
+Status WriteResolvConf(const std::string& nameserver) {
+  struct stat st;
+  if (::stat("/etc", &st) != 0 || !S_ISDIR(st.st_mode)) return OkStatus();
+  const std::string text = "# sbx: the sandbox's resolver (its network rules apply to names)\nnameserver " +
+                           nameserver + "\n";
+  int fd = ::open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == ELOOP) {
+    if (::unlink("/etc/resolv.conf") != 0) return ErrnoError("replace /etc/resolv.conf");
+    fd = ::open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  }
+  if (fd < 0) return OkStatus();  // a read-only or odd /etc: the image's stays
+  ssize_t n = ::write(fd, text.data(), text.size());
+  ::close(fd);
+  if (n != static_cast<ssize_t>(text.size())) return ErrnoError("write /etc/resolv.conf");
+  return OkStatus();
+}
+
 Status EnsureDirsUnder(const std::string& root, const std::string& rel) {
   std::string path = root;
   size_t i = 1;
@@ -153,6 +172,7 @@ Result<SandboxConfig> SandboxConfig::FromJson(const std::string& s) {
     c.api_dir = j.value("api_dir", std::string());
     c.agent_exe = j.value("agent_exe", std::string());
     c.no_new_privs = j.value("no_new_privs", true);
+    c.nameserver = j.value("nameserver", std::string());
     if (j.contains("binds"))
       for (const auto& b : j["binds"])
         c.binds.emplace_back(b.at("source").get<std::string>(), b.at("target").get<std::string>());
@@ -169,7 +189,7 @@ std::string SandboxConfig::ToJson() const {
   nlohmann::json j = {{"base", base}, {"lower", lower},   {"upper", upper},       {"work", work},
                       {"rootfs", rootfs}, {"socket", socket_path}, {"hostname", hostname},
                       {"tmp_bytes", tmp_bytes}, {"api_dir", api_dir},
-                      {"agent_exe", agent_exe}, {"no_new_privs", no_new_privs}};
+                      {"agent_exe", agent_exe}, {"no_new_privs", no_new_privs}, {"nameserver", nameserver}};
   return j.dump();
 }
 
@@ -349,6 +369,7 @@ Result<UniqueFd> InitSandbox(const SandboxConfig& cfg) {
   if (::syscall(SYS_pivot_root, ".", ".") != 0) return ErrnoError("pivot_root");
   if (::umount2(".", MNT_DETACH) != 0) return ErrnoError("detach the old root");
   if (::chdir("/") != 0) return ErrnoError("chdir /");
+  if (!cfg.nameserver.empty()) SBX_RETURN_IF_ERROR(WriteResolvConf(cfg.nameserver));
 
   // The agent's own memory and /proc entries are closed to the sandbox's code.
   if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return ErrnoError("PR_SET_DUMPABLE");

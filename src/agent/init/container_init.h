@@ -35,6 +35,8 @@ struct SandboxConfig {
   // true: no process of the sandbox gains privileges by exec (no_new_privs, and the root
   // is mounted nosuid); false: setuid programs (su, sudo) work as in a container.
   bool no_new_privs = true;
+  // The sandbox's resolver: /etc/resolv.conf names it (empty: the image's file stays).
+  std::string nameserver;
   static Result<SandboxConfig> FromJson(const std::string& s);
   std::string ToJson() const;
 };

@@ -15,6 +15,7 @@
 #include "base/reaper.h"
 #include "base/scope_exit.h"
 #include "runtime/container/user_ns.h"
+#include "runtime/netlink.h"
 #include "runtime/process_handle.h"
 
 namespace sbx::runtime {
@@ -150,6 +151,13 @@ Result<Instance> Checkpointer::Restore(const StartSpec& spec, const std::string&
   std::istringstream rows(table);
   for (std::string key, source; std::getline(rows, key, '\t') && std::getline(rows, source);)
     args.push_back("--external=mnt[" + key + "]:" + source);
+  // The link: sbxd makes the pair on the host; CRIU moves its inner end into the restored
+  // namespace as eth0 (with the addresses and routes it had); sbxd addresses the host's end.
+  const std::string peer = spec.link ? spec.link->host_if + "p" : "";
+  if (spec.link) {
+    SBX_RETURN_IF_ERROR(netlink::CreateHostPair(*spec.link, peer));
+    args.push_back("--external=netdev[eth0]:" + peer);
+  }
   // As root: CRIU restores the UTS namespace's host name through /proc/sys, which the
   // kernel opens for writing to uid 0 only. So the restored user namespace is owned by
   // root, and the sandbox shares host root's per-user budgets until it is stopped and
@@ -157,10 +165,15 @@ Result<Instance> Checkpointer::Restore(const StartSpec& spec, const std::string&
   // CRIU runs in the sandbox's cgroup, so the processes it makes are there from their
   // first page on (a checkpoint that CRIU took as the namespace's owner records no
   // cgroups to restore).
-  SBX_RETURN_IF_ERROR(RunCriu(args, images, "restore.log", "restoring the sandbox", 0,
-                              [&](pid_t criu) { return cg.AddProcess(criu); }));
+  Status restored = RunCriu(args, images, "restore.log", "restoring the sandbox", 0,
+                            [&](pid_t criu) { return cg.AddProcess(criu); });
+  if (!restored.ok()) {
+    if (spec.link) (void)netlink::DeleteLink(spec.link->host_if);
+    return restored.error();
+  }
   auto fail = [&](Error e) -> Result<Instance> {
     (void)cg.Kill();
+    if (spec.link) (void)netlink::DeleteLink(spec.link->host_if);
     return e.Wrap("restoring sandbox " + spec.id);
   };
   auto text = fs::ReadFile(pidfile);
@@ -174,6 +187,8 @@ Result<Instance> Checkpointer::Restore(const StartSpec& spec, const std::string&
   auto addr = AgentOf(pid);
   if (!addr.ok()) return fail(addr.error());
   inst.agent = *addr;
+  if (spec.link)
+    if (auto st = netlink::ConfigureHostEnd(*spec.link); !st.ok()) return fail(st.error());
   if (auto st = agent::PingBlocking(*inst.agent, 5000); !st.ok()) return fail(st.error());
   return inst;
 }

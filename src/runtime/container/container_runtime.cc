@@ -29,6 +29,7 @@
 #include "runtime/cgroup.h"
 #include "runtime/container/checkpoint.h"
 #include "runtime/container/user_ns.h"
+#include "runtime/netlink.h"
 #include "runtime/process_handle.h"
 #include "runtime/quota.h"
 #include "runtime/runtime.h"
@@ -202,6 +203,7 @@ class ContainerRuntime : public Runtime {
                           {"socket", kAgentName},           {"hostname", spec.hostname},
                           {"tmp_bytes", spec.limits.memory_bytes / 2},
                           {"no_new_privs", spec.no_new_privs},
+                          {"nameserver", spec.nameserver},
                           {"api_dir", o_.api_dir},
                           {"agent_exe", o_.api_dir.empty() || o_.agent_copy.empty() ? "" : "/run/sbx/" + o_.agent_copy}};
     std::string go = "G" + cfg.dump();
@@ -278,6 +280,11 @@ class ContainerRuntime : public Runtime {
     // with CAP_SYS_RESOURCE would also make it the floor that the sandbox's processes
     // inherit and may lower their own score to; this way that floor stays 0.
     (void)fs::WriteFile(p + "/oom_adj", "-16", false);
+    if (spec.link) {
+      UniqueFd netns(::open((p + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
+      if (!netns.valid()) return fail(ErrnoError("open the sandbox's network namespace"));
+      if (auto st = netlink::AttachVeth(*spec.link, netns.get()); !st.ok()) return fail(st.error());
+    }
     size_t off = 0;
     while (off < go.size()) {
       ssize_t n = ::write(cfg_w.get(), go.data() + off, go.size() - off);
@@ -416,6 +423,19 @@ class ContainerRuntime : public Runtime {
     CgroupDir g(mode_, Group(id), o_.cgroup_root);
     if (!g.Exists()) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " has no control group now");
     return Usage{g.CpuUsageNs(), g.MemoryCurrent(), g.Pids().size()};
+  }
+
+  Status AttachLink(const std::string& id, const Instance& inst, const NetLink& link) override {
+    const ProcessHandle* p = ProcessOf(inst);
+    if (!p) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is not running");
+    UniqueFd netns(::open(("/proc/" + std::to_string(p->pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!netns.valid()) return ErrnoError("open the sandbox's network namespace");
+    if (netlink::LinkExists(link.host_if)) return OkStatus();
+    return netlink::AttachVeth(link, netns.get());
+  }
+  Status DetachLink(const NetLink& link) override { return netlink::DeleteLink(link.host_if); }
+  std::optional<LinkCounters> ReadLinkCounters(const NetLink& link) override {
+    return netlink::ReadCounters(link.host_if);
   }
 
   std::vector<std::string> ListKernelObjects() override {

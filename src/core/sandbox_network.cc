@@ -1,0 +1,173 @@
+// Sandboxes' networks: each sandbox's rules (`network` of the API) and, for those that
+// reach out, a slot in sbxd's subnet, kept in its row's network_json beside the rules
+// ({"mode", "allow", "deny", "slot", "tx", "rx"}: the last two are bytes of links it no
+// longer has). The firewall holds the rules before the link exists; the runtime makes
+// the link at start or restore (StartSpec.link), or at once for a live change.
+#include "base/log.h"
+#include "core/sandbox_manager.h"
+#include "net/network.h"
+
+namespace sbx::core {
+
+using nlohmann::json;
+using storage::SandboxRecord;
+
+namespace {
+
+json RowNetwork(const SandboxRecord& r) {
+  auto j = json::parse(r.network_json, nullptr, false);
+  return j.is_object() ? j : json::object();
+}
+
+// The rules as the API gave them (a row from before rules had lists has a mode only).
+net::Rules RulesOfRow(const json& j) {
+  json pub = json::object();
+  for (const char* k : {"mode", "allow", "deny"})
+    if (j.contains(k)) pub[k] = j[k];
+  auto r = net::Rules::FromJson(pub, "none");
+  if (r.ok()) return *r;
+  net::Rules none;
+  none.mode = "none";
+  return none;
+}
+
+int SlotOfRow(const json& j) { return j.contains("slot") && j["slot"].is_number_integer() ? j["slot"].get<int>() : 0; }
+
+}  // namespace
+
+Result<net::Rules> SandboxManager::ValidateNetwork(const json& network) const {
+  SBX_ASSIGN_OR_RETURN(net::Rules rules, net::Rules::FromJson(network, opts_.default_network));
+  if (rules.mode == "outbound" && !network_)
+    return MakeError(Code::kFailedPrecondition,
+                     "this sbxd runs without networking (its log says why): only network mode \"none\"");
+  return rules;
+}
+
+std::optional<runtime::NetLink> SandboxManager::LinkOfRow(const SandboxRecord& r) const {
+  if (!network_) return std::nullopt;
+  json j = RowNetwork(r);
+  const int slot = SlotOfRow(j);
+  if (slot == 0 || RulesOfRow(j).mode != "outbound") return std::nullopt;
+  net::Network::Link l = network_->LinkOf(slot);
+  return runtime::NetLink{l.host_if, l.sandbox.v4(), l.gateway.v4(), 31};
+}
+
+std::string SandboxManager::Nameserver() const {
+  return network_ ? network_->resolver_address().ToString() : std::string();
+}
+
+Status SandboxManager::PrepareNetwork(SandboxRecord* r) {
+  if (!network_) return OkStatus();
+  json j = RowNetwork(*r);
+  net::Rules rules = RulesOfRow(j);
+  int slot = SlotOfRow(j);
+  if (rules.mode != "outbound" && slot == 0) return OkStatus();
+  if (slot == 0) {
+    SBX_ASSIGN_OR_RETURN(slot, network_->Take(r->id));
+    j["slot"] = slot;
+    r->network_json = j.dump();
+  }
+  Status st = network_->Apply({slot, rules, 0});
+  if (!st.ok()) {
+    network_->Release(r->id);
+    return st.error().Wrap("setting up the sandbox's network rules");
+  }
+  return OkStatus();
+}
+
+void SandboxManager::ReleaseNetwork(const SandboxRecord& r) {
+  if (!network_) return;
+  const int slot = SlotOfRow(RowNetwork(r));
+  if (slot == 0) return;
+  if (Status st = network_->Remove(slot); !st.ok())
+    SBX_LOG(kWarn) << "removing the network rules of " << r.id << ": " << st.error().message;
+  network_->Release(r.id);
+}
+
+void SandboxManager::KeepLinkBytes(SandboxRecord* r) {
+  auto link = LinkOfRow(*r);
+  if (!link) return;
+  auto c = Rt(*r).ReadLinkCounters(*link);
+  if (!c) return;
+  json j = RowNetwork(*r);
+  j["tx"] = j.value("tx", uint64_t{0}) + c->tx_bytes;
+  j["rx"] = j.value("rx", uint64_t{0}) + c->rx_bytes;
+  r->network_json = j.dump();
+}
+
+std::pair<uint64_t, uint64_t> SandboxManager::NetworkBytes(const Entry& e) const {
+  json j = RowNetwork(e.rec);
+  uint64_t tx = j.value("tx", uint64_t{0}), rx = j.value("rx", uint64_t{0});
+  if (auto link = LinkOfRow(e.rec); link && (e.is(State::kRunning) || e.is(State::kPaused)))
+    if (auto c = Rt(e.rec).ReadLinkCounters(*link)) {
+      tx += c->tx_bytes;
+      rx += c->rx_bytes;
+    }
+  return {tx, rx};
+}
+
+Status SandboxManager::InstallNetwork() {
+  if (!network_) return OkStatus();
+  std::vector<net::Network::Entry> entries;
+  Lock lock(table_.mu);
+  std::vector<EntryPtr> all;
+  for (const auto& [id, e] : table_.live()) all.push_back(e);
+  for (const auto& [id, e] : table_.deleting()) all.push_back(e);
+  for (const auto& e : all) {
+    json j = RowNetwork(e->rec);
+    const int slot = SlotOfRow(j);
+    if (slot == 0) continue;
+    if (Status st = network_->Hold(e->rec.id, slot); !st.ok()) {
+      SBX_LOG(kError) << "sandbox " << e->rec.id << "'s network: " << st.error().message;
+      continue;
+    }
+    entries.push_back({slot, RulesOfRow(j), 0});
+  }
+  return network_->Install(entries);
+}
+
+Result<SandboxView> SandboxManager::SetNetwork(const std::string& id, const json& network) {
+  SBX_ASSIGN_OR_RETURN(net::Rules rules, ValidateNetwork(network));
+  Lock lock(table_.mu);
+  SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));
+  SBX_RETURN_IF_ERROR(table_.RequireState(
+      *e, {State::kRunning, State::kPaused, State::kStopped, State::kError}));
+  SandboxRecord r = e->rec;
+  SandboxRecord old = e->rec;
+  json j = RowNetwork(r);
+  const bool had_link = LinkOfRow(r).has_value();
+  const json given = rules.ToJson();
+  for (const auto& [k, v] : given.items()) j[k] = v;
+  r.network_json = j.dump();
+  // The link is there while the sandbox's processes are (running, or frozen in place).
+  const bool live = e->is(State::kRunning) || (e->is(State::kPaused) && r.pause_mode == "freeze");
+  e->busy = true;
+  runtime::Instance inst = e->inst;
+  runtime::Runtime& rt = Rt(r);
+  table_.mu.Unlock();
+  Status st = PrepareNetwork(&r);
+  const auto link = LinkOfRow(r);
+  if (st.ok() && live && link && !had_link) st = rt.AttachLink(id, inst, *link);
+  if (st.ok() && live && !link && had_link) {
+    KeepLinkBytes(&old);
+    r.network_json = [&] {
+      json now = RowNetwork(r);
+      json before = RowNetwork(old);
+      now["tx"] = before.value("tx", uint64_t{0});
+      now["rx"] = before.value("rx", uint64_t{0});
+      return now.dump();
+    }();
+    auto gone = LinkOfRow(old);
+    st = rt.DetachLink(*gone);
+  }
+  table_.mu.Lock();
+  e->busy = false;
+  table_.NotifySettled();
+  SBX_RETURN_IF_ERROR(st);
+  e->rec.network_json = r.network_json;
+  SBX_RETURN_IF_ERROR(table_.Persist(*e));
+  e->last_active_ms = Now();
+  return View(*e);
+}
+
+}  // namespace sbx::core

@@ -1,0 +1,196 @@
+#include "net/firewall.h"
+
+#include <nftables/libnftables.h>
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+namespace sbx::net {
+
+namespace {
+
+std::string Elements(const std::vector<Cidr>& cidrs, bool v6) {
+  std::string out;
+  for (const auto& c : cidrs) {
+    if (c.base.v6 != v6) continue;
+    out += (out.empty() ? "" : ", ") + c.ToString();
+  }
+  return out;
+}
+
+std::string Quoted(const std::string& s) { return "\"" + s + "\""; }
+
+}  // namespace
+
+Firewall::Firewall(FirewallOptions o) : o_(std::move(o)) {
+  MutexLock lock(mu_);
+  ctx_ = nft_ctx_new(NFT_CTX_DEFAULT);
+  if (ctx_) {
+    nft_ctx_buffer_output(ctx_);
+    nft_ctx_buffer_error(ctx_);
+  }
+}
+
+Firewall::~Firewall() {
+  MutexLock lock(mu_);
+  if (ctx_) nft_ctx_free(ctx_);
+}
+
+Status Firewall::Run(const std::string& cmds) {
+  if (!ctx_) return MakeError(Code::kInternal, "libnftables: cannot make a context");
+  if (nft_run_cmd_from_buffer(ctx_, cmds.c_str()) != 0) {
+    std::string err = nft_ctx_get_error_buffer(ctx_);
+    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+    return MakeError(Code::kInternal, "nftables: " + err.substr(0, 2000));
+  }
+  return OkStatus();
+}
+
+// A link's chain `sN` (its outbound traffic) and sets: allowN and denyN (the rules'
+// CIDRs), learnedN and refusedN (addresses the resolver answered for permitted and for
+// denied names, each with a timeout).
+std::string Firewall::LinkCommands(const LinkRules& l) const {
+  const std::string t = "inet " + o_.table + " ";
+  const std::string n = std::to_string(l.slot);
+  const std::string chain = t + "s" + n;
+  std::ostringstream c;
+  c << "add chain " << chain << "\n"
+    << "flush chain " << chain << "\n";
+  for (const char* set : {"allow", "deny"}) {
+    c << "add set " << t << set << n << " { type ipv4_addr; flags interval; auto-merge; }\n"
+      << "flush set " << t << set << n << "\n";
+  }
+  for (const char* set : {"learned", "refused"}) {
+    c << "add set " << t << set << n << " { type ipv4_addr; flags timeout; }\n"
+      << "flush set " << t << set << n << "\n";
+  }
+  if (auto e = Elements(l.rules.allow_cidrs, false); !e.empty()) c << "add element " << t << "allow" << n << " { " << e << " }\n";
+  if (auto e = Elements(l.rules.deny_cidrs, false); !e.empty()) c << "add element " << t << "deny" << n << " { " << e << " }\n";
+  auto rule = [&](const std::string& r) { c << "add rule " << chain << " " << r << "\n"; };
+  // Its own source address only; IPv4 only (a link has no IPv6 address yet).
+  rule("ip saddr != " + l.sandbox.ToString() + " drop");
+  rule("meta nfproto ipv6 drop");
+  if (l.mbps > 0) rule("limit rate over " + std::to_string(l.mbps * 125) + " kbytes/second burst 256 kbytes drop");
+  rule("ct state established,related accept");
+  if (l.rules.mode != "outbound") {
+    rule("goto refuse");
+  } else {
+    rule("ip daddr @closed goto refuse");
+    rule("ip daddr @deny" + n + " goto refuse");
+    rule("ip daddr @refused" + n + " goto refuse");
+    if (o_.max_conns > 0) rule("ct state new ct count over " + std::to_string(o_.max_conns) + " goto refuse");
+    rule("ip daddr @allow" + n + " accept");
+    rule("ip daddr @private goto refuse");
+    if (l.rules.has_allow()) {
+      rule("ip daddr @learned" + n + " accept");
+      rule("goto refuse");
+    } else {
+      rule("accept");
+    }
+  }
+  c << "add element " << t << "links { " << Quoted(l.host_if) << " }\n"
+    << "add element " << t << "out { " << Quoted(l.host_if) << " : jump s" << n << " }\n";
+  if (l.mbps > 0) {
+    // What comes back to it, limited the same.
+    c << "add chain " << t << "d" << n << "\nflush chain " << t << "d" << n << "\n"
+      << "add rule " << t << "d" << n << " limit rate over " << l.mbps * 125 << " kbytes/second burst 256 kbytes drop\n"
+      << "add element " << t << "in { " << Quoted(l.host_if) << " : jump d" << n << " }\n";
+  }
+  return c.str();
+}
+
+std::string Firewall::RemoveCommands(int slot, const std::string& host_if) const {
+  const std::string t = "inet " + o_.table + " ";
+  const std::string n = std::to_string(slot);
+  std::ostringstream c;
+  // `add` first: each delete then finds what it deletes, whatever was there.
+  c << "add element " << t << "out { " << Quoted(host_if) << " : drop }\n"
+    << "delete element " << t << "out { " << Quoted(host_if) << " }\n"
+    << "add element " << t << "in { " << Quoted(host_if) << " : drop }\n"
+    << "delete element " << t << "in { " << Quoted(host_if) << " }\n"
+    << "add element " << t << "links { " << Quoted(host_if) << " }\n"
+    << "delete element " << t << "links { " << Quoted(host_if) << " }\n";
+  for (const char* chain : {"s", "d"})
+    c << "add chain " << t << chain << n << "\nflush chain " << t << chain << n << "\ndelete chain " << t << chain << n
+      << "\n";
+  for (const char* set : {"allow", "deny", "learned", "refused"})
+    c << "add set " << t << set << n << " { type ipv4_addr; }\ndelete set " << t << set << n << "\n";
+  return c.str();
+}
+
+Status Firewall::Install(const std::vector<LinkRules>& links) {
+  const std::string t = "inet " + o_.table;
+  const std::string subnet = o_.subnet.ToString();
+  const std::string port = std::to_string(o_.resolver_port);
+  std::ostringstream c;
+  c << "add table " << t << "\ndelete table " << t << "\nadd table " << t << "\n"
+    << "add set " << t << " links { type ifname; }\n"
+    << "add map " << t << " out { type ifname : verdict; }\n"
+    << "add map " << t << " in { type ifname : verdict; }\n"
+    << "add set " << t << " closed { type ipv4_addr; flags interval; auto-merge; elements = { "
+    << Elements(ClosedRanges(), false) << " } }\n"
+    << "add set " << t << " private { type ipv4_addr; flags interval; auto-merge; elements = { "
+    << Elements(PrivateRanges(), false) << " } }\n"
+    << "add chain " << t << " refuse\n"
+    << "add rule " << t << " refuse meta l4proto tcp reject with tcp reset\n"
+    << "add rule " << t << " refuse reject with icmpx type admin-prohibited\n"
+    // Forwarded: a sandbox's traffic goes through its chain; nothing enters a sandbox
+    // that it did not open.
+    << "add chain " << t << " forward { type filter hook forward priority filter; policy accept; }\n"
+    << "add rule " << t << " forward iifname vmap @out\n"
+    << "add rule " << t << " forward iifname @links drop\n"
+    << "add rule " << t << " forward oifname vmap @in\n"
+    << "add rule " << t << " forward oifname @links ct state established,related accept\n"
+    << "add rule " << t << " forward oifname @links drop\n";
+  // Any sbxd's links ("sx*") pass: each sbxd's own table judges them.
+  if (o_.forward_only_sandboxes) c << "add rule " << t << " forward iifname != \"sx*\" oifname != \"sx*\" drop\n";
+  // To the host: the resolver's port only, and that only from sandboxes.
+  c << "add chain " << t << " input { type filter hook input priority filter; policy accept; }\n"
+    << "add rule " << t << " input iifname @links meta l4proto { tcp, udp } th dport " << port << " accept\n"
+    << "add rule " << t << " input iifname @links goto refuse\n"
+    << "add rule " << t << " input meta l4proto { tcp, udp } th dport " << port << " drop\n"
+    // Every DNS query of a sandboxes goes to the resolver, whatever server it names.
+    << "add chain " << t << " prerouting { type nat hook prerouting priority dstnat; policy accept; }\n"
+    << "add rule " << t << " prerouting iifname @links meta l4proto { tcp, udp } th dport 53 redirect to :" << port
+    << "\n"
+    << "add chain " << t << " postrouting { type nat hook postrouting priority srcnat; policy accept; }\n"
+    << "add rule " << t << " postrouting ip saddr " << subnet << " oifname != @links masquerade\n";
+  for (const auto& l : links) c << LinkCommands(l);
+  MutexLock lock(mu_);
+  return Run(c.str());
+}
+
+Status Firewall::Apply(const LinkRules& l) {
+  MutexLock lock(mu_);
+  return Run(LinkCommands(l));
+}
+
+Status Firewall::Remove(int slot, const std::string& host_if) {
+  MutexLock lock(mu_);
+  return Run(RemoveCommands(slot, host_if));
+}
+
+Status Firewall::Learn(int slot, const std::vector<std::pair<Address, uint32_t>>& addrs, bool deny, uint32_t min_ttl) {
+  const std::string set = "inet " + o_.table + " " + (deny ? "refused" : "learned") + std::to_string(slot);
+  std::map<std::string, uint32_t> ttls;  // one element per address, the longest TTL
+  for (const auto& [a, ttl] : addrs)
+    if (!a.v6) ttls[a.ToString()] = std::max({ttls[a.ToString()], ttl, min_ttl});
+  if (ttls.empty()) return OkStatus();
+  std::string plain, timed;
+  for (const auto& [a, ttl] : ttls) {
+    plain += (plain.empty() ? "" : ", ") + a;
+    timed += (timed.empty() ? "" : ", ") + a + " timeout " + std::to_string(ttl) + "s";
+  }
+  // An element already there keeps its old timeout on `add`: delete and add it again.
+  MutexLock lock(mu_);
+  return Run("add element " + set + " { " + plain + " }\ndelete element " + set + " { " + plain + " }\nadd element " +
+             set + " { " + timed + " }\n");
+}
+
+Status Firewall::Drop() {
+  MutexLock lock(mu_);
+  return Run("add table inet " + o_.table + "\ndelete table inet " + o_.table + "\n");
+}
+
+}  // namespace sbx::net

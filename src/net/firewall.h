@@ -1,0 +1,76 @@
+// sbxd's packet filter for sandboxes' links: one nftables table of its own
+// (`inet sbx_<tag>`; sbxd never touches another), made through libnftables in process.
+// Each sandbox with a link has a chain and sets of its own, keyed by its slot; traffic
+// from its host-side interface jumps to that chain. What every sandbox gets whatever its
+// rules: no spoofed source, nothing into a sandbox that it did not open (other sandboxes
+// included), nothing to the host but the resolver's port, no loopback or link-local
+// (cloud metadata) destination, private ranges only when allowed, and a cap on its
+// concurrent connections. DNS to any address is answered by sbxd's resolver.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/result.h"
+#include "base/sync.h"
+#include "net/rules.h"
+
+struct nft_ctx;
+
+namespace sbx::net {
+
+struct FirewallOptions {
+  std::string table;   // "sbx_<tag>"
+  Cidr subnet;         // the sandboxes' addresses (IPv4)
+  uint16_t resolver_port = 0;  // where sbxd's resolver listens (any address of the host)
+  int max_conns = 0;   // concurrent connections a sandbox may open (0: no cap)
+  // The host forwarded nothing before sbxd turned forwarding on: forward nothing that is
+  // not a sandbox's, as before.
+  bool forward_only_sandboxes = false;
+};
+
+// One sandbox's link, as the firewall sees it.
+struct LinkRules {
+  int slot = 0;
+  std::string host_if;
+  Address sandbox;  // its address (IPv4)
+  Rules rules;
+  int mbps = 0;  // each way (0: no limit)
+};
+
+class Firewall {
+ public:
+  explicit Firewall(FirewallOptions o);
+  ~Firewall();
+  Firewall(const Firewall&) = delete;
+  Firewall& operator=(const Firewall&) = delete;
+
+  // Makes the table anew with these links, in one transaction (a restart replaces the
+  // old table with no moment without rules). What the resolver had learned is forgotten:
+  // an allow-list sandbox reaches a name's addresses again once it looks the name up.
+  Status Install(const std::vector<LinkRules>& links);
+  // Adds or replaces one link's chain and sets (its learned addresses are forgotten).
+  Status Apply(const LinkRules& link);
+  Status Remove(int slot, const std::string& host_if);
+  // Addresses answered for a name: allowed (an allow-list sandbox may reach them) or
+  // denied, each for its TTL (at least `min_ttl` seconds).
+  Status Learn(int slot, const std::vector<std::pair<Address, uint32_t>>& addrs, bool deny, uint32_t min_ttl);
+  // Drops the table (sbxd with no sandboxes' links, and tests).
+  Status Drop();
+
+  const FirewallOptions& options() const { return o_; }
+
+ private:
+  std::string LinkCommands(const LinkRules& l) const;
+  std::string RemoveCommands(int slot, const std::string& host_if) const;
+  Status Run(const std::string& cmds) SBX_REQUIRES(mu_);
+
+  FirewallOptions o_;
+  Mutex mu_;
+  nft_ctx* ctx_ SBX_GUARDED_BY(mu_) = nullptr;
+};
+
+}  // namespace sbx::net

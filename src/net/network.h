@@ -1,0 +1,80 @@
+// Sandboxes' networking on this host, whatever their wall: their addresses (a slot each in
+// sbxd's subnet: a /31 whose lower address is the host's end), the firewall that holds
+// their rules and sbxd's resolver. A wall makes the link itself (runtime/netlink.h for a
+// veth) from the addresses given here; core keeps each sandbox's slot and rules in its row.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "base/sync.h"
+#include "net/firewall.h"
+#include "net/resolver.h"
+#include "net/rules.h"
+
+namespace sbx::net {
+
+struct NetworkOptions {
+  std::string tag;  // a few hex digits unique to this sbxd on the host (its links' and table's names)
+  Cidr subnet;      // IPv4, a /16 to a /24
+  Address upstream;  // where the resolver asks (IPv4)
+  uint16_t upstream_port = 53;
+  uint16_t resolver_port = 0;  // 0: any free port
+  int max_conns = 0;
+  std::string state_dir;  // where what sbxd changed on the host is remembered
+};
+
+class Network {
+ public:
+  static Result<std::unique_ptr<Network>> Open(const NetworkOptions& o);
+  ~Network();
+
+  struct Link {
+    int slot = 0;
+    std::string host_if;
+    Address sandbox, gateway;
+  };
+  Link LinkOf(int slot) const;
+  // The resolver's address in every sandbox (any address on port 53 reaches it too).
+  Address resolver_address() const;
+  uint16_t resolver_port() const { return resolver_port_; }
+
+  // A free slot for sandbox `id` (kResourceExhausted when the subnet is full); Hold
+  // takes a slot that a row names again (sbxd's start).
+  Result<int> Take(const std::string& id);
+  Status Hold(const std::string& id, int slot);
+  void Release(const std::string& id);
+
+  // Rules: all at sbxd's start (one transaction), one sandbox's, and its removal.
+  struct Entry {
+    int slot = 0;
+    Rules rules;
+    int mbps = 0;
+  };
+  Status Install(const std::vector<Entry>& entries);
+  Status Apply(const Entry& e);
+  Status Remove(int slot);
+
+  const Resolver::Stats& resolver_stats() const { return resolver_->stats(); }
+
+ private:
+  explicit Network(const NetworkOptions& o) : o_(o) {}
+  LinkRules RulesOf(const Entry& e) const;
+  std::optional<Resolver::Client> ClientOf(const Address& a);
+
+  NetworkOptions o_;
+  std::unique_ptr<Firewall> firewall_;
+  std::unique_ptr<Resolver> resolver_;
+  uint16_t resolver_port_ = 0;
+  Mutex mu_;
+  std::map<std::string, int> slot_of_ SBX_GUARDED_BY(mu_);
+  std::map<int, std::string> owner_of_ SBX_GUARDED_BY(mu_);
+  std::map<int, Rules> rules_ SBX_GUARDED_BY(mu_);
+  int next_ SBX_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace sbx::net

@@ -1,0 +1,32 @@
+// A sandbox's link to the host, made with rtnetlink: a veth pair whose inner end is the
+// sandbox's `eth0` (a point-to-point /31 with the host's end as its gateway). For walls
+// whose sandbox has a network namespace of its own (the container; gVisor's netstack sits
+// behind one too).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/result.h"
+#include "runtime/runtime.h"
+
+namespace sbx::runtime::netlink {
+
+// Creates the pair with its inner end, `eth0`, in the network namespace `netns_fd`, and
+// configures both ends (addresses, up, the sandbox's default route; no IPv6 on either).
+// A leftover link of the same host name (a namespace still being torn down) is replaced.
+Status AttachVeth(const NetLink& link, int netns_fd);
+// Creates the pair with both ends on the host, the inner one named `peer`, for CRIU's
+// restore to move into the restored namespace (as `eth0`, addressed as it was).
+Status CreateHostPair(const NetLink& link, const std::string& peer);
+// Configures the host's end of a pair (after CRIU's restore).
+Status ConfigureHostEnd(const NetLink& link);
+// Deletes the host's end (and with it the pair); no error if it is gone.
+Status DeleteLink(const std::string& host_if);
+// Whether a link of this name exists on the host.
+bool LinkExists(const std::string& host_if);
+
+// What went through the host's end so far, as the sandbox sees it (sent, received).
+std::optional<LinkCounters> ReadCounters(const std::string& host_if);
+
+}  // namespace sbx::runtime::netlink

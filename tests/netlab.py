@@ -1,0 +1,208 @@
+"""A test network on this machine only: an "internet" network namespace that the host
+reaches through its own routing table (routes the lab adds for documentation and test
+addresses only), with a logging HTTP server and a DNS server inside it.
+
+    lab = Lab(); lab.start(); ...; lab.stop()
+
+Addresses inside the lab namespace (all on its loopback):
+    198.51.100.10  HTTP (port 80), the "public" web server
+    198.51.100.53  DNS (port 53): answers from a JSON file the test writes (lab.set_records)
+    10.99.0.10     HTTP on a private address (reached only when a rule allows it)
+    169.254.169.254 HTTP, standing in for cloud metadata (routed into the lab, never off the machine)
+The host's end of the link is 203.0.113.(4k+1); the lab's is 203.0.113.(4k+2).
+
+Run as a script inside the namespace it serves: `netlab.py serve DIR` (HTTP on every
+address above, DNS, each request logged to DIR/http.log and DIR/dns.log).
+"""
+import json
+import os
+import signal
+import socket
+import socketserver
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+WEB = "198.51.100.10"
+DNS = "198.51.100.53"
+PRIVATE_WEB = "10.99.0.10"
+METADATA = "169.254.169.254"
+SERVED = (WEB, PRIVATE_WEB, METADATA)
+
+
+def sh(*args, check=True):
+    return subprocess.run(args, check=check, capture_output=True, text=True)
+
+
+class Lab:
+    def __init__(self):
+        n = os.getpid() % 60
+        self.ns = f"sbxlab{n}"
+        self.host_if, self.lab_if = f"sbxlh{n}", f"sbxli{n}"
+        self.host_addr, self.lab_addr = f"203.0.113.{4 * n + 1}", f"203.0.113.{4 * n + 2}"
+        self.dir = tempfile.mkdtemp(prefix="sbxlab-")
+        self.routes = [f"198.51.100.0/24", f"{METADATA}/32", "10.99.0.0/24"]
+        self.proc = None
+
+    def start(self):
+        self.stop_namespace()
+        sh("ip", "netns", "add", self.ns)
+        sh("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.lab_if, "netns", self.ns)
+        sh("ip", "addr", "add", f"{self.host_addr}/30", "dev", self.host_if)
+        sh("ip", "link", "set", self.host_if, "up")
+        ip = ["ip", "-n", self.ns]
+        sh(*ip, "addr", "add", f"{self.lab_addr}/30", "dev", self.lab_if)
+        sh(*ip, "link", "set", self.lab_if, "up")
+        sh(*ip, "link", "set", "lo", "up")
+        for a in (*SERVED, DNS):
+            sh(*ip, "addr", "add", f"{a}/32", "dev", "lo")
+        # No default route: the lab answers only the host's end of its link (where
+        # sandboxes' traffic comes from, masqueraded), and sends nothing anywhere else.
+        for r in self.routes:
+            sh("ip", "route", "replace", r, "via", self.lab_addr)
+        self.set_records({})
+        self.proc = subprocess.Popen(["ip", "netns", "exec", self.ns, sys.executable, os.path.abspath(__file__),
+                                      "serve", self.dir], stdout=subprocess.DEVNULL, stderr=open(
+                                          os.path.join(self.dir, "serve.err"), "w"))
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if os.path.exists(os.path.join(self.dir, "ready")):
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError("lab servers exited: " + open(os.path.join(self.dir, "serve.err")).read())
+            time.sleep(0.05)
+        raise RuntimeError("lab servers did not start")
+
+    def set_records(self, records):
+        """records: name -> list of IPv4 addresses (TTL 300), or {"a": [...], "ttl": N}."""
+        tmp = os.path.join(self.dir, "records.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(records, f)
+        os.replace(tmp, os.path.join(self.dir, "records.json"))
+
+    def http_log(self):
+        return self._read("http.log")
+
+    def dns_log(self):
+        return self._read("dns.log")
+
+    def _read(self, name):
+        try:
+            with open(os.path.join(self.dir, name)) as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def stop_namespace(self):
+        for r in self.routes:
+            sh("ip", "route", "del", r, check=False)
+        sh("ip", "link", "del", self.host_if, check=False)
+        sh("ip", "netns", "del", self.ns, check=False)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.stop_namespace()
+
+
+# --- the servers, run inside the lab namespace -------------------------------------------
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def server_bind(self):
+        # Not HTTPServer's: it looks its own name up in DNS.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+
+class Handler(BaseHTTPRequestHandler):
+    root = "."
+
+    def do_GET(self):
+        local = self.connection.getsockname()[0]
+        with open(os.path.join(self.root, "http.log"), "a") as f:
+            f.write(f"{local} {self.client_address[0]} {self.path}\n")
+        rel = self.path.split("?")[0].lstrip("/")
+        path = os.path.normpath(os.path.join(self.root, "www", rel))
+        if rel and os.path.isfile(path) and path.startswith(os.path.join(self.root, "www")):
+            body = open(path, "rb").read()
+        elif rel.startswith("bytes/"):
+            body = b"x" * int(rel.split("/")[1])
+        else:
+            body = f"hello from {local}\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def dns_answer(query, records):
+    """A DNS answer to `query` from `records` (A records only; NXDOMAIN otherwise)."""
+    qid, flags, qd = struct.unpack(">HHH", query[:6])
+    at, labels = 12, []
+    while query[at]:
+        n = query[at]
+        labels.append(query[at + 1:at + 1 + n].decode())
+        at += 1 + n
+    qtype = struct.unpack(">H", query[at + 1:at + 3])[0]
+    question = query[12:at + 5]
+    name = ".".join(labels).lower()
+    entry = records.get(name)
+    if isinstance(entry, list):
+        entry = {"a": entry}
+    answers = b""
+    count = 0
+    rcode = 3 if entry is None else 0
+    if entry is not None and qtype == 1:
+        for a in entry.get("a", []):
+            answers += b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, entry.get("ttl", 300), 4) + socket.inet_aton(a)
+            count += 1
+    header = struct.pack(">HHHHHH", qid, 0x8180 | rcode, 1, count, 0, 0)
+    return name, header + question + answers
+
+
+def serve(root):
+    Handler.root = root
+    os.makedirs(os.path.join(root, "www"), exist_ok=True)
+    servers = []
+    for a in SERVED:
+        s = Server((a, 80), Handler)
+        servers.append(s)
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    dns.bind((DNS, 53))
+
+    def dns_loop():
+        while True:
+            query, peer = dns.recvfrom(4096)
+            try:
+                with open(os.path.join(root, "records.json")) as f:
+                    records = json.load(f)
+                name, answer = dns_answer(query, records)
+                with open(os.path.join(root, "dns.log"), "a") as f:
+                    f.write(f"{peer[0]} {name}\n")
+                dns.sendto(answer, peer)
+            except Exception as e:  # a malformed query: no answer
+                print("dns:", e, file=sys.stderr)
+
+    threading.Thread(target=dns_loop, daemon=True).start()
+    open(os.path.join(root, "ready"), "w").close()
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+
+
+if __name__ == "__main__" and sys.argv[1] == "serve":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    serve(sys.argv[2])
