@@ -16,7 +16,11 @@ import tarfile
 import tempfile
 import time
 
+import sys
+
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # netlab
 
 # `sbx exec` sends piped or redirected input as the command's stdin: the tests' commands
 # get none unless a test gives it, whatever stdin the suite itself was started with.
@@ -297,3 +301,31 @@ def fresh_daemon():
 @pytest.fixture()
 def client(daemon):
     return daemon.client()
+
+
+@pytest.fixture(scope="session")
+def net_lab():
+    """The test network (tests/netlab.py): an "internet" namespace on this machine."""
+    import netlab
+    lab = netlab.Lab()
+    try:
+        yield lab.start()
+    finally:
+        lab.stop()
+
+
+@pytest.fixture(scope="session")
+def net_daemon(net_lab):
+    """A daemon whose sandboxes reach out by default (the only one: every other test's
+    daemon runs with --default-network none), in a subnet of its own, resolving through
+    the lab's DNS server, with a small cap on each sandbox's connections and CRIU."""
+    import netlab
+    subnet = f"10.252.{os.getpid() % 250}.0/24"
+    d = Daemon("net", extra_args=["--default-network", "outbound", "--net-subnet", subnet,
+                                  "--dns-upstream", netlab.DNS, "--net-max-conns", "16", "--criu", CRIU])
+    d.subnet = subnet
+    try:
+        d.cli("image", "build", "default", timeout=1800)
+        yield d
+    finally:
+        d.destroy()

@@ -17,7 +17,9 @@ Status SandboxManager::StopLocked(const EntryPtr& e, const std::string& reason) 
   runtime::Instance inst = e->inst;
   std::string id = e->rec.id;
   runtime::Runtime& rt = Rt(e->rec);
+  storage::SandboxRecord counted = e->rec;  // its link goes with it: its bytes stay in its row
   table_.mu.Unlock();
+  KeepLinkBytes(&counted);
   Status st = rt.Stop(id, inst);
   table_.mu.Lock();
   e->busy = false;
@@ -26,6 +28,7 @@ Status SandboxManager::StopLocked(const EntryPtr& e, const std::string& reason) 
   if (e->is(State::kDeleting)) return OkStatus();
   // A hibernated sandbox's checkpoint goes: a start boots it afresh.
   if (e->rec.pause_mode == "hibernate") (void)rt.DropCheckpoint(CheckpointDir(id));
+  e->rec.network_json = counted.network_json;
   metering_.Close(e->rec);
   e->set_state(State::kStopped);
   e->rec.pause_mode.clear();
@@ -134,9 +137,11 @@ Status SandboxManager::PauseLocked(const EntryPtr& e, const std::string& mode) {
   e->busy = true;
   runtime::StartSpec spec = SpecOf(e->rec);
   runtime::Instance inst = e->inst;
+  storage::SandboxRecord counted = e->rec;  // a restore makes its link anew: its bytes so far stay in its row
   table_.mu.Unlock();
   Status st = OkStatus();
   if (hibernate) {
+    KeepLinkBytes(&counted);
     // Its memory goes to disk: only if it fits with the reserve still free.
     std::string parent = opts_.data_dir + "/hibernated";
     (void)fs::MkdirAll(parent, 0711);
@@ -158,6 +163,7 @@ Status SandboxManager::PauseLocked(const EntryPtr& e, const std::string& mode) {
   if (hibernate) {
     // Its processes are gone (saved in CheckpointDir(id)); a resume restores them.
     e->inst = runtime::Instance();
+    e->rec.network_json = counted.network_json;
     e->rec.runtime_state.clear();
   }
   ++pauses_;

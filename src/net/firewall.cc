@@ -100,22 +100,17 @@ std::string Firewall::LinkCommands(const LinkRules& l) const {
   return c.str();
 }
 
-std::string Firewall::RemoveCommands(int slot, const std::string& host_if) const {
+std::string Firewall::RemoveCommands(int slot, const std::string& host_if, bool limited) const {
   const std::string t = "inet " + o_.table + " ";
   const std::string n = std::to_string(slot);
   std::ostringstream c;
-  // `add` first: each delete then finds what it deletes, whatever was there.
-  c << "add element " << t << "out { " << Quoted(host_if) << " : drop }\n"
-    << "delete element " << t << "out { " << Quoted(host_if) << " }\n"
-    << "add element " << t << "in { " << Quoted(host_if) << " : drop }\n"
-    << "delete element " << t << "in { " << Quoted(host_if) << " }\n"
-    << "add element " << t << "links { " << Quoted(host_if) << " }\n"
+  c << "delete element " << t << "out { " << Quoted(host_if) << " }\n"
     << "delete element " << t << "links { " << Quoted(host_if) << " }\n";
-  for (const char* chain : {"s", "d"})
-    c << "add chain " << t << chain << n << "\nflush chain " << t << chain << n << "\ndelete chain " << t << chain << n
-      << "\n";
-  for (const char* set : {"allow", "deny", "learned", "refused"})
-    c << "add set " << t << set << n << " { type ipv4_addr; }\ndelete set " << t << set << n << "\n";
+  if (limited)
+    c << "delete element " << t << "in { " << Quoted(host_if) << " }\nflush chain " << t << "d" << n
+      << "\ndelete chain " << t << "d" << n << "\n";
+  c << "flush chain " << t << "s" << n << "\ndelete chain " << t << "s" << n << "\n";
+  for (const char* set : {"allow", "deny", "learned", "refused"}) c << "delete set " << t << set << n << "\n";
   return c.str();
 }
 
@@ -166,9 +161,9 @@ Status Firewall::Apply(const LinkRules& l) {
   return Run(LinkCommands(l));
 }
 
-Status Firewall::Remove(int slot, const std::string& host_if) {
+Status Firewall::Remove(int slot, const std::string& host_if, bool limited) {
   MutexLock lock(mu_);
-  return Run(RemoveCommands(slot, host_if));
+  return Run(RemoveCommands(slot, host_if, limited));
 }
 
 Status Firewall::Learn(int slot, const std::vector<std::pair<Address, uint32_t>>& addrs, bool deny, uint32_t min_ttl) {

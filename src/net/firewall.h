@@ -54,7 +54,8 @@ class Firewall {
   Status Install(const std::vector<LinkRules>& links);
   // Adds or replaces one link's chain and sets (its learned addresses are forgotten).
   Status Apply(const LinkRules& link);
-  Status Remove(int slot, const std::string& host_if);
+  // Removes what Apply or Install made for a link (`limited`: it had a bandwidth limit).
+  Status Remove(int slot, const std::string& host_if, bool limited);
   // Addresses answered for a name: allowed (an allow-list sandbox may reach them) or
   // denied, each for its TTL (at least `min_ttl` seconds).
   Status Learn(int slot, const std::vector<std::pair<Address, uint32_t>>& addrs, bool deny, uint32_t min_ttl);
@@ -65,7 +66,7 @@ class Firewall {
 
  private:
   std::string LinkCommands(const LinkRules& l) const;
-  std::string RemoveCommands(int slot, const std::string& host_if) const;
+  std::string RemoveCommands(int slot, const std::string& host_if, bool limited) const;
   Status Run(const std::string& cmds) SBX_REQUIRES(mu_);
 
   FirewallOptions o_;

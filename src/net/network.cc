@@ -97,7 +97,6 @@ void Network::Release(const std::string& id) {
   auto it = slot_of_.find(id);
   if (it == slot_of_.end()) return;
   owner_of_.erase(it->second);
-  rules_.erase(it->second);
   slot_of_.erase(it);
 }
 
@@ -116,23 +115,28 @@ Status Network::Install(const std::vector<Entry>& entries) {
   for (const auto& e : entries) links.push_back(RulesOf(e));
   SBX_RETURN_IF_ERROR(firewall_->Install(links));
   MutexLock lock(mu_);
-  for (const auto& e : entries) rules_[e.slot] = e.rules;
+  rules_.clear();
+  for (const auto& e : entries) rules_[e.slot] = e;
   return OkStatus();
 }
 
 Status Network::Apply(const Entry& e) {
   SBX_RETURN_IF_ERROR(firewall_->Apply(RulesOf(e)));
   MutexLock lock(mu_);
-  rules_[e.slot] = e.rules;
+  rules_[e.slot] = e;
   return OkStatus();
 }
 
 Status Network::Remove(int slot) {
+  Entry installed;
   {
     MutexLock lock(mu_);
-    rules_.erase(slot);
+    auto it = rules_.find(slot);
+    if (it == rules_.end()) return OkStatus();  // not in the firewall
+    installed = it->second;
+    rules_.erase(it);
   }
-  return firewall_->Remove(slot, LinkOf(slot).host_if);
+  return firewall_->Remove(slot, LinkOf(slot).host_if, installed.mbps > 0);
 }
 
 std::optional<Resolver::Client> Network::ClientOf(const Address& a) {
@@ -143,7 +147,7 @@ std::optional<Resolver::Client> Network::ClientOf(const Address& a) {
   MutexLock lock(mu_);
   auto it = rules_.find(slot);
   if (it == rules_.end()) return std::nullopt;
-  return Resolver::Client{slot, it->second};
+  return Resolver::Client{slot, it->second.rules};
 }
 
 }  // namespace sbx::net

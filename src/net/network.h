@@ -47,7 +47,7 @@ class Network {
   // takes a slot that a row names again (sbxd's start).
   Result<int> Take(const std::string& id);
   Status Hold(const std::string& id, int slot);
-  void Release(const std::string& id);
+  void Release(const std::string& id);  // after Remove
 
   // Rules: all at sbxd's start (one transaction), one sandbox's, and its removal.
   struct Entry {
@@ -73,7 +73,7 @@ class Network {
   Mutex mu_;
   std::map<std::string, int> slot_of_ SBX_GUARDED_BY(mu_);
   std::map<int, std::string> owner_of_ SBX_GUARDED_BY(mu_);
-  std::map<int, Rules> rules_ SBX_GUARDED_BY(mu_);
+  std::map<int, Entry> rules_ SBX_GUARDED_BY(mu_);  // what the firewall holds, by slot
   int next_ SBX_GUARDED_BY(mu_) = 1;
 };
 

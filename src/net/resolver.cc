@@ -107,7 +107,10 @@ void Resolver::Loop() {
       auto it = pending.find(fd);
       if (it == pending.end()) continue;
       if (!(fds[i].revents & POLLIN)) {
-        if (it->second.deadline_ms <= now) finish(fd);  // the sandbox asks again
+        if (it->second.deadline_ms <= now) {
+          if (it->second.deny_only) reply(dns::Refusal(it->second.query), it->second.from);
+          finish(fd);  // else the sandbox asks again
+        }
         continue;
       }
       ssize_t got = ::recv(fd, buf, sizeof buf, 0);
@@ -124,6 +127,8 @@ void Resolver::Loop() {
       const Rules& rules = p.client.rules;
       if (p.deny_only) {
         learn_(p.client.slot, a->addresses, true);
+        ++stats_.refused;
+        reply(dns::Refusal(p.query), p.from);
         finish(fd);
         continue;
       }
@@ -166,11 +171,13 @@ void Resolver::Loop() {
       bool named_deny = false;
       for (const auto& d : client->rules.deny_names) named_deny = named_deny || d.Matches(q->name);
       const bool allowed = client->rules.ForName(q->name) == Rules::Verdict::kAllow;
-      if (!allowed) {
+      if (!allowed && (!named_deny || client->rules.mode != "outbound")) {
         ++stats_.refused;
         reply(dns::Refusal(query), from);
-        if (!named_deny || client->rules.mode != "outbound") continue;
+        continue;
       }
+      // A name a `deny` entry names: refused once the upstream's answer has taught the
+      // firewall its addresses (so a connection right after the refusal meets the block).
       if (pending.size() >= kMaxInFlight) continue;
       UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
       if (!s.valid() || ::connect(s.get(), reinterpret_cast<struct sockaddr*>(&up), sizeof up) != 0) continue;

@@ -86,7 +86,8 @@ class Client:
         """Create a sandbox. Only the arguments given are sent.
 
         ``from_`` maps to the API's ``from`` field (``**{"from": ...}`` works
-        too); ``network`` may be a mode string or a ``{"mode": ...}`` dict.
+        too); ``network`` may be a mode string (``"none"``, ``"outbound"``) or a
+        ``{"mode": ..., "allow": [...], "deny": [...]}`` dict.
         ``no_new_privs=False`` lets setuid programs (su, sudo) work inside.
         """
         if isinstance(network, str):

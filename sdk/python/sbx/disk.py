@@ -41,14 +41,19 @@ class Disk:
         env: Optional[Dict[str, str]] = None,
         timeout_seconds: Optional[int] = None,
         image: Optional[str] = None,
+        network: Union[str, Dict[str, Any], None] = None,
         check: bool = False,
     ) -> ExecResult:
         """Run one command in a fresh sandbox on this disk. Past ``timeout_seconds`` (at
         most 300) the daemon answers 504; this raises :class:`ExecTimeoutError` whose
-        ``.result`` carries the partial output."""
+        ``.result`` carries the partial output. ``network`` is the call's sandbox's
+        (a mode string or a ``{"mode", "allow", "deny"}`` dict; the daemon's default
+        mode otherwise)."""
+        if isinstance(network, str):
+            network = {"mode": network}
         body = _drop_none({"cmd": cmd if isinstance(cmd, str) else list(cmd), "cwd": cwd,
                            "env": dict(env) if env is not None else None,
-                           "timeout_seconds": timeout_seconds, "image": image})
+                           "timeout_seconds": timeout_seconds, "image": image, "network": network})
         http_timeout = max(self._client.api.timeout, float(timeout_seconds or 300) + 60.0)
         try:
             d = self._client.api._call("POST", "/v1/disks/" + _seg(self.id) + "/exec", body=body,

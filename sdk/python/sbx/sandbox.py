@@ -110,6 +110,24 @@ class Sandbox:
         )
         return self._update(self._client.api.request("PATCH", self._path(), body=body))
 
+    def set_network(
+        self,
+        mode: str = "outbound",
+        allow: Optional[Sequence[str]] = None,
+        deny: Optional[Sequence[str]] = None,
+    ) -> "Sandbox":
+        """Replace the sandbox's network rules (the whole ``network`` object): new
+        connections follow them at once. ``allow`` and ``deny`` take CIDRs and domain
+        names (``*.example.com`` for any name below it); deny wins."""
+        body = _drop_none({"mode": mode, "allow": list(allow) if allow is not None else None,
+                           "deny": list(deny) if deny is not None else None})
+        return self._update(self._client.api.request("PATCH", self._path("/network"), body=body))
+
+    @property
+    def network(self) -> Dict[str, Any]:
+        """The rules, the address while it has a link, and its bytes sent and received."""
+        return self.data.get("network") or {}
+
     def set_timeout(self, seconds: int) -> "Sandbox":
         """Extend the TTL: the sandbox now expires ``seconds`` from now."""
         return self._update(self._client.api.request("POST", self._path("/timeout"), body={"timeout_seconds": seconds}))

@@ -1,0 +1,292 @@
+"""Sandboxes' networking, against the lab network of tests/netlab.py (an "internet"
+namespace on this machine, reached through the host's routing table): outbound access,
+allow and deny lists by CIDR and by name, the resolver, live changes, forks and
+serverless calls, hibernation, sbxd restarts. What the lab's servers received is the
+evidence; nothing is sent to any address off this machine."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+import netlab
+from conftest import Daemon
+
+PROBE = r"""
+import json, socket, sys, urllib.request
+out = {}
+for a in sys.argv[1:]:
+    kind, _, arg = a.partition(":")
+    try:
+        if kind == "dns":
+            out[a] = socket.gethostbyname(arg)
+        elif kind == "http":
+            out[a] = urllib.request.urlopen("http://" + arg, timeout=3).read().decode().strip()
+        elif kind == "tcp":
+            host, port = arg.rsplit(":", 1)
+            socket.create_connection((host, int(port)), timeout=3).close()
+            out[a] = "connected"
+    except Exception as e:
+        out[a] = "ERR " + type(e).__name__ + ": " + str(e)
+print(json.dumps(out))
+"""
+
+RECORDS = {
+    "web.lab.test": [netlab.WEB],
+    "api.gh.test": [netlab.WEB],
+    "gh.test": [netlab.WEB],
+    "other.test": [netlab.WEB],
+    "bad.test": [netlab.WEB],
+    "rebind.test": [netlab.PRIVATE_WEB],
+    "metadata.test": [netlab.METADATA],
+    "short.test": {"a": [netlab.WEB], "ttl": 5},
+}
+
+
+def probe(sb, *targets):
+    r = sb.exec(["python3", "-c", PROBE, *targets], timeout_seconds=60)
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def ok(result):
+    return not result.startswith("ERR")
+
+
+@pytest.fixture()
+def lab(net_lab):
+    net_lab.set_records(RECORDS)
+    return net_lab
+
+
+@pytest.fixture()
+def c(net_daemon):
+    return net_daemon.client()
+
+
+def test_outbound_reaches_the_internet_and_names_resolve(c, lab, net_daemon):
+    with c.create(image="default") as sb:
+        net = sb.network
+        assert net["mode"] == "outbound" and net["allow"] == [] and net["deny"] == []
+        assert net["address"].startswith(net_daemon.subnet.rsplit(".", 1)[0])
+        got = probe(sb, f"http:{netlab.WEB}/plain", "dns:web.lab.test", "http:web.lab.test/by-name")
+        assert got[f"http:{netlab.WEB}/plain"] == f"hello from {netlab.WEB}"
+        assert got["dns:web.lab.test"] == netlab.WEB
+        assert ok(got["http:web.lab.test/by-name"])
+        assert "/plain" in lab.http_log() and "/by-name" in lab.http_log()
+        # sbxd's resolver asked the upstream (the lab's DNS), from the host.
+        assert "web.lab.test" in lab.dns_log()
+        # /etc/resolv.conf names the resolver; any server on port 53 reaches it too.
+        assert "nameserver" in sb.exec("cat /etc/resolv.conf").stdout
+        # Bytes both ways are counted.
+        sb.refresh()
+        assert sb.network["tx_bytes"] > 0 and sb.network["rx_bytes"] > 0
+
+
+def test_none_reaches_nothing(c, lab):
+    with c.create(image="default", network="none") as sb:
+        assert sb.network["mode"] == "none" and sb.network["address"] is None
+        got = probe(sb, f"http:{netlab.WEB}/from-none", "dns:web.lab.test")
+        assert not ok(got[f"http:{netlab.WEB}/from-none"])
+        assert not ok(got["dns:web.lab.test"])
+        assert "eth0" not in sb.exec("cat /proc/net/dev").stdout
+    assert "/from-none" not in lab.http_log()
+
+
+def test_deny_and_allow_by_cidr(c, lab):
+    with c.create(image="default", network={"deny": [f"{netlab.WEB}/32"]}) as sb:
+        got = probe(sb, f"http:{netlab.WEB}/denied-cidr", f"http:{netlab.PRIVATE_WEB}/private-closed")
+        assert not ok(got[f"http:{netlab.WEB}/denied-cidr"])
+        # Private ranges are closed unless allowed.
+        assert not ok(got[f"http:{netlab.PRIVATE_WEB}/private-closed"])
+        sb.set_network(allow=["10.99.0.0/24"])
+        got = probe(sb, f"http:{netlab.PRIVATE_WEB}/private-open", f"http:{netlab.WEB}/not-listed")
+        assert ok(got[f"http:{netlab.PRIVATE_WEB}/private-open"])
+        # With an allow list only what it names is reachable.
+        assert not ok(got[f"http:{netlab.WEB}/not-listed"])
+    log = lab.http_log()
+    assert "/private-open" in log
+    for path in ("/denied-cidr", "/private-closed", "/not-listed"):
+        assert path not in log
+
+
+def test_allow_by_name_with_wildcards(c, lab):
+    with c.create(image="default", network={"allow": ["web.lab.test", "*.gh.test"]}) as sb:
+        # No permitted name resolved to it yet: a direct connection is refused.
+        got = probe(sb, f"http:{netlab.WEB}/before-lookup")
+        assert not ok(got[f"http:{netlab.WEB}/before-lookup"])
+        got = probe(sb, "dns:other.test", "dns:gh.test", "dns:api.gh.test", "http:web.lab.test/allowed-name",
+                    f"http:{netlab.WEB}/after-lookup")
+        assert not ok(got["dns:other.test"])  # not listed: no answer
+        assert not ok(got["dns:gh.test"])  # *.gh.test is below gh.test only
+        assert got["dns:api.gh.test"] == netlab.WEB
+        assert ok(got["http:web.lab.test/allowed-name"])
+        assert ok(got[f"http:{netlab.WEB}/after-lookup"])  # the answer made it reachable
+    assert "other.test" not in lab.dns_log()  # refused without asking upstream
+    log = lab.http_log()
+    assert "/allowed-name" in log and "/before-lookup" not in log
+
+
+def test_denied_names_and_their_addresses(c, lab):
+    with c.create(image="default", network={"deny": ["bad.test"]}) as sb:
+        got = probe(sb, "dns:bad.test", f"http:{netlab.WEB}/after-denied-lookup", "dns:web.lab.test")
+        assert not ok(got["dns:bad.test"])
+        # The addresses answered for a denied name are blocked (here the web server's).
+        assert not ok(got[f"http:{netlab.WEB}/after-denied-lookup"])
+        assert got["dns:web.lab.test"] == netlab.WEB
+    assert "/after-denied-lookup" not in lab.http_log()
+
+
+def test_rebinding_is_refused(c, lab):
+    with c.create(image="default") as sb:
+        got = probe(sb, "dns:rebind.test", "dns:metadata.test")
+        assert not ok(got["dns:rebind.test"]) and not ok(got["dns:metadata.test"])
+        # A private range that the rules allow may be answered.
+        sb.set_network(allow=["10.99.0.0/24", "rebind.test"])
+        got = probe(sb, "dns:rebind.test", "http:rebind.test/rebind-allowed")
+        assert got["dns:rebind.test"] == netlab.PRIVATE_WEB
+        assert ok(got["http:rebind.test/rebind-allowed"])
+
+
+def test_live_changes_apply_to_new_connections(c, lab):
+    with c.create(image="default", network="none") as sb:
+        assert not ok(probe(sb, f"http:{netlab.WEB}/live-0")[f"http:{netlab.WEB}/live-0"])
+        sb.set_network("outbound")
+        assert sb.network["address"]
+        assert ok(probe(sb, f"http:{netlab.WEB}/live-1")[f"http:{netlab.WEB}/live-1"])
+        sb.set_network(deny=[netlab.WEB])
+        assert not ok(probe(sb, f"http:{netlab.WEB}/live-2")[f"http:{netlab.WEB}/live-2"])
+        sb.set_network("none")
+        assert sb.network["address"] is None
+        assert not ok(probe(sb, f"http:{netlab.WEB}/live-3")[f"http:{netlab.WEB}/live-3"])
+    log = lab.http_log()
+    assert "/live-1" in log
+    for path in ("/live-0", "/live-2", "/live-3"):
+        assert path not in log
+
+
+def test_bad_rules_are_refused_and_change_nothing(c, net_daemon):
+    with c.create(image="default", network={"allow": ["web.lab.test"]}) as sb:
+        for bad in ({"mode": "everything"}, {"allow": ["10.0.0.0/33"]}, {"allow": ["not a name"]},
+                    {"deny": "x.test"}, {"allow": [5]}, {"ports": [80]}):
+            status, body = net_daemon.raw("PATCH", f"/v1/sandboxes/{sb.id}/network", body=bad)
+            assert status == 400, (bad, body)
+            assert body["error"]["code"] == "invalid_request"
+        assert sb.refresh().network["allow"] == ["web.lab.test"]
+        status, body = net_daemon.raw("POST", "/v1/sandboxes", body={"image": "default", "network": {"deny": ["300.1.2.3"]}})
+        assert status == 400, body
+        assert len(net_daemon.sandboxes()) == 1
+
+
+def test_forks_and_serverless_calls_get_rules_of_their_own(c, lab):
+    with c.create(image="default", network={"allow": ["web.lab.test"]}) as sb:
+        child = sb.fork()
+        try:
+            assert child.network["allow"] == ["web.lab.test"]
+            assert child.network["address"] != sb.network["address"]
+            got = probe(child, "dns:other.test", "http:web.lab.test/from-fork")
+            assert not ok(got["dns:other.test"]) and ok(got["http:web.lab.test/from-fork"])
+        finally:
+            child.delete()
+    disk = c.disks.create(name="netdisk", size_mb=64)
+    try:
+        r = disk.exec(f"python3 -c 'import urllib.request as u; print(u.urlopen(\"http://{netlab.WEB}/from-call\", timeout=3).read().decode())'",
+                      image="default")
+        assert r.exit_code == 0 and "hello" in r.stdout
+        r = disk.exec(f"python3 -c 'import urllib.request as u; u.urlopen(\"http://{netlab.WEB}/from-call-none\", timeout=3)'",
+                      image="default", network={"mode": "none"})
+        assert r.exit_code != 0
+    finally:
+        disk.delete()
+    log = lab.http_log()
+    assert "/from-fork" in log and "/from-call" in log and "/from-call-none" not in log
+
+
+def test_hibernate_keeps_the_network(c, lab):
+    with c.create(image="default", network={"allow": ["web.lab.test"]}) as sb:
+        before = sb.network["address"]
+        assert ok(probe(sb, "http:web.lab.test/before-hibernate")["http:web.lab.test/before-hibernate"])
+        sent = sb.refresh().network["tx_bytes"]
+        sb.pause("hibernate")
+        sb.resume()
+        assert sb.network["address"] == before and sb.network["tx_bytes"] >= sent
+        got = probe(sb, "http:web.lab.test/after-hibernate", "dns:other.test")
+        assert ok(got["http:web.lab.test/after-hibernate"]) and not ok(got["dns:other.test"])
+
+
+def test_connection_cap(c, lab):
+    code = f"""
+import socket
+held, refused = [], 0
+for i in range(40):
+    try:
+        held.append(socket.create_connection(("{netlab.WEB}", 80), timeout=3))
+    except OSError:
+        refused += 1
+print(len(held), refused)
+"""
+    with c.create(image="default") as sb:
+        held, refused = map(int, sb.exec(["python3", "-c", code]).stdout.split())
+        # --net-max-conns 16: a flood cannot fill the host's connection tracking table.
+        assert held <= 16 and refused >= 24, (held, refused)
+        # Those connections closed, new ones go through again.
+        assert ok(probe(sb, f"http:{netlab.WEB}/after-cap")[f"http:{netlab.WEB}/after-cap"])
+
+
+def nft_table(instance):
+    p = subprocess.run(["nft", "-j", "list", "table", "inet", f"sbx_{instance[:5]}"], capture_output=True, text=True)
+    return json.loads(p.stdout) if p.returncode == 0 else None
+
+
+def nft_objects(instance, kind):
+    t = nft_table(instance)
+    return sorted(o[kind]["name"] for o in (t or {}).get("nftables", []) if kind in o)
+
+
+def host_links(instance):
+    return sorted(l for l in os.listdir("/sys/class/net") if l.startswith(f"sx{instance[:5]}-"))
+
+
+def test_restart_and_kill_keep_rules_and_leave_nothing(lab):
+    import netlab as nl
+    subnet = f"10.253.{os.getpid() % 250}.0/24"
+    d = Daemon("netrestart", extra_args=["--net-subnet", subnet, "--dns-upstream", nl.DNS,
+                                         "--default-network", "outbound"])
+    try:
+        d.cli("image", "build", "default", timeout=1800)
+        c = d.client()
+        sb = c.create(image="default", network={"allow": ["web.lab.test"]})
+        assert ok(probe(sb, "http:web.lab.test/restart-0")["http:web.lab.test/restart-0"])
+        chains = nft_objects(d.instance, "chain")
+        d.stop(signal.SIGKILL)
+        # sbxd is gone: the kernel still holds the sandbox's rules.
+        r = subprocess.run(["nft", "list", "table", "inet", f"sbx_{d.instance[:5]}"], capture_output=True, text=True)
+        assert "web" not in r.stdout and r.returncode == 0
+        d.start()
+        c = d.client()
+        sb = c.get(sb.id)
+        assert nft_objects(d.instance, "chain") == chains
+        got = probe(sb, "http:web.lab.test/restart-1", "dns:other.test")
+        assert ok(got["http:web.lab.test/restart-1"]) and not ok(got["dns:other.test"])
+        d.stop(signal.SIGTERM)
+        d.start()
+        assert ok(probe(c.get(sb.id), "http:web.lab.test/restart-2")["http:web.lab.test/restart-2"])
+        sb2 = c.create(image="default")
+        assert len(host_links(d.instance)) == 2
+        sb.delete()
+        sb2.delete()
+        d.wait_clean()
+        deadline = time.time() + 10
+        while host_links(d.instance) and time.time() < deadline:
+            time.sleep(0.1)
+        assert host_links(d.instance) == []
+        # Only the table's own chains and sets stay: no sandbox's.
+        assert nft_objects(d.instance, "chain") == ["forward", "input", "postrouting", "prerouting", "refuse"]
+        assert nft_objects(d.instance, "set") == ["closed", "links", "private"]
+        assert nft_objects(d.instance, "map") == ["in", "out"]
+    finally:
+        d.destroy()
+    assert nft_table(d.instance) is None
+    assert host_links(d.instance) == []
