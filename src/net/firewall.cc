@@ -77,6 +77,7 @@ std::string Firewall::LinkCommands(const LinkRules& l) const {
     rule("goto refuse");
   } else {
     rule("ip daddr @closed goto refuse");
+    rule("ip daddr " + o_.subnet.ToString() + " goto refuse");  // other sandboxes, whatever `allow` says
     rule("ip daddr @deny" + n + " goto refuse");
     rule("ip daddr @refused" + n + " goto refuse");
     if (o_.max_conns > 0) rule("ct state new ct count over " + std::to_string(o_.max_conns) + " goto refuse");
@@ -133,11 +134,13 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     // Forwarded: a sandbox's traffic goes through its chain; nothing enters a sandbox
     // that it did not open.
     << "add chain " << t << " forward { type filter hook forward priority filter; policy accept; }\n"
-    << "add rule " << t << " forward iifname vmap @out\n"
-    << "add rule " << t << " forward iifname @links drop\n"
+    // Into a sandbox first (an `accept` in a sandbox's chain ends the walk): only what
+    // it opened comes in, never a new connection, from another sandbox or anywhere.
     << "add rule " << t << " forward oifname vmap @in\n"
     << "add rule " << t << " forward oifname @links ct state established,related accept\n"
-    << "add rule " << t << " forward oifname @links drop\n";
+    << "add rule " << t << " forward oifname @links goto refuse\n"
+    << "add rule " << t << " forward iifname vmap @out\n"
+    << "add rule " << t << " forward iifname @links drop\n";
   // Any sbxd's links ("sx*") pass: each sbxd's own table judges them.
   if (o_.forward_only_sandboxes) c << "add rule " << t << " forward iifname != \"sx*\" oifname != \"sx*\" drop\n";
   // To the host: the resolver's port only, and that only from sandboxes.

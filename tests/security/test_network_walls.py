@@ -1,0 +1,130 @@
+"""The walls every sandbox with a network has, whatever its rules: the host (its
+addresses, its loopback services, sbxd's API), cloud metadata, other sandboxes and
+private ranges stay out of reach; no raw sockets, no other source address, no IPv6 route.
+Against the lab network of tests/netlab.py only (nothing leaves this machine)."""
+import json
+import socket
+import threading
+
+import pytest
+
+import netlab
+
+PROBE = r"""
+import json, socket, sys
+out = {}
+for a in sys.argv[1:]:
+    host, port = a.rsplit(":", 1)
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+        out[a] = "connected"
+    except Exception as e:
+        out[a] = "ERR " + type(e).__name__
+print(json.dumps(out))
+"""
+
+
+class Listener:
+    """A TCP listener on the host standing in for the host's services: counts what reaches it."""
+
+    def __init__(self, addr):
+        self.sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((addr, 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            c.close()
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture()
+def c(net_daemon, net_lab):
+    return net_daemon.client()
+
+
+def connects(sb, *targets):
+    r = sb.exec(["python3", "-c", PROBE, *targets], timeout_seconds=60)
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_host_services_metadata_and_private_ranges_are_closed(c, net_daemon, net_lab):
+    any_host = Listener("0.0.0.0")
+    loop = Listener("127.0.0.1")
+    try:
+        # Whatever the rules allow, even everything: the host and metadata stay closed.
+        with c.create(image="default", network={"allow": ["0.0.0.0/0", "169.254.0.0/16", "127.0.0.0/8"]}) as sb:
+            gateway = sb.network["address"].rsplit(".", 1)[0] + "." + str(int(sb.network["address"].rsplit(".", 1)[1]) - 1)
+            got = connects(sb, f"{net_lab.host_addr}:{any_host.port}", f"{gateway}:{any_host.port}",
+                           f"{gateway}:{net_daemon.port}", f"{net_lab.host_addr}:{net_daemon.port}",
+                           f"{netlab.METADATA}:80", f"127.0.0.1:{loop.port}", f"{netlab.WEB}:80")
+            assert got.pop(f"{netlab.WEB}:80") == "connected"  # the rules are not the wall
+            assert all(v.startswith("ERR") for v in got.values()), got
+        with c.create(image="default") as sb:
+            got = connects(sb, f"{netlab.PRIVATE_WEB}:80", f"{netlab.METADATA}:80", f"{net_lab.host_addr}:{any_host.port}")
+            assert all(v.startswith("ERR") for v in got.values()), got
+        assert any_host.accepted == 0 and loop.accepted == 0
+        assert netlab.METADATA + " " not in net_lab.http_log()
+        assert netlab.PRIVATE_WEB + " " not in net_lab.http_log()
+    finally:
+        any_host.close()
+        loop.close()
+
+
+def test_sandboxes_cannot_reach_each_other(c):
+    with c.create(image="default") as a, c.create(image="default", network={"allow": ["0.0.0.0/0"]}) as b:
+        a.exec("nohup python3 -m http.server 8000 >/dev/null 2>&1 &")
+        a.exec("for i in $(seq 50); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8000), 1)' && break; sleep 0.1; done")
+        got = connects(b, f"{a.network['address']}:8000")
+        assert got[f"{a.network['address']}:8000"].startswith("ERR")
+        # Nor take another's address (no CAP_NET_ADMIN): the kernel's answer to RTM_NEWADDR.
+        code = f"""
+import socket, struct
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+addr = socket.inet_aton("{a.network['address']}")
+body = struct.pack("BBBBI", socket.AF_INET, 32, 0, 0, socket.if_nametoindex("eth0"))
+body += struct.pack("HH", 8, 2) + addr + struct.pack("HH", 8, 1) + addr
+s.send(struct.pack("IHHII", 16 + len(body), 20, 0x1 | 0x4 | 0x200 | 0x400, 1, 0) + body)
+print(struct.unpack("i", s.recv(4096)[16:20])[0])
+"""
+        assert b.exec(["python3", "-c", code]).stdout.strip() == "-1"  # EPERM
+
+
+def test_no_raw_sockets_no_spoofing_no_ipv6(c):
+    code = r"""
+import socket
+for fam, kind, proto in ((socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW),
+                         (socket.AF_PACKET, socket.SOCK_RAW, 0)):
+    try:
+        socket.socket(fam, kind, proto)
+        print("opened")
+    except (PermissionError, OSError) as e:  # EPERM without CAP_NET_RAW; the filter may say EAFNOSUPPORT
+        print("refused" if e.errno in (1, 13, 97) else "errno%d" % e.errno)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.setsockopt(socket.SOL_IP, 19, 1)  # IP_TRANSPARENT: send from any address
+    print("transparent")
+except PermissionError:
+    print("refused")
+try:
+    socket.create_connection(("2001:db8::1", 80), timeout=2)
+    print("v6")
+except OSError as e:
+    print("no-v6")
+"""
+    with c.create(image="default") as sb:
+        r = sb.exec(["python3", "-c", code])
+        out = r.stdout.split() + [r.stderr[-300:]] * bool(r.exit_code)
+        assert out == ["refused", "refused", "refused", "no-v6"], out
