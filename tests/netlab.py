@@ -7,6 +7,8 @@ addresses only), with a logging HTTP server and a DNS server inside it.
 Addresses inside the lab namespace (all on its loopback):
     198.51.100.10  HTTP (port 80), the "public" web server
     198.51.100.53  DNS (port 53): answers from a JSON file the test writes (lab.set_records)
+    198.51.100.10  port 9000: a sink (reads to EOF, answers the byte count); port 9001: a
+                   source (reads a byte count on a line, sends that many bytes)
     10.99.0.10     HTTP on a private address (reached only when a rule allows it)
     169.254.169.254 HTTP, standing in for cloud metadata (routed into the lab, never off the machine)
 The host's end of the link is 203.0.113.(4k+1); the lab's is 203.0.113.(4k+2).
@@ -174,6 +176,31 @@ def dns_answer(query, records):
     return name, header + question + answers
 
 
+def accept_loop(ls, fn):
+    while True:
+        c, _ = ls.accept()
+        threading.Thread(target=fn, args=(c,), daemon=True).start()
+
+
+def sink(c):
+    total, buf = 0, bytearray(1 << 20)
+    while True:
+        n = c.recv_into(buf)
+        if not n:
+            break
+        total += n
+    c.sendall(str(total).encode())
+    c.close()
+
+
+def source(c):
+    want = int(c.makefile().readline())
+    chunk = b"x" * (1 << 20)
+    while want > 0:
+        want -= c.send(chunk[:min(want, len(chunk))])
+    c.close()
+
+
 def serve(root):
     Handler.root = root
     os.makedirs(os.path.join(root, "www"), exist_ok=True)
@@ -199,6 +226,12 @@ def serve(root):
                 print("dns:", e, file=sys.stderr)
 
     threading.Thread(target=dns_loop, daemon=True).start()
+    for port, fn in ((9000, sink), (9001, source)):
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind((WEB, port))
+        ls.listen(64)
+        threading.Thread(target=accept_loop, args=(ls, fn), daemon=True).start()
     open(os.path.join(root, "ready"), "w").close()
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
 
