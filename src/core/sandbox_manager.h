@@ -211,6 +211,10 @@ class SandboxManager {
   // exists; ReleaseNetwork undoes it when the sandbox goes.
   Status PrepareNetwork(storage::SandboxRecord* r);
   void ReleaseNetwork(const storage::SandboxRecord& r);
+  // A claimed pooled sandbox's network: the pooled one's when the request asks for the
+  // same rules (nothing changes), else the request's (its link made or taken away).
+  Status ClaimNetwork(const storage::SandboxRecord& pooled, const runtime::Instance& inst,
+                      storage::SandboxRecord* claimed);
   // Adds the bytes of the sandbox's link to its row before the link goes.
   void KeepLinkBytes(storage::SandboxRecord* r);
   std::pair<uint64_t, uint64_t> NetworkBytes(const Entry& e) const;  // sent, received

@@ -106,6 +106,22 @@ std::pair<uint64_t, uint64_t> SandboxManager::NetworkBytes(const Entry& e) const
   return {tx, rx};
 }
 
+Status SandboxManager::ClaimNetwork(const SandboxRecord& pooled, const runtime::Instance& inst, SandboxRecord* claimed) {
+  json had = RowNetwork(pooled), want = RowNetwork(*claimed);
+  if (RulesOfRow(had).ToJson() == RulesOfRow(want).ToJson()) {
+    claimed->network_json = pooled.network_json;
+    return OkStatus();
+  }
+  if (had.contains("slot")) want["slot"] = had["slot"];
+  claimed->network_json = want.dump();
+  const auto had_link = LinkOfRow(pooled);
+  SBX_RETURN_IF_ERROR(PrepareNetwork(claimed));
+  const auto link = LinkOfRow(*claimed);
+  if (link && !had_link) return Rt(pooled).AttachLink(claimed->id, inst, *link);
+  if (!link && had_link) return Rt(pooled).DetachLink(*had_link, false);  // off the create's path
+  return OkStatus();
+}
+
 Status SandboxManager::InstallNetwork() {
   if (!network_) return OkStatus();
   std::vector<net::Network::Entry> entries;

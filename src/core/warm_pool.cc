@@ -73,17 +73,12 @@ Result<SandboxView> SandboxManager::Claim(EntryPtr e, const CreateRequest& req, 
       return st.error();
     }
   }
-  // Its own rules, then its link (a pooled sandbox has loopback only).
-  if (Status st = PrepareNetwork(&claimed); !st.ok()) {
+  // Its rules: the pooled sandbox's (the daemon's default) unless the request differs.
+  if (Status st = ClaimNetwork(e->rec, e->inst, &claimed); !st.ok()) {
+    ReleaseNetwork(claimed);
     give_back();
     return st.error();
   }
-  if (auto link = LinkOfRow(claimed))
-    if (Status st = Rt(e->rec).AttachLink(claimed.id, e->inst, *link); !st.ok()) {
-      ReleaseNetwork(claimed);
-      give_back();
-      return st.error();
-    }
   Lock lock(table_.mu);
   if (Status free = table_.CheckNameFree(claimed.name); !free.ok()) {
     ReleaseNetwork(claimed);
@@ -129,15 +124,22 @@ bool SandboxManager::FillOne(const std::string& key, const PoolKey& k) {
     }
   CreateRequest req;
   req.isolation = k.isolation;
-  req.network = {{"mode", "none"}};  // a claim gives it its own rules and link
   req.from = k.from;
   req.disks = k.disks;
   if (!k.disks.empty()) req.metadata = {{"serverless_disk", k.disks.front().first}};
   auto e = std::make_shared<Entry>();
   e->rec = MakeRecord(req, *type, k.image, k.layers);
   e->set_state(State::kPooled);
+  // The daemon's default network, link and all: a claim that asks for it changes nothing.
+  if (Status net = PrepareNetwork(&e->rec); !net.ok()) {
+    SBX_LOG(kWarn) << "filling the pool: " << net.error().message;
+    return false;
+  }
   // The row first, so a crash leaves something Recover() removes.
-  if (!store_->InsertSandbox(e->rec).ok()) return false;
+  if (!store_->InsertSandbox(e->rec).ok()) {
+    ReleaseNetwork(e->rec);
+    return false;
+  }
   runtime::StartSpec spec = SpecOf(e->rec);
   runtime::Runtime& rt = Rt(e->rec);
   Status st = rt.Prepare(spec);

@@ -180,17 +180,43 @@ std::optional<LinkCounters> ReadCounters(const std::string& host_if) {
 
 bool LinkExists(const std::string& host_if) { return ::if_nametoindex(host_if.c_str()) != 0; }
 
-Status DeleteLink(const std::string& host_if) {
-  int index = static_cast<int>(::if_nametoindex(host_if.c_str()));
-  if (index == 0) return OkStatus();
+namespace {
+
+Status DeleteIndex(int index, const std::string& what) {
   SBX_ASSIGN_OR_RETURN(UniqueFd fd, Open());
   struct ifinfomsg ifi = {};
   ifi.ifi_family = AF_UNSPEC;
   ifi.ifi_index = index;
   Msg m(RTM_DELLINK, 0, &ifi, sizeof ifi);
-  Status st = Call(fd.get(), m, "delete link " + host_if);
+  Status st = Call(fd.get(), m, "delete link " + what);
+  if (!st.ok() && st.error().sys_errno == ENODEV) return OkStatus();  // gone meanwhile
+  return st;
+}
+
+}  // namespace
+
+Status DeleteLink(const std::string& host_if) {
+  int index = static_cast<int>(::if_nametoindex(host_if.c_str()));
+  if (index == 0) return OkStatus();
+  Status st = DeleteIndex(index, host_if);
   if (!st.ok() && !LinkExists(host_if)) return OkStatus();
   return st;
+}
+
+Status DeleteLinkLater(const std::string& host_if) {
+  int index = static_cast<int>(::if_nametoindex(host_if.c_str()));
+  if (index == 0) return OkStatus();
+  {
+    SBX_ASSIGN_OR_RETURN(UniqueFd fd, Open());
+    struct ifinfomsg ifi = {};
+    ifi.ifi_family = AF_UNSPEC;
+    ifi.ifi_index = index;
+    ifi.ifi_change = IFF_UP;  // flags 0: down
+    Msg m(RTM_NEWLINK, 0, &ifi, sizeof ifi);
+    SBX_RETURN_IF_ERROR(Call(fd.get(), m, "take " + host_if + " down"));
+  }
+  std::thread([index, host_if] { (void)DeleteIndex(index, host_if); }).detach();
+  return OkStatus();
 }
 
 Status ConfigureHostEnd(const NetLink& link) {

@@ -23,6 +23,9 @@ Status CreateHostPair(const NetLink& link, const std::string& peer);
 Status ConfigureHostEnd(const NetLink& link);
 // Deletes the host's end (and with it the pair); no error if it is gone.
 Status DeleteLink(const std::string& host_if);
+// Takes the host's end down now (no traffic passes) and deletes that very link (by its
+// index, so a new link of the same name is not touched) on a thread of its own.
+Status DeleteLinkLater(const std::string& host_if);
 // Whether a link of this name exists on the host.
 bool LinkExists(const std::string& host_if);
 

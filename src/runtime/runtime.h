@@ -152,7 +152,9 @@ class Runtime {
   virtual Status AttachLink(const std::string& id, const Instance& inst, const NetLink& link) {
     return MakeError(Code::kFailedPrecondition, "this sandbox's isolation has no network");
   }
-  virtual Status DetachLink(const NetLink& link) { return OkStatus(); }
+  // `wait` false: the link stops carrying traffic at once and is removed in the background
+  // (a veth's removal waits for the kernel's network grace period, tens of milliseconds).
+  virtual Status DetachLink(const NetLink& link, bool wait = true) { return OkStatus(); }
   // What went through the link so far (nullopt: it has none now).
   virtual std::optional<LinkCounters> ReadLinkCounters(const NetLink& link) { return std::nullopt; }
   // Ids of sandboxes that own kernel objects on this host (for reconciliation).

@@ -430,10 +430,11 @@ class ContainerRuntime : public Runtime {
     if (!p) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is not running");
     UniqueFd netns(::open(("/proc/" + std::to_string(p->pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
     if (!netns.valid()) return ErrnoError("open the sandbox's network namespace");
-    if (netlink::LinkExists(link.host_if)) return OkStatus();
     return netlink::AttachVeth(link, netns.get());
   }
-  Status DetachLink(const NetLink& link) override { return netlink::DeleteLink(link.host_if); }
+  Status DetachLink(const NetLink& link, bool wait) override {
+    return wait ? netlink::DeleteLink(link.host_if) : netlink::DeleteLinkLater(link.host_if);
+  }
   std::optional<LinkCounters> ReadLinkCounters(const NetLink& link) override {
     return netlink::ReadCounters(link.host_if);
   }
