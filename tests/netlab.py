@@ -86,6 +86,13 @@ class Lab:
             json.dump(records, f)
         os.replace(tmp, os.path.join(self.dir, "records.json"))
 
+    def publish(self, rel, data: bytes):
+        """Serves `data` at http://198.51.100.10/<rel> (and on the lab's other addresses)."""
+        path = os.path.join(self.dir, "www", rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
     def http_log(self):
         return self._read("http.log")
 
@@ -136,6 +143,9 @@ class Handler(BaseHTTPRequestHandler):
             f.write(f"{local} {self.client_address[0]} {self.path}\n")
         rel = self.path.split("?")[0].lstrip("/")
         path = os.path.normpath(os.path.join(self.root, "www", rel))
+        if os.path.isdir(path) and os.path.isfile(os.path.join(path, "index.html")):
+            path = os.path.join(path, "index.html")  # a package index's project page
+        content_type = "text/html" if path.endswith(".html") else "application/octet-stream"
         if rel and os.path.isfile(path) and path.startswith(os.path.join(self.root, "www")):
             body = open(path, "rb").read()
         elif rel.startswith("bytes/"):
@@ -143,6 +153,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             body = f"hello from {local}\n".encode()
         self.send_response(200)
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -42,6 +42,7 @@ RECORDS = {
     "rebind.test": [netlab.PRIVATE_WEB],
     "metadata.test": [netlab.METADATA],
     "short.test": {"a": [netlab.WEB], "ttl": 5},
+    "pypi.lab.test": [netlab.WEB],
 }
 
 
@@ -290,3 +291,27 @@ def test_restart_and_kill_keep_rules_and_leave_nothing(lab):
         d.destroy()
     assert nft_table(d.instance) is None
     assert host_links(d.instance) == []
+
+
+def test_pip_installs_from_a_package_index_on_the_network(c, lab):
+    """A realistic one: pip in a sandbox installs sympy from a "simple" package index that
+    the lab serves (the default image's offline wheelhouse, published there)."""
+    # By name, through the resolver, with only that name allowed.
+    with c.create(image="default", network={"allow": ["pypi.lab.test"]}) as sb:
+        wheels = [e["name"] for e in sb.files.list("/opt/sbx/wheelhouse") if e["name"].endswith(".whl")]
+        for project in ("sympy", "mpmath"):
+            files = [w for w in wheels if w.split("-")[0].lower() == project]
+            assert files, wheels
+            for w in files:
+                lab.publish(f"packages/{w}", sb.files.read_bytes(f"/opt/sbx/wheelhouse/{w}"))
+            links = "".join(f'<a href="../../packages/{w}">{w}</a>\n' for w in files)
+            lab.publish(f"simple/{project}/index.html", f"<html><body>\n{links}</body></html>\n".encode())
+        # The image's pip.conf points pip at its offline wheelhouse: bypass it (and pip
+        # wants plain HTTP hosts named as trusted).
+        r = sb.exec("python3 -m venv ~/v && PIP_CONFIG_FILE=/dev/null ~/v/bin/pip install -q --index-url "
+                    "http://pypi.lab.test/simple --trusted-host pypi.lab.test sympy && ~/v/bin/python -c 'import sympy; print(sympy.factorint(2**16 + 1))'",
+                    timeout_seconds=600)
+        assert r.exit_code == 0, r.stderr
+        assert r.stdout.strip() == "{65537: 1}"
+    log = lab.http_log()
+    assert "/simple/sympy/" in log and "/packages/sympy-" in log and "/packages/mpmath-" in log
