@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cli.h"
 #include "http_client.h"
@@ -39,6 +40,12 @@ Runner AddSandboxCommands(CLI::App& app);  // ls, get, rm, stop, start, pause, r
 Runner AddExecCommands(CLI::App& app);  // exec, cp, port, ps, spawn, logs
 // stats_command.cc
 Runner AddStatsCommand(CLI::App& app);  // stats
+// network_command.cc
+Runner AddNetworkCommand(CLI::App& app);  // network
+// --allow and --deny (create, network), and the `network` object they make.
+void AddNetworkRuleOptions(CLI::App* cmd, std::vector<std::string>* allow, std::vector<std::string>* deny);
+nlohmann::json NetworkBody(const std::string& mode, const std::vector<std::string>& allow,
+                           const std::vector<std::string>& deny);
 // snapshot_commands.cc
 Runner AddSnapshotCommands(CLI::App& app);  // snapshot, fork, template
 Runner AddImageCommands(CLI::App& app);     // image

@@ -92,6 +92,7 @@ int RunCommand(int argc, char** argv) {
   groups.push_back(AddExecCommands(app));
   groups.push_back(AddSandboxCommands(app));
   groups.push_back(AddStatsCommand(app));
+  groups.push_back(AddNetworkCommand(app));
   groups.push_back(AddSecretCommands(app));
   groups.push_back(AddUsageCommand(app));
   groups.push_back(AddSnapshotCommands(app));

@@ -33,6 +33,8 @@ struct CreateCommand {
   int cpus = 0, pids = 0;
   bool no_env = false, new_privs = false;
   std::vector<std::string> env_kv, md_kv;
+  std::string network;
+  std::vector<std::string> allow, deny;
 
   void Add(CLI::App& app);
   std::optional<int> Run(HttpClient& c, const Globals& g);
@@ -55,6 +57,9 @@ void CreateCommand::Add(CLI::App& app) {
   create->add_option("--memory-mb", memory_mb, "override the type's memory");
   create->add_option("--cpus", cpus, "override the type's vCPUs");
   create->add_option("--pids", pids, "override the type's process limit");
+  create->add_option("--network", network, "none (loopback only) or outbound (the daemon's default unless set)");
+  AddNetworkRuleOptions(create, &allow, &deny);
+  create->footer("Example: sbx create --name my-box --allow pypi.org --allow '*.pythonhosted.org'");
 }
 
 std::optional<int> CreateCommand::Run(HttpClient& c, const Globals& g) {
@@ -82,6 +87,7 @@ std::optional<int> CreateCommand::Run(HttpClient& c, const Globals& g) {
     if (cpus) res["cpus"] = cpus;
     if (pids) res["pids"] = pids;
     if (!res.empty()) body["resources"] = res;
+    if (!network.empty() || !allow.empty() || !deny.empty()) body["network"] = NetworkBody(network, allow, deny);
     auto j = CallJson(c, "POST", "/v1/sandboxes", body);
     if (!j) return 1;
     if (g.json) std::printf("%s\n", j->dump().c_str());

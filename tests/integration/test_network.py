@@ -315,3 +315,19 @@ def test_pip_installs_from_a_package_index_on_the_network(c, lab):
         assert r.stdout.strip() == "{65537: 1}"
     log = lab.http_log()
     assert "/simple/sympy/" in log and "/packages/sympy-" in log and "/packages/mpmath-" in log
+
+
+def test_cli_network(net_daemon, lab):
+    sid = net_daemon.cli("create", "--image", "default", "--network", "outbound", "--allow", "web.lab.test",
+                         "--deny", "10.0.0.0/8").stdout.strip()
+    try:
+        out = net_daemon.cli("network", sid).stdout
+        assert "mode:     outbound" in out and "allow:    web.lab.test" in out and "deny:     10.0.0.0/8" in out
+        out = net_daemon.cli("network", "--allow", "*.gh.test", "--allow", "web.lab.test", sid).stdout
+        assert "allow:    *.gh.test web.lab.test" in out and "deny:     -" in out
+        got = json.loads(net_daemon.cli("--json", "network", sid, "--mode", "none").stdout)
+        assert got["mode"] == "none" and got["address"] is None
+        bad = net_daemon.cli("network", sid, "--allow", "10.0.0.0/99", check=False)
+        assert bad.returncode == 1 and "CIDR" in bad.stderr  # sbxd refused it (400)
+    finally:
+        net_daemon.cli("rm", sid)
