@@ -67,6 +67,7 @@ export class Disk {
       timeout_seconds: options.timeoutSeconds,
       image: options.image,
       from: options.from,
+      network: typeof options.network === "string" ? { mode: options.network } : options.network,
     });
     const limit = options.timeoutSeconds ?? DISK_EXEC_TIMEOUT;
     const d = await this.client.http.json<JsonObject>("POST", this.path("/exec"), {

@@ -43,6 +43,8 @@ export type {
   ExecOptions,
   ExecResult,
   ExecTiming,
+  NetworkInfo,
+  NetworkRules,
   Health,
   JsonObject,
   ListSandboxesOptions,

@@ -13,6 +13,8 @@ import {
   type ExecOptions,
   type ExecResult,
   type JsonObject,
+  type NetworkInfo,
+  type NetworkRules,
   type SandboxData,
   type SnapshotData,
   type UpdateOptions,
@@ -230,6 +232,20 @@ export class Sandbox {
     });
     this.data = await this.client.http.json<SandboxData>("PATCH", this.path(), { json: body });
     return this;
+  }
+
+  /**
+   * Replaces the sandbox's network rules (the whole object): new connections follow them
+   * at once, and a running sandbox gets or loses its link.
+   */
+  async setNetwork(rules: NetworkRules): Promise<this> {
+    this.data = await this.client.http.json<SandboxData>("PATCH", this.path("/network"), { json: rules });
+    return this;
+  }
+
+  /** Its rules, its address while it has a link, and the bytes it sent and received. */
+  get network(): NetworkInfo {
+    return this.data.network as NetworkInfo;
   }
 
   /** Extends the TTL: the sandbox now expires `seconds` from now. */

@@ -142,10 +142,32 @@ export interface CreateOptions {
   env?: Record<string, string>;
   /** Free labels, usable as list filters. */
   metadata?: Record<string, string>;
-  /** A mode such as `"none"`, or the full object. */
-  network?: string | { mode?: string; allow?: string[] };
+  /** A mode (`"none"`, `"outbound"`), or the full rules. */
+  network?: string | NetworkRules;
   resources?: Resources;
   disks?: DiskMount[];
+}
+
+/**
+ * A sandbox's network rules. `allow` and `deny` take CIDRs and domain names
+ * (`*.example.com` for any name below it); deny wins; with an allow list only what it
+ * names is reachable. The host, cloud metadata and other sandboxes never are.
+ */
+export interface NetworkRules {
+  mode?: "none" | "outbound";
+  allow?: string[];
+  deny?: string[];
+}
+
+/** A sandbox's network as the daemon shows it: its rules, address and bytes so far. */
+export interface NetworkInfo {
+  mode: "none" | "outbound";
+  allow: string[];
+  deny: string[];
+  /** Its IPv4 address while it has a link (mode outbound and running). */
+  address: string | null;
+  tx_bytes: number;
+  rx_bytes: number;
 }
 
 /** A change of a sandbox's lifecycle policy; absent fields stay as they are. */
@@ -213,6 +235,8 @@ export interface DiskExecOptions {
   image?: string;
   /** A named snapshot for the call's sandbox instead of an image. */
   from?: string;
+  /** The call's sandbox's network (default: the daemon's default mode). */
+  network?: string | NetworkRules;
   /** Throw `ExecError` when the command exits with a non-zero code. */
   check?: boolean;
 }
