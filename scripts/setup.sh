@@ -84,8 +84,13 @@ FROM=$($SBX create --from demo-template-$$ --ttl 600)
 $SBX exec "$FROM" -- cat /root/note
 FORK=$($SBX fork "$ID")
 $SBX exec "$FORK" -- cat /root/note
+# Networking: an allow list; a name outside it gets no answer from the sandbox's resolver
+# (which refuses it without asking anyone: no packet leaves this machine).
+NET=$($SBX create --ttl 600 --allow deb.debian.org)
+$SBX network "$NET"
+$SBX exec "$NET" -- sh -c 'getent hosts example.com || echo "example.com: refused (not in the allow list)"'
 $SBX ls
-$SBX rm "$ID" "$FROM" "$FORK"
+$SBX rm "$ID" "$FROM" "$FORK" "$NET"
 $SBX template rm demo-template-$$
 DISK=$($SBX disk create --size-mb 256)
 $SBX disk exec "$DISK" -- 'echo "written by call one in $SBX_SANDBOX_ID" > notes.txt'

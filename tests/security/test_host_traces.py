@@ -48,7 +48,8 @@ def test_default_image_carries_no_host_name_or_name_servers(daemon):
         etc_hostname = sb.exec("cat /etc/hostname").stdout
         resolv = sb.exec("cat /etc/resolv.conf").stdout
         assert etc_hostname == "localhost\n"
-        assert "nameserver" not in resolv
+        # The only name server is sbxd's resolver for sandboxes (its subnet's first address).
+        assert [l for l in resolv.splitlines() if l.startswith("nameserver")] == ["nameserver 10.250.0.1"]
         for line in host("/etc/resolv.conf").splitlines():
             if line.startswith("nameserver"):
                 assert line not in resolv
