@@ -237,7 +237,8 @@ class Daemon:
                 except OSError:
                     pass
             # Its firewall table (sbxd keeps it across restarts for its sandboxes).
-            subprocess.run(["nft", "delete", "table", "inet", f"sbx_{self.instance[:5]}"],
+            nft = shutil.which("nft", path="/usr/sbin:/sbin:/usr/bin") or "nft"  # a test may have changed PATH
+            subprocess.run([nft, "delete", "table", "inet", f"sbx_{self.instance[:5]}"],
                            check=False, capture_output=True)
             # Disks are host mounts under the data dir: unmount them before removing it.
             for line in self.host_mounts():

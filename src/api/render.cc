@@ -33,7 +33,8 @@ json SandboxJson(const core::SandboxView& v) {
             {"paused_at", r.state == "paused" && r.paused_ms ? json(FormatRfc3339(r.paused_ms)) : json(nullptr)},
             {"billing", r.billing == "call" ? "per_call" : "per_second"},
             {"no_env", r.no_env},
-            {"resources", {{"cpus", r.cpus}, {"memory_mb", r.memory_mb}, {"disk_mb", r.disk_mb}, {"pids", r.pids}}},
+            {"resources", {{"cpus", r.cpus}, {"memory_mb", r.memory_mb}, {"disk_mb", r.disk_mb}, {"pids", r.pids},
+                           {"network_mbps", v.network_mbps}}},
             {"billed_seconds", v.billed_seconds},
             {"cost_usd", v.cost_usd}};
   auto md = json::parse(r.metadata_json, nullptr, false);

@@ -29,6 +29,7 @@ Status SandboxManager::StopLocked(const EntryPtr& e, const std::string& reason) 
   // A hibernated sandbox's checkpoint goes: a start boots it afresh.
   if (e->rec.pause_mode == "hibernate") (void)rt.DropCheckpoint(CheckpointDir(id));
   e->rec.network_json = counted.network_json;
+  MarkHibernatedLink(&e->rec, std::nullopt);  // its checkpoint went
   metering_.Close(e->rec);
   e->set_state(State::kStopped);
   e->rec.pause_mode.clear();
@@ -164,6 +165,7 @@ Status SandboxManager::PauseLocked(const EntryPtr& e, const std::string& mode) {
     // Its processes are gone (saved in CheckpointDir(id)); a resume restores them.
     e->inst = runtime::Instance();
     e->rec.network_json = counted.network_json;
+    MarkHibernatedLink(&e->rec, spec.link);
     e->rec.runtime_state.clear();
   }
   ++pauses_;
@@ -198,6 +200,10 @@ Status SandboxManager::ResumeLocked(const EntryPtr& e) {
   e->busy = true;
   e->restoring = hibernated;
   runtime::StartSpec spec = SpecOf(e->rec);
+  // The checkpoint holds the link the sandbox had when it was hibernated; rules changed
+  // since then give it its link or take it away once it runs.
+  if (hibernated) spec.link = HibernatedLink(e->rec);
+  const auto want_link = LinkOfRow(e->rec);
   runtime::Runtime& rt = Rt(e->rec);
   table_.mu.Unlock();
   Status st = OkStatus();
@@ -206,6 +212,9 @@ Status SandboxManager::ResumeLocked(const EntryPtr& e) {
     auto inst = rt.Restore(spec, CheckpointDir(id));
     if (inst.ok()) restored = *inst;
     else st = inst.error();
+    if (st.ok() && want_link && !spec.link) st = rt.AttachLink(id, restored, *want_link);
+    if (st.ok() && !want_link && spec.link) st = rt.DetachLink(*spec.link);
+    if (!st.ok() && inst.ok()) (void)rt.Stop(id, restored);  // it stays hibernated
   } else {
     st = rt.Thaw(id);
   }
@@ -221,6 +230,7 @@ Status SandboxManager::ResumeLocked(const EntryPtr& e) {
   if (hibernated) {
     e->inst = restored;
     e->rec.runtime_state = restored.saved_state;
+    MarkHibernatedLink(&e->rec, std::nullopt);
   }
   int64_t now = Now();
   // The TTL clock stood still while paused; a sandbox paused by its TTL gets a new one.

@@ -80,6 +80,7 @@ SandboxView SandboxManager::View(const Entry& e) const {
   std::tie(v.billed_seconds, v.cost_usd) = metering_.Billed(e.rec);
   std::tie(v.tx_bytes, v.rx_bytes) = NetworkBytes(e);
   if (auto link = LinkOfRow(e.rec)) v.address = net::Address::V4(link->sandbox).ToString();
+  v.network_mbps = MbpsOf(e.rec);
   return v;
 }
 

@@ -207,6 +207,11 @@ class SandboxManager {
   Result<net::Rules> ValidateNetwork(const nlohmann::json& network) const;
   std::optional<runtime::NetLink> LinkOfRow(const storage::SandboxRecord& r) const;
   std::string Nameserver() const;
+  int MbpsOf(const storage::SandboxRecord& r) const;  // its type's network_mbps
+  // The link a hibernated sandbox's checkpoint holds (its rules may have changed since),
+  // kept in its row by MarkHibernatedLink at the hibernate (nullopt: cleared).
+  std::optional<runtime::NetLink> HibernatedLink(const storage::SandboxRecord& r) const;
+  static void MarkHibernatedLink(storage::SandboxRecord* r, const std::optional<runtime::NetLink>& link);
   // Rules into the firewall (and a slot, for a sandbox that reaches out) before its link
   // exists; ReleaseNetwork undoes it when the sandbox goes.
   Status PrepareNetwork(storage::SandboxRecord* r);

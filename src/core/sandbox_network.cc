@@ -43,6 +43,11 @@ Result<net::Rules> SandboxManager::ValidateNetwork(const json& network) const {
   return rules;
 }
 
+int SandboxManager::MbpsOf(const SandboxRecord& r) const {
+  auto t = types_.Find(r.type);
+  return t.ok() ? t->network_mbps : 0;
+}
+
 std::optional<runtime::NetLink> SandboxManager::LinkOfRow(const SandboxRecord& r) const {
   if (!network_) return std::nullopt;
   json j = RowNetwork(r);
@@ -50,6 +55,20 @@ std::optional<runtime::NetLink> SandboxManager::LinkOfRow(const SandboxRecord& r
   if (slot == 0 || RulesOfRow(j).mode != "outbound") return std::nullopt;
   net::Network::Link l = network_->LinkOf(slot);
   return runtime::NetLink{l.host_if, l.sandbox.v4(), l.gateway.v4(), 31};
+}
+
+std::optional<runtime::NetLink> SandboxManager::HibernatedLink(const SandboxRecord& r) const {
+  json j = RowNetwork(r);
+  if (!network_ || !j.value("hibernated_link", false) || SlotOfRow(j) == 0) return std::nullopt;
+  net::Network::Link l = network_->LinkOf(SlotOfRow(j));
+  return runtime::NetLink{l.host_if, l.sandbox.v4(), l.gateway.v4(), 31};
+}
+
+void SandboxManager::MarkHibernatedLink(SandboxRecord* r, const std::optional<runtime::NetLink>& link) {
+  json j = RowNetwork(*r);
+  if (link) j["hibernated_link"] = true;
+  else j.erase("hibernated_link");
+  r->network_json = j.dump();
 }
 
 std::string SandboxManager::Nameserver() const {
@@ -67,7 +86,7 @@ Status SandboxManager::PrepareNetwork(SandboxRecord* r) {
     j["slot"] = slot;
     r->network_json = j.dump();
   }
-  Status st = network_->Apply({slot, rules, 0});
+  Status st = network_->Apply({slot, rules, MbpsOf(*r)});
   if (!st.ok()) {
     network_->Release(r->id);
     return st.error().Wrap("setting up the sandbox's network rules");
@@ -108,7 +127,7 @@ std::pair<uint64_t, uint64_t> SandboxManager::NetworkBytes(const Entry& e) const
 
 Status SandboxManager::ClaimNetwork(const SandboxRecord& pooled, const runtime::Instance& inst, SandboxRecord* claimed) {
   json had = RowNetwork(pooled), want = RowNetwork(*claimed);
-  if (RulesOfRow(had).ToJson() == RulesOfRow(want).ToJson()) {
+  if (RulesOfRow(had).ToJson() == RulesOfRow(want).ToJson() && MbpsOf(pooled) == MbpsOf(*claimed)) {
     claimed->network_json = pooled.network_json;
     return OkStatus();
   }
@@ -137,7 +156,7 @@ Status SandboxManager::InstallNetwork() {
       SBX_LOG(kError) << "sandbox " << e->rec.id << "'s network: " << st.error().message;
       continue;
     }
-    entries.push_back({slot, RulesOfRow(j), 0});
+    entries.push_back({slot, RulesOfRow(j), MbpsOf(e->rec)});
   }
   return network_->Install(entries);
 }

@@ -4,9 +4,9 @@ namespace sbx::core {
 
 TypeTable TypeTable::Defaults() {
   TypeTable t;
-  t.Put({"small", 2, 4096, 10240, 1024, 0.018});
-  t.Put({"default", 4, 8192, 20480, 2048, 0.036});
-  t.Put({"large", 8, 16384, 40960, 4096, 0.072});
+  t.Put({"small", 2, 4096, 10240, 1024, 0.018, 1000});
+  t.Put({"default", 4, 8192, 20480, 2048, 0.036, 2500});
+  t.Put({"large", 8, 16384, 40960, 4096, 0.072, 10000});
   return t;
 }
 

@@ -16,6 +16,7 @@ struct SandboxType {
   int64_t disk_mb = 0;
   int pids = 0;
   double usd_per_hour = 0;
+  int network_mbps = 0;  // each way, through the sandbox's link (0: no limit)
 };
 
 class TypeTable {

@@ -32,6 +32,7 @@ struct SandboxView {
   // and received through its links so far.
   std::string address;
   uint64_t tx_bytes = 0, rx_bytes = 0;
+  int network_mbps = 0;  // its type's limit each way (0: none)
 };
 
 // A running sandbox's agent, held for one file, process or port operation. While it is

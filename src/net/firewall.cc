@@ -71,7 +71,10 @@ std::string Firewall::LinkCommands(const LinkRules& l) const {
   // Its own source address only; IPv4 only (a link has no IPv6 address yet).
   rule("ip saddr != " + l.sandbox.ToString() + " drop");
   rule("meta nfproto ipv6 drop");
-  if (l.mbps > 0) rule("limit rate over " + std::to_string(l.mbps * 125) + " kbytes/second burst 256 kbytes drop");
+  // The type's limit each way, policed by a token bucket that holds one second at that
+  // rate (nftables' own): a burst passes at full speed, a sustained stream at the rate.
+  const std::string limit = "limit rate over " + std::to_string(int64_t{l.mbps} * 125000) + " bytes/second drop";
+  if (l.mbps > 0) rule(limit);
   rule("ct state established,related accept");
   if (l.rules.mode != "outbound") {
     rule("goto refuse");
@@ -95,7 +98,7 @@ std::string Firewall::LinkCommands(const LinkRules& l) const {
   if (l.mbps > 0) {
     // What comes back to it, limited the same.
     c << "add chain " << t << "d" << n << "\nflush chain " << t << "d" << n << "\n"
-      << "add rule " << t << "d" << n << " limit rate over " << l.mbps * 125 << " kbytes/second burst 256 kbytes drop\n"
+      << "add rule " << t << "d" << n << " " << limit << "\n"
       << "add element " << t << "in { " << Quoted(l.host_if) << " : jump d" << n << " }\n";
   }
   return c.str();
@@ -140,13 +143,16 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     << "add rule " << t << " forward oifname @links ct state established,related accept\n"
     << "add rule " << t << " forward oifname @links goto refuse\n"
     << "add rule " << t << " forward iifname vmap @out\n"
-    << "add rule " << t << " forward iifname @links drop\n";
+    << "add rule " << t << " forward iifname @links drop\n"
+    // A link of this sbxd's that has no rules (should one ever exist) passes nothing.
+    << "add rule " << t << " forward iifname " << Quoted(o_.link_prefix + "*") << " drop\n";
   // Any sbxd's links ("sx*") pass: each sbxd's own table judges them.
   if (o_.forward_only_sandboxes) c << "add rule " << t << " forward iifname != \"sx*\" oifname != \"sx*\" drop\n";
   // To the host: the resolver's port only, and that only from sandboxes.
   c << "add chain " << t << " input { type filter hook input priority filter; policy accept; }\n"
     << "add rule " << t << " input iifname @links meta l4proto { tcp, udp } th dport " << port << " accept\n"
     << "add rule " << t << " input iifname @links goto refuse\n"
+    << "add rule " << t << " input iifname " << Quoted(o_.link_prefix + "*") << " goto refuse\n"
     << "add rule " << t << " input meta l4proto { tcp, udp } th dport " << port << " drop\n"
     // Every DNS query of a sandboxes goes to the resolver, whatever server it names.
     << "add chain " << t << " prerouting { type nat hook prerouting priority dstnat; policy accept; }\n"

@@ -23,7 +23,8 @@ struct nft_ctx;
 namespace sbx::net {
 
 struct FirewallOptions {
-  std::string table;   // "sbx_<tag>"
+  std::string table;        // "sbx_<tag>"
+  std::string link_prefix;  // every link of this sbxd is named so ("sx<tag>-")
   Cidr subnet;         // the sandboxes' addresses (IPv4)
   uint16_t resolver_port = 0;  // where sbxd's resolver listens (any address of the host)
   int max_conns = 0;   // concurrent connections a sandbox may open (0: no cap)

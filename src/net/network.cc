@@ -40,6 +40,7 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& o) {
   SBX_ASSIGN_OR_RETURN(n->resolver_port_, n->resolver_->Start(o.resolver_port));
   FirewallOptions fo;
   fo.table = "sbx_" + o.tag;
+  fo.link_prefix = "sx" + o.tag.substr(0, 5) + "-";
   fo.subnet = o.subnet;
   fo.resolver_port = n->resolver_port_;
   fo.max_conns = o.max_conns;

@@ -279,6 +279,23 @@ test("bad input gives InvalidRequestError", async () => {
   }
 });
 
+test("network rules: set, normalized, refused when bad", async () => {
+  // Mode none only: this daemon's sandboxes send nothing off the machine.
+  const sb = await newSandbox({ network: "none" });
+  try {
+    assert.equal(sb.network.mode, "none");
+    assert.equal(sb.network.address, null);
+    await sb.setNetwork({ mode: "none", allow: ["*.Example.COM"], deny: ["10.1.2.3/8"] });
+    assert.deepEqual(sb.network.allow, ["*.example.com"]);
+    assert.deepEqual(sb.network.deny, ["10.0.0.0/8"]);
+    await assert.rejects(sb.setNetwork({ mode: "none", allow: ["10.0.0.0/33"] }), InvalidRequestError);
+    await sb.refresh();
+    assert.deepEqual(sb.network.allow, ["*.example.com"]);
+  } finally {
+    await remove(sb);
+  }
+});
+
 test("unknown ids give NotFoundError", async () => {
   await assert.rejects(client.getSandbox("sb-0000000000000000"), (e) => {
     assert.ok(e instanceof NotFoundError);
