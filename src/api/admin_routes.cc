@@ -71,6 +71,12 @@ asio::awaitable<Response> Api::Metrics(Request& req) {
   o << "# HELP sbx_pool_ready Booted, warmed sandboxes waiting in the warm pool.\n"
     << "# TYPE sbx_pool_ready gauge\nsbx_pool_ready " << c.pooled << "\n";
   o << "# TYPE sbx_pool_claims_total counter\nsbx_pool_claims_total " << c.pool_claims << "\n";
+  o << "# HELP sbx_network_bytes Bytes the sandboxes there are now sent and received through their links.\n"
+    << "# TYPE sbx_network_bytes gauge\nsbx_network_bytes{direction=\"tx\"} " << c.net_tx_bytes
+    << "\nsbx_network_bytes{direction=\"rx\"} " << c.net_rx_bytes << "\n";
+  o << "# TYPE sbx_dns_queries_total counter\nsbx_dns_queries_total " << c.dns_queries << "\n"
+    << "# TYPE sbx_dns_refused_total counter\nsbx_dns_refused_total " << c.dns_refused << "\n"
+    << "# TYPE sbx_dns_rebinding_total counter\nsbx_dns_rebinding_total " << c.dns_rebinding << "\n";
   o << "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes "
     << proc::SelfRssBytes() << "\n";
   o << "# HELP process_resident_memory_peak_bytes The most resident memory sbxd has had.\n"
@@ -97,9 +103,14 @@ asio::awaitable<Response> Api::Usage(Request& req) {
   auto r6 = [](double x) { return std::round(x * 1e9) / 1e9; };
   auto r3 = [](double x) { return std::round(x * 1000) / 1000; };
   json sbs = json::array();
-  for (const auto& l : u->sandboxes)
-    sbs.push_back({{"id", l.id}, {"name", l.name.empty() ? json(nullptr) : json(l.name)}, {"type", l.type},
-                   {"billed_seconds", r3(l.seconds)}, {"cost_usd", r6(l.cost_usd)}});
+  for (const auto& l : u->sandboxes) {
+    json line = {{"id", l.id}, {"name", l.name.empty() ? json(nullptr) : json(l.name)}, {"type", l.type},
+                 {"billed_seconds", r3(l.seconds)}, {"cost_usd", r6(l.cost_usd)}};
+    // Bytes through its links so far, for a sandbox that still exists (null once deleted).
+    auto v = manager_->Get(l.id);
+    line["network"] = v.ok() ? json{{"tx_bytes", v->tx_bytes}, {"rx_bytes", v->rx_bytes}} : json(nullptr);
+    sbs.push_back(line);
+  }
   json types = json::object();
   for (const auto& [t, sc] : u->by_type) types[t] = {{"billed_seconds", r3(sc.first)}, {"cost_usd", r6(sc.second)}};
   co_return Json(200, {{"from", FormatRfc3339(u->from_ms)},

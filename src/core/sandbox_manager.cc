@@ -7,6 +7,7 @@
 
 #include "base/ids.h"
 #include "base/log.h"
+#include "net/network.h"
 
 namespace sbx::core {
 
@@ -222,6 +223,11 @@ SandboxManager::Counts SandboxManager::GetCounts() {
   Lock lock(table_.mu);
   for (const auto& [_, e] : table_.live()) {
     ++c.by_state[{e->rec.state, e->rec.isolation}];
+    if (!e->is(State::kPooled)) {
+      auto [tx, rx] = NetworkBytes(*e);
+      c.net_tx_bytes += tx;
+      c.net_rx_bytes += rx;
+    }
     switch (e->state()) {
       case State::kRunning: ++c.running; break;
       case State::kPaused: ++c.paused; break;
@@ -240,6 +246,12 @@ SandboxManager::Counts SandboxManager::GetCounts() {
   c.resumes = resumes_;
   for (const auto& [_, q] : pool_) c.pooled += static_cast<int>(q.size());
   c.pool_claims = pool_claims_;
+  if (network_) {
+    const auto& r = network_->resolver_stats();
+    c.dns_queries = r.queries;
+    c.dns_refused = r.refused;
+    c.dns_rebinding = r.rebinding;
+  }
   return c;
 }
 

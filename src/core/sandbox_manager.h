@@ -185,6 +185,10 @@ class SandboxManager {
     int64_t creates = 0, execs = 0, deletes = 0, snapshots = 0, forks = 0, pauses = 0, resumes = 0;
     int pooled = 0;           // ready in the warm pool
     int64_t pool_claims = 0;  // creates served from the pool
+    // Bytes through the links of the sandboxes there are now (sent, received), and what
+    // the resolver answered since sbxd started.
+    uint64_t net_tx_bytes = 0, net_rx_bytes = 0;
+    uint64_t dns_queries = 0, dns_refused = 0, dns_rebinding = 0;
   };
   Counts GetCounts();
   struct Latencies {

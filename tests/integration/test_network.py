@@ -84,6 +84,11 @@ def test_outbound_reaches_the_internet_and_names_resolve(c, lab, net_daemon):
         # Bytes both ways are counted.
         sb.refresh()
         assert sb.network["tx_bytes"] > 0 and sb.network["rx_bytes"] > 0
+        # ... in /v1/usage and /metrics too, with the resolver's counts.
+        line = next(l for l in c.usage()["sandboxes"] if l["id"] == sb.id)
+        assert line["network"]["rx_bytes"] >= sb.network["rx_bytes"]
+        assert net_daemon.metric('sbx_network_bytes{direction="tx"}') >= sb.network["tx_bytes"]
+        assert net_daemon.metric("sbx_dns_queries_total") >= 1
 
 
 def test_none_reaches_nothing(c, lab):
