@@ -194,6 +194,7 @@ Result<SandboxView> SandboxManager::SetNetwork(const std::string& id, const json
     }();
     auto gone = LinkOfRow(old);
     st = rt.DetachLink(*gone);
+    if (st.ok()) st = network_->ForgetConnections(SlotOfRow(RowNetwork(old)));
   }
   table_.mu.Lock();
   e->busy = false;

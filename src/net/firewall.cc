@@ -94,6 +94,8 @@ std::string Firewall::LinkCommands(const LinkRules& l) const {
     }
   }
   c << "add element " << t << "links { " << Quoted(l.host_if) << " }\n"
+    << "add element " << t << "marks { " << Quoted(l.host_if) << " : " << (o_.mark_base | static_cast<uint32_t>(l.slot))
+    << " }\n"
     << "add element " << t << "out { " << Quoted(l.host_if) << " : jump s" << n << " }\n";
   if (l.mbps > 0) {
     // What comes back to it, limited the same.
@@ -109,7 +111,8 @@ std::string Firewall::RemoveCommands(int slot, const std::string& host_if, bool 
   const std::string n = std::to_string(slot);
   std::ostringstream c;
   c << "delete element " << t << "out { " << Quoted(host_if) << " }\n"
-    << "delete element " << t << "links { " << Quoted(host_if) << " }\n";
+    << "delete element " << t << "links { " << Quoted(host_if) << " }\n"
+    << "delete element " << t << "marks { " << Quoted(host_if) << " }\n";
   if (limited)
     c << "delete element " << t << "in { " << Quoted(host_if) << " }\nflush chain " << t << "d" << n
       << "\ndelete chain " << t << "d" << n << "\n";
@@ -127,6 +130,7 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     << "add set " << t << " links { type ifname; }\n"
     << "add map " << t << " out { type ifname : verdict; }\n"
     << "add map " << t << " in { type ifname : verdict; }\n"
+    << "add map " << t << " marks { type ifname : mark; }\n"
     << "add set " << t << " closed { type ipv4_addr; flags interval; auto-merge; elements = { "
     << Elements(ClosedRanges(), false) << " } }\n"
     << "add set " << t << " private { type ipv4_addr; flags interval; auto-merge; elements = { "
@@ -156,6 +160,9 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     << "add rule " << t << " input meta l4proto { tcp, udp } th dport " << port << " drop\n"
     // Every DNS query of a sandboxes goes to the resolver, whatever server it names.
     << "add chain " << t << " prerouting { type nat hook prerouting priority dstnat; policy accept; }\n"
+    // A link's connections (out, or to the resolver) carry its mark, so that they can be
+    // forgotten when it goes (a nat chain sees the first packet of each).
+    << "add rule " << t << " prerouting iifname @links ct mark set iifname map @marks\n"
     << "add rule " << t << " prerouting iifname @links meta l4proto { tcp, udp } th dport 53 redirect to :" << port
     << "\n"
     << "add chain " << t << " postrouting { type nat hook postrouting priority srcnat; policy accept; }\n"

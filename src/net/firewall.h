@@ -25,6 +25,7 @@ namespace sbx::net {
 struct FirewallOptions {
   std::string table;        // "sbx_<tag>"
   std::string link_prefix;  // every link of this sbxd is named so ("sx<tag>-")
+  uint32_t mark_base = 0;   // a link's connections are marked mark_base | slot
   Cidr subnet;         // the sandboxes' addresses (IPv4)
   uint16_t resolver_port = 0;  // where sbxd's resolver listens (any address of the host)
   int max_conns = 0;   // concurrent connections a sandbox may open (0: no cap)

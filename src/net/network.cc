@@ -2,6 +2,7 @@
 
 #include "base/fs.h"
 #include "base/log.h"
+#include "net/conntrack.h"
 
 namespace sbx::net {
 
@@ -41,6 +42,7 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& o) {
   FirewallOptions fo;
   fo.table = "sbx_" + o.tag;
   fo.link_prefix = "sx" + o.tag.substr(0, 5) + "-";
+  fo.mark_base = static_cast<uint32_t>(std::stoul(o.tag.substr(0, 2), nullptr, 16)) << 24;
   fo.subnet = o.subnet;
   fo.resolver_port = n->resolver_port_;
   fo.max_conns = o.max_conns;
@@ -137,8 +139,15 @@ Status Network::Remove(int slot) {
     installed = it->second;
     rules_.erase(it);
   }
-  return firewall_->Remove(slot, LinkOf(slot).host_if, installed.mbps > 0);
+  SBX_RETURN_IF_ERROR(firewall_->Remove(slot, LinkOf(slot).host_if, installed.mbps > 0));
+  return ForgetConnections(slot);
 }
+
+Status Network::ForgetConnections(int slot) {
+  return net::ForgetConnections(MarkOf(slot));
+}
+
+uint32_t Network::MarkOf(int slot) const { return firewall_->options().mark_base | static_cast<uint32_t>(slot); }
 
 std::optional<Resolver::Client> Network::ClientOf(const Address& a) {
   if (a.v6 || !o_.subnet.Contains(a)) return std::nullopt;

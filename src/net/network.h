@@ -57,7 +57,12 @@ class Network {
   };
   Status Install(const std::vector<Entry>& entries);
   Status Apply(const Entry& e);
-  Status Remove(int slot);
+  Status Remove(int slot);  // and forgets its connections
+  // Forgets the connections a slot's sandbox made (its link went: they cannot go on, and
+  // a later sandbox with its address must not match them).
+  Status ForgetConnections(int slot);
+  // The connection tracking mark of a slot's connections: 8 bits of the tag, the slot.
+  uint32_t MarkOf(int slot) const;
 
   const Resolver::Stats& resolver_stats() const { return resolver_->stats(); }
 

@@ -262,6 +262,11 @@ def nft_objects(instance, kind):
     return sorted(o[kind]["name"] for o in (t or {}).get("nftables", []) if kind in o)
 
 
+def conntrack_lines(needle):
+    with open("/proc/net/nf_conntrack") as f:
+        return [l for l in f if needle in l]
+
+
 def host_links(instance):
     return sorted(l for l in os.listdir("/sys/class/net") if l.startswith(f"sx{instance[:5]}-"))
 
@@ -292,6 +297,8 @@ def test_restart_and_kill_keep_rules_and_leave_nothing(lab):
         assert ok(probe(c.get(sb.id), "http:web.lab.test/restart-2")["http:web.lab.test/restart-2"])
         sb2 = c.create(image="default")
         assert len(host_links(d.instance)) == 2
+        prefix = "src=" + subnet.rsplit(".", 1)[0] + "."
+        assert conntrack_lines(prefix)  # its connections are tracked (closing, or closed lately)
         sb.delete()
         sb2.delete()
         d.wait_clean()
@@ -299,10 +306,11 @@ def test_restart_and_kill_keep_rules_and_leave_nothing(lab):
         while host_links(d.instance) and time.time() < deadline:
             time.sleep(0.1)
         assert host_links(d.instance) == []
+        assert conntrack_lines(prefix) == []  # forgotten with their sandboxes
         # Only the table's own chains and sets stay: no sandbox's.
         assert nft_objects(d.instance, "chain") == ["forward", "input", "postrouting", "prerouting", "refuse"]
         assert nft_objects(d.instance, "set") == ["closed", "links", "private"]
-        assert nft_objects(d.instance, "map") == ["in", "out"]
+        assert nft_objects(d.instance, "map") == ["in", "marks", "out"]
     finally:
         d.destroy()
     assert nft_table(d.instance) is None
