@@ -52,6 +52,7 @@ Status SandboxManager::Recover() {
       r.state = StateName(State::kDeleting);
       SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
       torn_down.insert(r.id);
+      ForgetRowConnections(r);
       teardowns_->Enqueue(r.id);
       continue;
     }
@@ -62,6 +63,7 @@ Status SandboxManager::Recover() {
         SBX_RETURN_IF_ERROR(store_->UpdateSandbox(r));
       }
       torn_down.insert(r.id);
+      ForgetRowConnections(r);
       teardowns_->Enqueue(r.id);
       continue;
     }

@@ -220,6 +220,9 @@ class SandboxManager {
   // exists; ReleaseNetwork undoes it when the sandbox goes.
   Status PrepareNetwork(storage::SandboxRecord* r);
   void ReleaseNetwork(const storage::SandboxRecord& r);
+  // A row torn down at sbxd's start, before its rules are in the firewall: only its
+  // connections to forget (its slot is not held; InstallNetwork leaves its rules out).
+  void ForgetRowConnections(const storage::SandboxRecord& r);
   // A claimed pooled sandbox's network: the pooled one's when the request asks for the
   // same rules (nothing changes), else the request's (its link made or taken away).
   Status ClaimNetwork(const storage::SandboxRecord& pooled, const runtime::Instance& inst,

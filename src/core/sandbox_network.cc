@@ -81,14 +81,15 @@ Status SandboxManager::PrepareNetwork(SandboxRecord* r) {
   net::Rules rules = RulesOfRow(j);
   int slot = SlotOfRow(j);
   if (rules.mode != "outbound" && slot == 0) return OkStatus();
-  if (slot == 0) {
+  const bool took = slot == 0;
+  if (took) {
     SBX_ASSIGN_OR_RETURN(slot, network_->Take(r->id));
     j["slot"] = slot;
     r->network_json = j.dump();
   }
   Status st = network_->Apply({slot, rules, MbpsOf(*r)});
   if (!st.ok()) {
-    network_->Release(r->id);
+    if (took) network_->Release(r->id);  // a slot it held already stays its own
     return st.error().Wrap("setting up the sandbox's network rules");
   }
   return OkStatus();
@@ -98,7 +99,7 @@ void SandboxManager::ReleaseNetwork(const SandboxRecord& r) {
   if (!network_) return;
   const int slot = SlotOfRow(RowNetwork(r));
   if (slot == 0) return;
-  if (Status st = network_->Remove(slot); !st.ok())
+  if (Status st = network_->Remove(r.id, slot); !st.ok())
     SBX_LOG(kWarn) << "removing the network rules of " << r.id << ": " << st.error().message;
   network_->Release(r.id);
 }
@@ -139,6 +140,13 @@ Status SandboxManager::ClaimNetwork(const SandboxRecord& pooled, const runtime::
   if (link && !had_link) return Rt(pooled).AttachLink(claimed->id, inst, *link);
   if (!link && had_link) return Rt(pooled).DetachLink(*had_link, false);  // off the create's path
   return OkStatus();
+}
+
+void SandboxManager::ForgetRowConnections(const SandboxRecord& r) {
+  const int slot = SlotOfRow(RowNetwork(r));
+  if (!network_ || slot == 0) return;
+  if (Status st = network_->ForgetConnections(slot); !st.ok())
+    SBX_LOG(kWarn) << "forgetting the connections of " << r.id << ": " << st.error().message;
 }
 
 Status SandboxManager::InstallNetwork() {
@@ -195,6 +203,11 @@ Result<SandboxView> SandboxManager::SetNetwork(const std::string& id, const json
     auto gone = LinkOfRow(old);
     st = rt.DetachLink(*gone);
     if (st.ok()) st = network_->ForgetConnections(SlotOfRow(RowNetwork(old)));
+  }
+  if (!st.ok()) {
+    // Nothing changes: the old rules (and slot) again, a slot taken for this undone.
+    if (SlotOfRow(RowNetwork(old)) == 0) ReleaseNetwork(r);
+    else (void)network_->Apply({SlotOfRow(RowNetwork(old)), RulesOfRow(RowNetwork(old)), MbpsOf(old)});
   }
   table_.mu.Lock();
   e->busy = false;

@@ -33,6 +33,8 @@ std::optional<std::string> ReadName(const std::string& m, size_t* at) {
       continue;
     }
     if ((len & 0xC0) != 0 || pos + 1 + len > m.size()) return std::nullopt;
+    // A dot inside a label would make ["a.example", "com"] pass for a.example.com.
+    if (m.find('.', pos + 1) < pos + 1 + len) return std::nullopt;
     if (!name.empty()) name += '.';
     name.append(m, pos + 1, len);
     if (name.size() > 255) return std::nullopt;

@@ -10,6 +10,10 @@ namespace sbx::net {
 
 namespace {
 
+// DNS queries a link may have tracked at once (UDP entries live 30 s unanswered, 120 s
+// once answered): a flood of them cannot fill the host's connection tracking table.
+constexpr int kDnsConns = 512;
+
 std::string Elements(const std::vector<Cidr>& cidrs, bool v6) {
   std::string out;
   for (const auto& c : cidrs) {
@@ -94,6 +98,7 @@ std::string Firewall::LinkCommands(const LinkRules& l) const {
     }
   }
   c << "add element " << t << "links { " << Quoted(l.host_if) << " }\n"
+    << "add element " << t << "sources { " << Quoted(l.host_if) << " . " << l.sandbox.ToString() << " }\n"
     << "add element " << t << "marks { " << Quoted(l.host_if) << " : " << (o_.mark_base | static_cast<uint32_t>(l.slot))
     << " }\n"
     << "add element " << t << "out { " << Quoted(l.host_if) << " : jump s" << n << " }\n";
@@ -106,12 +111,13 @@ std::string Firewall::LinkCommands(const LinkRules& l) const {
   return c.str();
 }
 
-std::string Firewall::RemoveCommands(int slot, const std::string& host_if, bool limited) const {
+std::string Firewall::RemoveCommands(int slot, const std::string& host_if, const Address& sandbox, bool limited) const {
   const std::string t = "inet " + o_.table + " ";
   const std::string n = std::to_string(slot);
   std::ostringstream c;
   c << "delete element " << t << "out { " << Quoted(host_if) << " }\n"
     << "delete element " << t << "links { " << Quoted(host_if) << " }\n"
+    << "delete element " << t << "sources { " << Quoted(host_if) << " . " << sandbox.ToString() << " }\n"
     << "delete element " << t << "marks { " << Quoted(host_if) << " }\n";
   if (limited)
     c << "delete element " << t << "in { " << Quoted(host_if) << " }\nflush chain " << t << "d" << n
@@ -131,6 +137,8 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     << "add map " << t << " out { type ifname : verdict; }\n"
     << "add map " << t << " in { type ifname : verdict; }\n"
     << "add map " << t << " marks { type ifname : mark; }\n"
+    << "add set " << t << " sources { type ifname . ipv4_addr; }\n"
+    << "add set " << t << " dns { type ifname; flags dynamic; size 65535; }\n"
     << "add set " << t << " closed { type ipv4_addr; flags interval; auto-merge; elements = { "
     << Elements(ClosedRanges(), false) << " } }\n"
     << "add set " << t << " private { type ipv4_addr; flags interval; auto-merge; elements = { "
@@ -154,11 +162,22 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
   if (o_.forward_only_sandboxes) c << "add rule " << t << " forward iifname != \"sx*\" oifname != \"sx*\" drop\n";
   // To the host: the resolver's port only, and that only from sandboxes.
   c << "add chain " << t << " input { type filter hook input priority filter; policy accept; }\n"
-    << "add rule " << t << " input iifname @links meta l4proto { tcp, udp } th dport " << port << " accept\n"
+    // Its own source address only (whatever the host's rp_filter), at most kDnsConns
+    // queries tracked at once per link, over UDP.
+    << "add rule " << t << " input iifname @links iifname . ip saddr != @sources drop\n"
+    << "add rule " << t << " input iifname @links udp dport " << port << " ct state new add @dns { iifname ct count over "
+    << kDnsConns << " } goto refuse\n"
+    << "add rule " << t << " input iifname @links udp dport " << port << " accept\n"
     << "add rule " << t << " input iifname @links goto refuse\n"
     << "add rule " << t << " input iifname " << Quoted(o_.link_prefix + "*") << " goto refuse\n"
     << "add rule " << t << " input meta l4proto { tcp, udp } th dport " << port << " drop\n"
-    // Every DNS query of a sandboxes goes to the resolver, whatever server it names.
+    // Nothing from the host itself enters a sandbox but answers (the resolver's).
+    << "add chain " << t << " output { type filter hook output priority filter; policy accept; }\n"
+    << "add rule " << t << " output oifname @links ct state established,related accept\n"
+    << "add rule " << t << " output oifname @links goto refuse\n"
+    << "add rule " << t << " output oifname " << Quoted(o_.link_prefix + "*") << " goto refuse\n"
+    // Every DNS query of a sandbox goes to the resolver, whatever server it names (over
+    // TCP it is refused there).
     << "add chain " << t << " prerouting { type nat hook prerouting priority dstnat; policy accept; }\n"
     // A link's connections (out, or to the resolver) carry its mark, so that they can be
     // forgotten when it goes (a nat chain sees the first packet of each).
@@ -172,14 +191,22 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
   return Run(c.str());
 }
 
+Status Firewall::InstallIfAbsent() {
+  {
+    MutexLock lock(mu_);
+    if (Run("list table inet " + o_.table + "\n").ok()) return OkStatus();
+  }
+  return Install({});
+}
+
 Status Firewall::Apply(const LinkRules& l) {
   MutexLock lock(mu_);
   return Run(LinkCommands(l));
 }
 
-Status Firewall::Remove(int slot, const std::string& host_if, bool limited) {
+Status Firewall::Remove(int slot, const std::string& host_if, const Address& sandbox, bool limited) {
   MutexLock lock(mu_);
-  return Run(RemoveCommands(slot, host_if, limited));
+  return Run(RemoveCommands(slot, host_if, sandbox, limited));
 }
 
 Status Firewall::Learn(int slot, const std::vector<std::pair<Address, uint32_t>>& addrs, bool deny, uint32_t min_ttl) {

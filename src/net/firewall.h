@@ -54,10 +54,12 @@ class Firewall {
   // old table with no moment without rules). What the resolver had learned is forgotten:
   // an allow-list sandbox reaches a name's addresses again once it looks the name up.
   Status Install(const std::vector<LinkRules>& links);
+  // Install({}) unless the table exists (an earlier sbxd's, with its sandboxes' rules).
+  Status InstallIfAbsent();
   // Adds or replaces one link's chain and sets (its learned addresses are forgotten).
   Status Apply(const LinkRules& link);
   // Removes what Apply or Install made for a link (`limited`: it had a bandwidth limit).
-  Status Remove(int slot, const std::string& host_if, bool limited);
+  Status Remove(int slot, const std::string& host_if, const Address& sandbox, bool limited);
   // Addresses answered for a name: allowed (an allow-list sandbox may reach them) or
   // denied, each for its TTL (at least `min_ttl` seconds).
   Status Learn(int slot, const std::vector<std::pair<Address, uint32_t>>& addrs, bool deny, uint32_t min_ttl);
@@ -68,7 +70,7 @@ class Firewall {
 
  private:
   std::string LinkCommands(const LinkRules& l) const;
-  std::string RemoveCommands(int slot, const std::string& host_if, bool limited) const;
+  std::string RemoveCommands(int slot, const std::string& host_if, const Address& sandbox, bool limited) const;
   Status Run(const std::string& cmds) SBX_REQUIRES(mu_);
 
   FirewallOptions o_;

@@ -29,7 +29,6 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& o) {
     SBX_RETURN_IF_ERROR(fs::WriteFileAtomic(was_file, now.substr(0, 1) + "\n", 0600));
   }
   SBX_ASSIGN_OR_RETURN(std::string was, fs::ReadFile(was_file));
-  SBX_RETURN_IF_ERROR(fs::WriteFile(sysctl, "1", false));
 
   Network* self = n.get();
   n->resolver_ = std::make_unique<Resolver>(
@@ -48,6 +47,11 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& o) {
   fo.max_conns = o.max_conns;
   fo.forward_only_sandboxes = was.rfind('0', 0) == 0;
   n->firewall_ = std::make_unique<Firewall>(fo);
+  // The walls before forwarding: no moment when a link passes unfiltered. (An earlier
+  // sbxd's table stays in force until this one's, with the sandboxes' rules, replaces it
+  // at Install; only a host without it gets the empty one here.)
+  SBX_RETURN_IF_ERROR(n->firewall_->InstallIfAbsent());
+  SBX_RETURN_IF_ERROR(fs::WriteFile(sysctl, "1", false));
   return n;
 }
 
@@ -130,16 +134,22 @@ Status Network::Apply(const Entry& e) {
   return OkStatus();
 }
 
-Status Network::Remove(int slot) {
+Status Network::Remove(const std::string& id, int slot) {
   Entry installed;
   {
     MutexLock lock(mu_);
+    // Another sandbox's by now: not this one's to remove.
+    if (auto o = owner_of_.find(slot); o != owner_of_.end() && o->second != id) return OkStatus();
     auto it = rules_.find(slot);
     if (it == rules_.end()) return OkStatus();  // not in the firewall
     installed = it->second;
-    rules_.erase(it);
   }
-  SBX_RETURN_IF_ERROR(firewall_->Remove(slot, LinkOf(slot).host_if, installed.mbps > 0));
+  const Link l = LinkOf(slot);
+  SBX_RETURN_IF_ERROR(firewall_->Remove(slot, l.host_if, l.sandbox, installed.mbps > 0));
+  {
+    MutexLock lock(mu_);
+    rules_.erase(slot);
+  }
   return ForgetConnections(slot);
 }
 

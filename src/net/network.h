@@ -57,7 +57,9 @@ class Network {
   };
   Status Install(const std::vector<Entry>& entries);
   Status Apply(const Entry& e);
-  Status Remove(int slot);  // and forgets its connections
+  // Removes the rules of `id`'s slot (nothing if the slot is another's now) and forgets
+  // its connections.
+  Status Remove(const std::string& id, int slot);
   // Forgets the connections a slot's sandbox made (its link went: they cannot go on, and
   // a later sandbox with its address must not match them).
   Status ForgetConnections(int slot);

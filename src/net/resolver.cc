@@ -7,9 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "base/ids.h"
 #include "base/log.h"
@@ -21,6 +23,8 @@ namespace {
 
 constexpr int kUpstreamTimeoutMs = 3000;
 constexpr size_t kMaxInFlight = 1024;
+constexpr int kMaxInFlightPerSandbox = 64;  // one sandbox cannot starve the others' lookups
+constexpr uint32_t kMaxTtl = 3600;          // what an answer may keep reachable, at most
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -89,7 +93,14 @@ void Resolver::Loop() {
   auto reply = [&](const std::string& msg, const struct sockaddr_in& to) {
     (void)::sendto(sock_.get(), msg.data(), msg.size(), 0, reinterpret_cast<const struct sockaddr*>(&to), sizeof to);
   };
-  char buf[4096];
+  std::vector<char> big(65536);  // answers with EDNS can exceed 4 KiB
+  char* buf = big.data();
+  std::map<int, int> in_flight;  // by slot
+  auto done = [&](int fd) {
+    if (auto it = pending.find(fd); it != pending.end() && --in_flight[it->second.client.slot] <= 0)
+      in_flight.erase(it->second.client.slot);
+    finish(fd);
+  };
   for (;;) {
     std::vector<struct pollfd> fds = {{wake_r_.get(), POLLIN, 0}, {sock_.get(), POLLIN, 0}};
     for (const auto& [fd, p] : pending) fds.push_back({fd, POLLIN, 0});
@@ -109,14 +120,14 @@ void Resolver::Loop() {
       if (!(fds[i].revents & POLLIN)) {
         if (it->second.deadline_ms <= now) {
           if (it->second.deny_only) reply(dns::Refusal(it->second.query), it->second.from);
-          finish(fd);  // else the sandbox asks again
+          done(fd);  // else the sandbox asks again
         }
         continue;
       }
-      ssize_t got = ::recv(fd, buf, sizeof buf, 0);
+      ssize_t got = ::recv(fd, buf, big.size(), 0);
       if (got <= 0) {
         if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-        finish(fd);
+        done(fd);
         continue;
       }
       std::string msg(buf, static_cast<size_t>(got));
@@ -124,12 +135,22 @@ void Resolver::Loop() {
       auto q = dns::ParseQuery(p.query);
       auto a = dns::ParseAnswer(msg);
       if (!a || !q || a->id != p.upstream_id || a->question != q->name) continue;  // not the answer to this query: keep waiting
+      // The rules now: they (or the sandbox at that address) may have changed while the
+      // query was out. An answer under other rules is refused; the sandbox asks again.
+      auto now_client = lookup_(Address::V4(ntohl(p.from.sin_addr.s_addr)));
+      if (!now_client || now_client->slot != p.client.slot ||
+          now_client->rules.ToJson() != p.client.rules.ToJson()) {
+        reply(dns::Refusal(p.query), p.from);
+        done(fd);
+        continue;
+      }
       const Rules& rules = p.client.rules;
+      for (auto& [addr, ttl] : a->addresses) ttl = std::min(ttl, kMaxTtl);
       if (p.deny_only) {
         learn_(p.client.slot, a->addresses, true);
         ++stats_.refused;
         reply(dns::Refusal(p.query), p.from);
-        finish(fd);
+        done(fd);
         continue;
       }
       bool rebinding = false;
@@ -143,19 +164,19 @@ void Resolver::Loop() {
         ++stats_.rebinding;
         ++stats_.refused;
         reply(dns::Refusal(p.query), p.from);
-        finish(fd);
+        done(fd);
         continue;
       }
       if (rules.has_allow() && !learn.empty()) learn_(p.client.slot, learn, false);
       dns::SetId(&msg, p.id);
       reply(msg, p.from);
-      finish(fd);
+      done(fd);
     }
     if (!(fds[1].revents & POLLIN)) continue;
     for (int burst = 0; burst < 64; ++burst) {
       struct sockaddr_in from = {};
       socklen_t flen = sizeof from;
-      ssize_t got = ::recvfrom(sock_.get(), buf, sizeof buf, 0, reinterpret_cast<struct sockaddr*>(&from), &flen);
+      ssize_t got = ::recvfrom(sock_.get(), buf, 4096, 0, reinterpret_cast<struct sockaddr*>(&from), &flen);
       if (got <= 0) break;
       std::string query(buf, static_cast<size_t>(got));
       auto q = dns::ParseQuery(query);
@@ -171,14 +192,16 @@ void Resolver::Loop() {
       bool named_deny = false;
       for (const auto& d : client->rules.deny_names) named_deny = named_deny || d.Matches(q->name);
       const bool allowed = client->rules.ForName(q->name) == Rules::Verdict::kAllow;
-      if (!allowed && (!named_deny || client->rules.mode != "outbound")) {
+      // (With an allow list the name is refused unasked: asking upstream would let the
+      // sandbox send what it likes to a denied domain's name servers.)
+      if (!allowed && (!named_deny || client->rules.mode != "outbound" || client->rules.has_allow())) {
         ++stats_.refused;
         reply(dns::Refusal(query), from);
         continue;
       }
       // A name a `deny` entry names: refused once the upstream's answer has taught the
       // firewall its addresses (so a connection right after the refusal meets the block).
-      if (pending.size() >= kMaxInFlight) continue;
+      if (pending.size() >= kMaxInFlight || in_flight[client->slot] >= kMaxInFlightPerSandbox) continue;
       UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
       if (!s.valid() || ::connect(s.get(), reinterpret_cast<struct sockaddr*>(&up), sizeof up) != 0) continue;
       std::string out = query;
@@ -188,6 +211,7 @@ void Resolver::Loop() {
       ++stats_.forwarded;
       const int fd = s.get();
       pending[fd] = Pending{query, from, q->id, upstream_id, *client, !allowed, NowMs() + kUpstreamTimeoutMs};
+      ++in_flight[client->slot];
       sockets[fd] = std::move(s);
     }
   }

@@ -117,7 +117,8 @@ std::vector<Cidr> ParseAll(std::initializer_list<const char*> texts) {
 
 const std::vector<Cidr>& ClosedRanges() {
   static const std::vector<Cidr> ranges =
-      ParseAll({"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4", "::/128", "::1/128",
+      ParseAll({"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "168.63.129.16/32", "224.0.0.0/4", "240.0.0.0/4",
+                "::/128", "::1/128",
                 "::ffff:0:0/96", "fe80::/10", "fd00:ec2::254/128", "ff00::/8"});
   return ranges;
 }

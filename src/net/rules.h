@@ -66,7 +66,7 @@ struct Rules {
 };
 
 // The ranges no sandbox ever reaches, whatever its rules: loopback, link-local (cloud
-// metadata), multicast, unspecified and reserved.
+// metadata; Azure's 168.63.129.16 too), multicast, unspecified and reserved.
 const std::vector<Cidr>& ClosedRanges();
 // The ranges a sandbox reaches only when an `allow` CIDR names them: private and shared
 // address space (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, ...).

@@ -5,6 +5,7 @@ Against the lab network of tests/netlab.py only (nothing leaves this machine).""
 import json
 import socket
 import threading
+import time
 
 import pytest
 
@@ -129,3 +130,27 @@ except OSError as e:
         r = sb.exec(["python3", "-c", code])
         out = r.stdout.split() + [r.stderr[-300:]] * bool(r.exit_code)
         assert out == ["refused", "refused", "refused", "no-v6"], out
+
+
+def test_the_host_cannot_reach_into_a_sandbox_and_dns_is_udp_only(c, net_daemon):
+    with c.create(image="default") as sb:
+        addr = sb.network["address"]
+        # A UDP listener in the sandbox: what reaches it within 3 s is printed.
+        sb.exec("nohup python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                "s.bind((\"0.0.0.0\", 9999)); s.settimeout(3); print(s.recvfrom(100))' > /tmp/udp.out 2>&1 &")
+        sb.exec("nohup python3 -m http.server 8000 >/dev/null 2>&1 &")
+        time.sleep(0.5)
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for _ in range(5):
+            try:
+                u.sendto(b"from the host", (addr, 9999))
+            except PermissionError:  # the host's own packets are refused at its output
+                pass
+        with pytest.raises(OSError):
+            socket.create_connection((addr, 8000), timeout=2)
+        time.sleep(3)
+        assert "from the host" not in sb.exec("cat /tmp/udp.out").stdout
+        # DNS over TCP (to any server: it is redirected to the resolver) is refused.
+        gateway = net_daemon.subnet.rsplit(".", 1)[0] + ".1"
+        got = connects(sb, f"{gateway}:53", "192.0.2.53:53")
+        assert all(v.startswith("ERR") for v in got.values()), got

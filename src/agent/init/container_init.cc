@@ -80,11 +80,10 @@ Status WriteResolvConf(const std::string& nameserver) {
   if (::stat("/etc", &st) != 0 || !S_ISDIR(st.st_mode)) return OkStatus();
   const std::string text = "# sbx: the sandbox's resolver (its network rules apply to names)\nnameserver " +
                            nameserver + "\n";
-  int fd = ::open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0 && errno == ELOOP) {
-    if (::unlink("/etc/resolv.conf") != 0) return ErrnoError("replace /etc/resolv.conf");
-    fd = ::open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  }
+  // Not a FIFO or a device an image (or a snapshot) put there: a regular file, or none.
+  if (::lstat("/etc/resolv.conf", &st) == 0 && !S_ISREG(st.st_mode) && ::unlink("/etc/resolv.conf") != 0)
+    return OkStatus();  // a folder there: the image's stays
+  int fd = ::open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd < 0) return OkStatus();  // a read-only or odd /etc: the image's stays
   ssize_t n = ::write(fd, text.data(), text.size());
   ::close(fd);
