@@ -20,7 +20,6 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "api/handlers.h"
@@ -139,39 +138,6 @@ Result<std::string> FindCriu(const std::string& flag) {
   return std::string();
 }
 
-// The resolver sandboxes' queries go to: --dns-upstream ADDR[:PORT], else the first IPv4
-// nameserver of the host's /etc/resolv.conf (sbxd asks it from the host, so a loopback
-// resolver such as systemd-resolved's works).
-Result<std::pair<net::Address, uint16_t>> DnsUpstream(const std::string& flag) {
-  std::string text = flag;
-  if (text.empty()) {
-    std::ifstream in("/etc/resolv.conf");
-    for (std::string line; std::getline(in, line);) {
-      std::istringstream words(line);
-      std::string key, addr;
-      if (words >> key >> addr && key == "nameserver" && net::Address::Parse(addr) && !net::Address::Parse(addr)->v6) {
-        text = addr;
-        break;
-      }
-    }
-    if (text.empty()) return MakeError(Code::kFailedPrecondition, "/etc/resolv.conf names no IPv4 nameserver (use --dns-upstream)");
-  }
-  uint16_t port = 53;
-  if (auto colon = text.find(':'); colon != std::string::npos) {
-    try {
-      int p = std::stoi(text.substr(colon + 1));
-      if (p < 1 || p > 65535) throw std::out_of_range("port");
-      port = static_cast<uint16_t>(p);
-    } catch (const std::exception&) {
-      return MakeError(Code::kInvalidArgument, "--dns-upstream wants an IPv4 ADDR[:PORT]");
-    }
-    text = text.substr(0, colon);
-  }
-  auto a = net::Address::Parse(text);
-  if (!a || a->v6) return MakeError(Code::kInvalidArgument, "--dns-upstream wants an IPv4 ADDR[:PORT]");
-  return std::make_pair(*a, port);
-}
-
 Result<std::unique_ptr<net::Network>> OpenNetwork(const Flags& f, const std::string& instance,
                                                   const std::string& data_dir) {
   net::NetworkOptions o;
@@ -179,7 +145,7 @@ Result<std::unique_ptr<net::Network>> OpenNetwork(const Flags& f, const std::str
   auto subnet = net::Cidr::Parse(f.net_subnet);
   if (!subnet) return MakeError(Code::kInvalidArgument, "--net-subnet wants an IPv4 CIDR");
   o.subnet = *subnet;
-  SBX_ASSIGN_OR_RETURN(auto upstream, DnsUpstream(f.dns_upstream));
+  SBX_ASSIGN_OR_RETURN(auto upstream, net::ParseUpstream(f.dns_upstream));
   o.upstream = upstream.first;
   o.upstream_port = upstream.second;
   o.max_conns = static_cast<int>(f.net_max_conns);
@@ -477,6 +443,8 @@ int Run(int argc, char** argv) {
     network = std::move(*n);
     SBX_LOG(kInfo) << "network: sandboxes in " << f.net_subnet << ", resolver on port " << network->resolver_port()
                    << ", default mode " << f.default_network;
+  } else if (n.error().code == Code::kInvalidArgument) {
+    return fail(n.error());  // a flag's value (--net-subnet, --dns-upstream) is wrong
   } else {
     SBX_LOG(kError) << "network: off, every sandbox has loopback only: " << n.error().message;
   }

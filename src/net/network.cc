@@ -1,5 +1,8 @@
 #include "net/network.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "base/fs.h"
 #include "base/log.h"
 #include "net/conntrack.h"
@@ -53,6 +56,36 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& o) {
   SBX_RETURN_IF_ERROR(n->firewall_->InstallIfAbsent());
   SBX_RETURN_IF_ERROR(fs::WriteFile(sysctl, "1", false));
   return n;
+}
+
+Result<std::pair<Address, uint16_t>> ParseUpstream(const std::string& flag) {
+  std::string text = flag;
+  if (text.empty()) {
+    std::ifstream in("/etc/resolv.conf");
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream words(line);
+      std::string key, addr;
+      if (words >> key >> addr && key == "nameserver" && Address::Parse(addr) && !Address::Parse(addr)->v6) {
+        text = addr;
+        break;
+      }
+    }
+    if (text.empty()) return MakeError(Code::kFailedPrecondition, "/etc/resolv.conf names no IPv4 nameserver (use --dns-upstream)");
+  }
+  uint16_t port = 53;
+  if (auto colon = text.find(':'); colon != std::string::npos) {
+    try {
+      int p = std::stoi(text.substr(colon + 1));
+      if (p < 1 || p > 65535) throw std::out_of_range("port");
+      port = static_cast<uint16_t>(p);
+    } catch (const std::exception&) {
+      return MakeError(Code::kInvalidArgument, "--dns-upstream wants an IPv4 ADDR[:PORT]");
+    }
+    text = text.substr(0, colon);
+  }
+  auto a = Address::Parse(text);
+  if (!a || a->v6) return MakeError(Code::kInvalidArgument, "--dns-upstream wants an IPv4 ADDR[:PORT]");
+  return std::make_pair(*a, port);
 }
 
 Network::~Network() {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
@@ -27,6 +28,11 @@ struct NetworkOptions {
   int max_conns = 0;
   std::string state_dir;  // where what sbxd changed on the host is remembered
 };
+
+// Where the resolver asks: `flag` as ADDR[:PORT] (IPv4), or when empty the first IPv4
+// nameserver of the host's /etc/resolv.conf (sbxd asks from the host, so a loopback
+// resolver such as systemd-resolved's works).
+Result<std::pair<Address, uint16_t>> ParseUpstream(const std::string& flag);
 
 class Network {
  public:

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "net/dns.h"
+#include "net/network.h"
 #include "net/rules.h"
 
 namespace sbx::net {
@@ -76,6 +77,19 @@ TEST(NetRules, VerdictsDenyWinsAndWallsStay) {
   auto none = Parse({{"mode", "none"}});
   EXPECT_EQ(none.ForName("x.org"), V::kDeny);
   EXPECT_EQ(none.ForAddress(A("198.51.100.1")), V::kDeny);
+}
+
+TEST(NetRules, UpstreamFlag) {
+  auto u = ParseUpstream("198.51.100.53:5353");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->first.ToString(), "198.51.100.53");
+  EXPECT_EQ(u->second, 5353);
+  EXPECT_EQ(ParseUpstream("192.0.2.1")->second, 53);
+  for (const char* bad : {"resolver", "192.0.2.1:0", "192.0.2.1:99999", "2001:db8::1"}) {
+    auto r = ParseUpstream(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code, Code::kInvalidArgument) << bad;
+  }
 }
 
 std::string Query(const std::string& name, uint16_t id = 0x1234) {
