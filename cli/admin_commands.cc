@@ -2,6 +2,7 @@
 // the versions of both ends.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <ctime>
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -28,10 +29,16 @@ struct SecretCommands {
 
 void SecretCommands::Add(CLI::App& app) {
   auto* secret = app.add_subcommand("secret", "daemon secrets, injected as env into sandboxes without --no-env");
+  secret->footer("Examples: sbx secret set OPENAI_API_KEY < key.txt\n"
+              "          sbx secret ls");
   secret->require_subcommand(1);
   secret_set = secret->add_subcommand("set", "set NAME from --value or, without it, standard input");
+  secret_set->footer("Examples: sbx secret set GITHUB_TOKEN --value ghp_example\n"
+              "          printf %s \"$TOKEN\" | sbx secret set GITHUB_TOKEN");
   secret_ls = secret->add_subcommand("ls", "list secret names");
+  secret_ls->footer("Example: sbx secret ls");
   secret_rm = secret->add_subcommand("rm", "delete secrets");
+  secret_rm->footer("Example: sbx secret rm GITHUB_TOKEN");
   secret_set->add_option("name", secret_name)->required();
   secret_set->add_option("--value", secret_value, "the value (visible in the process list: prefer stdin)")
       ->each([this](const std::string&) { secret_value_given = true; });
@@ -72,7 +79,8 @@ std::optional<int> SecretCommands::Run(HttpClient& c, const Globals& g) {
 
 struct UsageCommand {
   CLI::App* usage = nullptr;
-  std::string usage_from, usage_to;
+  std::string usage_from, usage_to, since = "24h";
+  bool all_time = false, per_sandbox = false;
 
   void Add(CLI::App& app);
   std::optional<int> Run(HttpClient& c, const Globals& g);
@@ -80,13 +88,36 @@ struct UsageCommand {
 
 void UsageCommand::Add(CLI::App& app) {
   usage = app.add_subcommand("usage", "billed seconds and cost per sandbox, per type and in total");
-  usage->add_option("--from", usage_from, "start of the window (RFC 3339 or Unix seconds)");
+  usage->add_option("--since", since, "the window: this long before now, as 30m, 24h (the default) or 7d");
+  usage->add_option("--from", usage_from, "start of the window (RFC 3339 or Unix seconds; wins over --since)");
   usage->add_option("--to", usage_to, "end of the window (default: now)");
+  usage->add_flag("--all-time", all_time, "from the first billed second on");
+  usage->add_flag("--sandboxes,-s", per_sandbox, "a line per sandbox too (the default is the summary)");
+  usage->footer("Examples: sbx usage                  # the last 24 hours, per type and in total\n"
+                "          sbx usage --since 7d -s    # a week, each sandbox too\n"
+                "          sbx usage --from 2026-01-01T00:00:00Z --to 2026-02-01T00:00:00Z");
+}
+
+// "30m", "24h", "7d", "90s" (or plain seconds) -> seconds; nullopt if it is none of these.
+std::optional<int64_t> ParseDuration(const std::string& d) {
+  if (d.empty() || d.size() > 12) return std::nullopt;
+  size_t digits = d.find_first_not_of("0123456789");
+  if (digits == 0) return std::nullopt;
+  int64_t n = std::stoll(d.substr(0, digits));
+  std::string unit = digits == std::string::npos ? "s" : d.substr(digits);
+  int64_t mult = unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : unit == "d" ? 86400 : 0;
+  if (mult == 0 || n <= 0) return std::nullopt;
+  return n * mult;
 }
 
 std::optional<int> UsageCommand::Run(HttpClient& c, const Globals& g) {
   if (*usage) {
     std::string q;
+    if (usage_from.empty() && !all_time) {
+      auto secs = ParseDuration(since);
+      if (!secs) return Usage("--since wants a duration such as 30m, 24h or 7d, not \"" + since + "\"");
+      usage_from = std::to_string(static_cast<int64_t>(std::time(nullptr)) - *secs);
+    }
     if (!usage_from.empty()) q += "from=" + PercentEncode(usage_from);
     if (!usage_to.empty()) q += (q.empty() ? "" : "&") + std::string("to=") + PercentEncode(usage_to);
     auto j = CallJson(c, "GET", "/v1/usage" + (q.empty() ? "" : "?" + q));
@@ -95,8 +126,10 @@ std::optional<int> UsageCommand::Run(HttpClient& c, const Globals& g) {
       std::printf("%s\n", j->dump().c_str());
       return 0;
     }
+    std::printf("usage from %s to %s%s\n", Str(*j, "from").c_str(), Str(*j, "to").c_str(),
+                per_sandbox ? "" : " (sbx usage -s: each sandbox; --since, --from, --all-time: another window)");
     std::printf("%-20s %-16s %-8s %14s %12s\n", "SANDBOX", "NAME", "TYPE", "BILLED_S", "COST_USD");
-    for (const auto& s : (*j)["sandboxes"])
+    for (const auto& s : per_sandbox ? (*j)["sandboxes"] : json::array())
       std::printf("%-20s %-16s %-8s %14.3f %12.6f\n", Str(s, "id").c_str(), Str(s, "name").c_str(),
                   Str(s, "type").c_str(), s.value("billed_seconds", 0.0), s.value("cost_usd", 0.0));
     for (const auto& [t, v] : (*j)["types"].items())
@@ -118,7 +151,10 @@ struct HealthCommand {
 
   void Add(CLI::App& app) {
     health = app.add_subcommand("health", "check that sbxd answers");
+    health->footer("Examples: sbx health\n"
+                "          SBX_URL=http://10.0.0.5:7070 sbx health");
     version = app.add_subcommand("version", "the versions of this client and of sbxd");
+    version->footer("Example: sbx version");
   }
   std::optional<int> Run(HttpClient& c, const Globals& g);
 };

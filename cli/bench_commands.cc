@@ -30,13 +30,18 @@ struct BenchCommands {
 
 void BenchCommands::Add(CLI::App& app) {
   bench = app.add_subcommand("bench", "measure create, exec and delete against peer tools");
+  bench->footer("Examples: sbx bench --runs 20\n"
+              "          sbx bench patterns --runs 5");
   bench_patterns = bench->add_subcommand("patterns", "the three tool-call patterns, timed (seed experiment)");
+  bench_patterns->footer("Example: sbx bench patterns --runs 5 --gap-ms 500");
   bench_patterns->add_option("--runs", pattern_runs, "calls per pattern (default 5)");
   bench_patterns->add_option("--gap-ms", pattern_gap, "think time before each call (default 0)");
   bench_disk = bench->add_subcommand("disk-exec", "serverless calls on a disk; a test suite against the host");
+  bench_disk->footer("Example: sbx bench disk-exec --runs 50");
   bench_disk->add_option("--runs", disk_runs, "calls of `true` (default 50)");
   bench_disk->add_option("--gap-ms", disk_gap, "think time between calls (default 0: back to back)");
   bench_hib = bench->add_subcommand("hibernate", "hibernate and restore a sandbox holding ~100 MB, beside CRIU alone");
+  bench_hib->footer("Example: sbx bench hibernate --runs 10");
   bench_hib->add_option("--runs", hib_runs, "cycles (default 10)");
   bench_hib->add_option("--criu", hib_criu, "CRIU binary for the floor (default $SBX_CRIU, else the build cache's)");
   bench->add_option("--runs", runs, "samples per row (default 50)");

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,10 +27,35 @@ struct Globals {
 void WriteSandboxOutput(int fd, std::string_view data);
 void SetRawOutput(bool raw);
 
+// Progress of a long transfer on stderr, from 8 MiB on: a bar redrawn in place on a
+// terminal, a plain line at each tenth when stderr is a pipe or a file (no escape codes).
+class Progress {
+ public:
+  explicit Progress(std::string what) : what_(std::move(what)) {}
+  void Update(uint64_t done, uint64_t total);  // total 0: unknown
+  void Done();                                 // ends the bar's line
+
+ private:
+  std::string what_;
+  int last_ = -1;
+  bool shown_ = false;
+};
+
 // A streamed exec of `body` in sandbox `id`: output goes to this process's stdout/stderr
-// when `echo`, stdout also into *out; the exit line, or nullopt after printing the error.
+// when `echo`, stdout also into *out (and stderr into *err); the exit line, or nullopt
+// after printing the error.
 std::optional<nlohmann::json> StreamExecBody(HttpClient& c, const std::string& id,
-                                             const nlohmann::json& body, bool echo, std::string* out);
+                                             const nlohmann::json& body, bool echo, std::string* out,
+                                             std::string* err = nullptr);
+
+// exec_stream.cc: `sbx exec -i` with a pipe or a terminal: `body` (cmd, cwd, env) as a
+// background process with this input streamed to its stdin; returns its exit code (125
+// when the CLI itself failed). Ctrl-C and `timeout` seconds kill its process group.
+int RunStreamingExec(HttpClient& c, const Globals& g, const std::string& id, const nlohmann::json& body,
+                     int64_t timeout);
+// `sbx exec --json`: one object on stdout, `fields` with "stdout", "stderr" and
+// "duration_ms" (as the CLI measured it) added.
+void PrintExecObject(const std::string& out, const std::string& err, nlohmann::json fields, double duration_ms);
 
 // `sbx exec -it`: `body` (cmd, cwd, env) as a tty process, this terminal attached to it
 // over its WebSocket; returns its exit code.

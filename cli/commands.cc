@@ -8,13 +8,34 @@ namespace sbx::cli {
 
 using nlohmann::json;
 
+namespace {
+bool g_json_errors = false;
+}  // namespace
+
+void SetJsonErrors(bool on) { g_json_errors = on; }
+
+void ReportError(const std::string& msg, const std::string& fallback_code) {
+  if (!g_json_errors) {
+    std::fprintf(stderr, "sbx: %s\n", msg.c_str());
+    return;
+  }
+  // The API's own code when the failure was an answer of sbxd's, without the " (code)"
+  // that the text form appends.
+  std::string code = LastErrorCode().empty() ? fallback_code : LastErrorCode();
+  std::string text = msg, suffix = " (" + code + ")";
+  if (text.size() > suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0)
+    text.resize(text.size() - suffix.size());
+  json e = {{"error", {{"code", code}, {"message", text}}}};
+  std::fprintf(stderr, "%s\n", e.dump().c_str());
+}
+
 int Fail(const std::string& msg) {
-  std::fprintf(stderr, "sbx: %s\n", msg.c_str());
+  ReportError(msg, "client_error");
   return 1;
 }
 
 int Usage(const std::string& msg) {
-  std::fprintf(stderr, "sbx: %s\n", msg.c_str());
+  ReportError(msg, "invalid_request");
   return 2;
 }
 

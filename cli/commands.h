@@ -55,15 +55,22 @@ Runner AddDiskCommands(CLI::App& app);  // disk (and its serverless exec)
 Runner AddSecretCommands(CLI::App& app);  // secret
 Runner AddUsageCommand(CLI::App& app);    // usage
 Runner AddHealthCommand(CLI::App& app);   // health
+// completion.cc
+Runner AddCompletionCommands(CLI::App& app);  // completion, man
 // bench_commands.cc
 Runner AddBenchCommands(CLI::App& app);  // bench and its rows
 
 // copy.cc: `sbx cp SRC DST` (exactly one side ID:/path), with docker cp's rules.
 int CopyFiles(HttpClient& c, const std::string& src, const std::string& dst);
 
-// Prints "sbx: MSG" on stderr; returns the exit code 1.
+// Prints "sbx: MSG" on stderr, or with --json (SetJsonErrors) one line
+// {"error":{"code","message"}}: the code of sbxd's answer when the failure was one
+// (LastErrorCode), else `fallback_code` ("unavailable" for an unreachable sbxd).
+void ReportError(const std::string& msg, const std::string& fallback_code);
+void SetJsonErrors(bool on);
+// ReportError(MSG, "client_error"); returns the exit code 1.
 int Fail(const std::string& msg);
-// The same for a command line that is wrong (a bad flag value): exit code 2.
+// The same for a command line that is wrong (a bad flag value): "invalid_request", exit code 2.
 int Usage(const std::string& msg);
 // j[k] if it is a string, else "-" (for table cells).
 std::string Str(const nlohmann::json& j, const char* k);

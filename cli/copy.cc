@@ -41,7 +41,7 @@ std::optional<Kind> RemoteKind(HttpClient& c, const std::string& id, const std::
   auto r = c.Call("GET", "/v1/sandboxes/" + id + "/files/stat?path=" + PercentEncode(path));
   if (r.ok() && r->status == 404) return Kind::kMissing;
   if (auto why = FailureOf(r)) {
-    std::fprintf(stderr, "sbx: %s\n", why->c_str());
+    ReportError(*why, "client_error");
     return std::nullopt;
   }
   auto j = json::parse(r->body, nullptr, false);
@@ -102,7 +102,10 @@ int Upload(HttpClient& c, const std::string& src, const std::string& id, std::st
     if (*to == Kind::kDir) path = Join(path, BaseName(src));
     else if (*to == Kind::kMissing && path.back() == '/')
       return Fail("the folder " + id + ":" + path + " does not exist (a destination ending in / must)");
-    auto r = c.Upload("/v1/sandboxes/" + id + "/files?path=" + PercentEncode(path), src, nullptr, "PUT");
+    Progress progress("copying " + src);
+    auto r = c.Upload("/v1/sandboxes/" + id + "/files?path=" + PercentEncode(path), src,
+                      [&](uint64_t s, uint64_t t) { progress.Update(s, t); }, "PUT");
+    progress.Done();
     if (auto why = FailureOf(r)) return Fail(*why);
     struct stat st;
     return Copied("file " + src, id + ":" + path, ::stat(src.c_str(), &st) == 0 ? st.st_size : 0);
@@ -121,7 +124,10 @@ int Upload(HttpClient& c, const std::string& src, const std::string& id, std::st
     unlink(tmp.c_str());
     return Fail("tar of " + src + " failed");
   }
-  auto r = c.Upload("/v1/sandboxes/" + id + "/archive?path=" + PercentEncode(path), tmp, nullptr, "PUT");
+  Progress progress("copying " + src);
+  auto r = c.Upload("/v1/sandboxes/" + id + "/archive?path=" + PercentEncode(path), tmp,
+                    [&](uint64_t s, uint64_t t) { progress.Update(s, t); }, "PUT");
+  progress.Done();
   unlink(tmp.c_str());
   if (auto why = FailureOf(r)) return Fail(*why);
   auto j = json::parse(r->body, nullptr, false);
@@ -142,35 +148,47 @@ int Download(HttpClient& c, const std::string& id, std::string path, const std::
     if (to == Kind::kMissing && dst.back() == '/')
       return Fail("the folder " + dst + " does not exist (a destination ending in / must)");
     std::string target = to == Kind::kDir ? Join(dst, BaseName(path)) : dst;
-    auto r = c.Call("GET", "/v1/sandboxes/" + id + "/files?path=" + PercentEncode(path), "", "*/*");
-    if (auto why = FailureOf(r)) return Fail(*why);
     std::string part = target + ".sbx-part";
-    FILE* f = std::fopen(part.c_str(), "wb");
-    if (!f) return Fail("cannot write " + target);
-    bool ok = std::fwrite(r->body.data(), 1, r->body.size(), f) == r->body.size();
-    ok = std::fclose(f) == 0 && ok;
-    if (!ok || std::rename(part.c_str(), target.c_str()) != 0) {
+    uint64_t bytes = 0;
+    Progress progress("copying " + id + ":" + path);
+    auto r = c.Download("/v1/sandboxes/" + id + "/files?path=" + PercentEncode(path), part, [&](uint64_t s, uint64_t t) {
+      bytes = s;
+      progress.Update(s, t);
+    });
+    progress.Done();
+    if (auto why = FailureOf(r)) {
+      unlink(part.c_str());
+      return Fail(*why);
+    }
+    if (std::rename(part.c_str(), target.c_str()) != 0) {
       unlink(part.c_str());
       return Fail("cannot write " + target);
     }
-    return Copied("file " + id + ":" + path, target, r->body.size());
+    return Copied("file " + id + ":" + path, target, bytes);
   }
   if (to == Kind::kFile) return Fail("cannot copy the folder " + id + ":" + path + " onto the file " + dst);
   // As docker cp: into an existing folder goes the folder itself (PATH/. its contents);
   // a destination that does not exist becomes the folder.
   std::string target = to == Kind::kDir && !contents ? Join(dst, BaseName(path)) : dst;
-  auto r = c.Call("GET", "/v1/sandboxes/" + id + "/archive?path=" + PercentEncode(path), "", "*/*");
-  if (auto why = FailureOf(r)) return Fail(*why);
   std::string tmp = TempFile();
   if (tmp.empty()) return Fail("cannot create a temporary file");
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  bool ok = f && std::fwrite(r->body.data(), 1, r->body.size(), f) == r->body.size();
-  if (f) ok = std::fclose(f) == 0 && ok;
+  uint64_t bytes = 0;
+  Progress progress("copying " + id + ":" + path);
+  auto r = c.Download("/v1/sandboxes/" + id + "/archive?path=" + PercentEncode(path), tmp, [&](uint64_t s, uint64_t t) {
+    bytes = s;
+    progress.Update(s, t);
+  });
+  progress.Done();
+  if (auto why = FailureOf(r)) {
+    unlink(tmp.c_str());
+    return Fail(*why);
+  }
+  bool ok = true;
   if (ok && LocalKind(target) == Kind::kMissing && mkdir(target.c_str(), 0755) != 0) ok = false;
   int rc = ok ? RunTar({"tar", "-C", target, "-xf", tmp, "--no-same-owner", "--no-same-permissions"}) : -1;
   unlink(tmp.c_str());
   if (rc != 0) return Fail("unpacking into " + target + " failed");
-  return Copied("folder " + id + ":" + path, target, r->body.size());
+  return Copied("folder " + id + ":" + path, target, bytes);
 }
 
 }  // namespace

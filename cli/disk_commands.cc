@@ -30,14 +30,21 @@ struct DiskCommands {
 
 void DiskCommands::Add(CLI::App& app) {
   auto* disk = app.add_subcommand("disk", "persistent disks and serverless calls");
+  disk->footer("Examples: sbx disk create --name work\n"
+              "          sbx disk exec work -- 'cd /mnt/disk && git status'");
   disk->require_subcommand(1);
   disk_create = disk->add_subcommand("create", "create a disk");
+  disk_create->footer("Example: sbx disk create --name work --size-mb 4096");
   disk_create->add_option("--name", disk_name, "a unique name");
   disk_create->add_option("--size-mb", disk_size, "size limit in MiB (default 1024)");
   disk_ls = disk->add_subcommand("ls", "list disks");
+  disk_ls->footer("Example: sbx disk ls");
   disk_rm = disk->add_subcommand("rm", "delete disks");
+  disk_rm->footer("Example: sbx disk rm work");
   disk_rm->add_option("ids", disk_rm_ids)->required();
   disk_exec = disk->add_subcommand("exec", "run one command in a fresh sandbox on the disk");
+  disk_exec->footer("Examples: sbx disk exec work -- 'cd /mnt/disk && make test'\n"
+              "          sbx disk exec work -- ls -l /mnt/disk");
   disk_exec->add_option("id", disk_exec_id, "disk id or name")->required();
   disk_exec->add_option("--timeout", disk_timeout, "seconds (at most 300)");
   disk_exec->add_option("cmd", disk_cmd, "the command (after --)")->required();

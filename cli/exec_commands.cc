@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -69,7 +70,7 @@ void ExecCommands::Add(CLI::App& app) {
   exec->add_option("--cwd", cwd, "working directory");
   exec->add_option("--env,-e", exec_env, "KEY=VALUE");
   exec->add_flag("--interactive,-i", exec_interactive,
-                  "send this input (a pipe, a terminal) as the command's stdin, read to its end first");
+                  "stream this input (a pipe, a terminal) to the command's stdin as it comes, as docker exec -i");
   exec->add_flag("--tty,-t", exec_tty, "run the command on a pseudo-terminal with this terminal attached (-it for a shell)");
   exec->add_flag("--no-stdin,-n", exec_no_stdin, "never send stdin, not even a redirected file (as ssh -n)");
   exec->footer("Examples: sbx exec my-box -- ls -l /root\n"
@@ -78,21 +79,29 @@ void ExecCommands::Add(CLI::App& app) {
   exec->add_option("cmd", cmd, "the command and its arguments (after --)")->required();
 
   cp = app.add_subcommand("cp", "copy files or folders into or out of a sandbox (ID:/path names the sandbox side)");
+  cp->footer("Examples: sbx cp ./src my-box:/root/src      # a folder in\n"
+              "          sbx cp my-box:/root/out.txt .      # a file out\n"
+              "          sbx cp my-box:/root/results/. ./r  # a folder's contents");
   cp->add_option("src", cp_src, "a local path or ID:/path")->required();
   cp->add_option("dst", cp_dst, "a local path or ID:/path")->required();
 
   port = app.add_subcommand("port", "the URLs that reach a port inside a sandbox through sbxd's proxy");
+  port->footer("Example: sbx port my-box 8000");
   port->add_option("id", port_id, "sandbox id, name or unique id prefix")->required();
   port->add_option("port", port_num, "TCP port inside the sandbox")->required()->check(CLI::Range(1, 65535));
   port->add_option("--proxy-domain", proxy_domain, "sbxd's --proxy-domain (default sbx.localhost)");
 
   ps = app.add_subcommand("ps", "list a sandbox's background processes");
+  ps->footer("Example: sbx ps my-box");
   ps->add_option("id", ps_id, "sandbox id, name or unique id prefix")->required();
   spawn = app.add_subcommand("spawn", "start a background process in a sandbox; prints its pid");
+  spawn->footer("Examples: sbx spawn my-box -- python3 -m http.server 8000\n"
+              "          sbx spawn --cwd /root/app my-box -- 'npm run dev > dev.log 2>&1'");
   spawn->add_option("id", spawn_id, "sandbox id, name or unique id prefix")->required();
   spawn->add_option("--cwd", spawn_cwd, "working directory");
   spawn->add_option("cmd", spawn_cmd, "the command and its arguments (after --)")->required();
   logs = app.add_subcommand("logs", "print a background process's output (from its ring)");
+  logs->footer("Example: sbx logs -f my-box 42");
   logs->add_option("id", logs_id, "sandbox id, name or unique id prefix")->required();
   logs->add_option("pid", logs_pid, "process id")->required();
   logs->add_flag("--follow,-f", logs_follow, "keep printing until the process ends");
@@ -124,33 +133,50 @@ std::optional<int> ExecCommands::Run(HttpClient& c, const Globals& g) {
       if (!e.empty()) pbody["env"] = e;
       return RunInteractiveExec(c, g, exec_id, pbody);
     }
-    // With -i (as docker exec -i), or from a redirected file, the input is the command's
-    // stdin, read to its end first and sent with the exec. A pipe is read only with -i: a
-    // parent that hands down a pipe it never closes (Node's child_process does) would
-    // otherwise hang sbx. Never with -n.
+    // The input (docs/API.md, "sbx exec"): a redirected file (`< file`) is read to its end
+    // and sent with the exec, the fast path; with -i (as docker exec -i) a pipe or a
+    // terminal is streamed to a background process's stdin as it comes, and so is a file
+    // too large for one exec. A pipe is read only with -i: a parent that hands down a pipe
+    // it never closes (Node's child_process does) would otherwise leave a command that
+    // reads stdin waiting. Never with -n.
     struct stat in_st;
-    bool piped = !exec_no_stdin && fstat(0, &in_st) == 0 && S_ISREG(in_st.st_mode);
-    if (exec_interactive && !exec_no_stdin) piped = true;
-    if (piped) {
+    bool file_in = !exec_no_stdin && fstat(0, &in_st) == 0 && S_ISREG(in_st.st_mode);
+    bool stream_in = !exec_no_stdin && exec_interactive && !file_in;
+    if (file_in && static_cast<uint64_t>(in_st.st_size) > kMaxExecStdin) stream_in = true;
+    if (stream_in) {
+      json pbody = {{"cmd", cmd_field}};
+      if (!cwd.empty()) pbody["cwd"] = cwd;
+      if (!e.empty()) pbody["env"] = e;
+      return RunStreamingExec(c, g, exec_id, pbody, timeout);
+    }
+    if (file_in) {
       auto in = ReadStdin(kMaxExecStdin);
       if (!in) {
-        std::fprintf(stderr, "sbx: stdin is over %zu MiB: too much for one exec (spawn a process and feed its stdin, or copy the data in with sbx cp)\n",
-                     kMaxExecStdin >> 20);
+        Fail("stdin grew past " + std::to_string(kMaxExecStdin >> 20) + " MiB while it was read");
         return 125;
       }
       body["stdin"] = Base64Encode(*in);  // the exec asks for base64 (StreamExecBody)
     }
     // The CLI's own failures (sbxd unreachable, no such sandbox) and output cut at the cap
     // exit 125, so that they are not taken for the command's own exit status.
-    auto last = StreamExecBody(c, exec_id, body, /*echo=*/true, nullptr);
+    std::string out, err;
+    auto t0 = std::chrono::steady_clock::now();
+    auto last = StreamExecBody(c, exec_id, body, /*echo=*/!g.json, g.json ? &out : nullptr, g.json ? &err : nullptr);
     if (!last) return 125;
     int exit_code = last->value("exit_code", 1);
-    if (last->value("timed_out", false))
-      std::fprintf(stderr, "sbx: the command timed out after %lld s\n", static_cast<long long>(timeout));
-    if (g.json) std::fprintf(stderr, "%s\n", last->dump().c_str());
     std::string cut;
     for (const char* s : {"stdout", "stderr"})
       if (last->value(std::string(s) + "_truncated", false)) cut += (cut.empty() ? "" : " and ") + std::string(s);
+    if (g.json) {
+      // One object: the exit line's fields (exit code, timing, truncation) with the output.
+      json fields = *last;
+      fields.erase("type");
+      PrintExecObject(out, err, fields,
+                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      return cut.empty() ? exit_code : 125;
+    }
+    if (last->value("timed_out", false))
+      std::fprintf(stderr, "sbx: the command timed out after %lld s\n", static_cast<long long>(timeout));
     if (!cut.empty()) {
       std::fprintf(stderr, "sbx: the command's %s was cut at sbxd's output cap (the command exited %d)\n",
                    cut.c_str(), exit_code);

@@ -1,5 +1,7 @@
 #include "http_client.h"
 
+#include "commands.h"
+
 #include <cstdio>
 
 #include <utility>
@@ -184,9 +186,59 @@ Result<HttpResult> HttpClient::Upload(const std::string& target, const std::stri
   return HttpResult{static_cast<int>(p.get().result_int()), std::move(p.get().body())};
 }
 
+Result<HttpResult> HttpClient::Download(const std::string& target, const std::string& path,
+                                        const std::function<void(uint64_t, uint64_t)>& progress) {
+  SBX_RETURN_IF_ERROR(impl_->Connect());
+  http::request<http::empty_body> req;
+  impl_->Prepare(req, "GET", target);
+  req.set(http::field::accept, "*/*");
+  beast::error_code ec;
+  http::write(*impl_->sock, req, ec);
+  http::response_parser<http::buffer_body> p;
+  p.body_limit(std::uint64_t{1} << 40);
+  if (!ec) http::read_header(*impl_->sock, impl_->buf, p, ec);
+  if (ec) {
+    impl_->sock.reset();
+    return MakeError(Code::kUnavailable, "talking to sbxd: " + ec.message());
+  }
+  HttpResult out;
+  out.status = static_cast<int>(p.get().result_int());
+  uint64_t total = p.content_length().value_or(0), got = 0;
+  FILE* f = out.status < 300 ? std::fopen(path.c_str(), "wb") : nullptr;
+  if (out.status < 300 && !f) {
+    impl_->sock.reset();
+    return MakeError(Code::kInvalidArgument, "cannot write " + path);
+  }
+  bool write_ok = true;
+  char chunk[1 << 16];
+  while (!p.is_done()) {
+    p.get().body().data = chunk;
+    p.get().body().size = sizeof chunk;
+    http::read_some(*impl_->sock, impl_->buf, p, ec);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) break;
+    size_t n = sizeof chunk - p.get().body().size;
+    got += n;
+    if (f) write_ok = write_ok && std::fwrite(chunk, 1, n, f) == n;
+    else out.body.append(chunk, n);
+    if (f && progress) progress(got, total);
+  }
+  if (f) write_ok = std::fclose(f) == 0 && write_ok;
+  if (ec) {
+    impl_->sock.reset();
+    return MakeError(Code::kUnavailable, "the download from sbxd broke: " + ec.message());
+  }
+  if (!p.get().keep_alive()) impl_->sock.reset();
+  if (!write_ok) return MakeError(Code::kInvalidArgument, "cannot write " + path);
+  return out;
+}
+
 namespace {
 bool g_usage_error = false;
+std::string g_last_code;
 }  // namespace
+
+const std::string& LastErrorCode() { return g_last_code; }
 
 bool UsageErrorSeen() { return g_usage_error; }
 
@@ -195,15 +247,20 @@ std::string ErrorMessage(const HttpResult& r) {
   if (j.is_object() && j.contains("error") && j["error"].is_object()) {
     std::string code = j["error"].value("code", "");
     std::string msg = j["error"].value("message", "");
+    g_last_code = code;
     // A name or id prefix that fits several: the command line was wrong, as for a typo.
     if (r.status == 400 && msg.rfind("ambiguous", 0) == 0) g_usage_error = true;
     return msg + (code.empty() ? "" : " (" + code + ")");
   }
+  g_last_code = r.status >= 500 ? "internal" : "invalid_request";
   return "HTTP " + std::to_string(r.status) + ": " + r.body;
 }
 
 std::optional<std::string> FailureOf(const Result<HttpResult>& r) {
-  if (!r.ok()) return r.error().message;
+  if (!r.ok()) {
+    g_last_code = r.error().code == Code::kUnavailable ? "unavailable" : "client_error";
+    return r.error().message;
+  }
   if (r->status >= 300) return ErrorMessage(*r);
   return std::nullopt;
 }
@@ -215,7 +272,7 @@ std::optional<nlohmann::json> CallJson(HttpClient& c, const std::string& method,
   auto j = why ? nlohmann::json() : nlohmann::json::parse(r->body, nullptr, false);
   if (!why && j.is_discarded()) why = "sbxd sent a body that is not JSON";
   if (why) {
-    std::fprintf(stderr, "sbx: %s\n", why->c_str());
+    ReportError(*why, "internal");
     return std::nullopt;
   }
   return j;

@@ -31,6 +31,10 @@ class HttpClient {
   Result<HttpResult> Upload(const std::string& target, const std::string& path,
                             const std::function<void(uint64_t, uint64_t)>& progress,
                             const std::string& method = "POST");
+  // GET `target` into the file `path` (created or truncated) as it arrives; on a status
+  // of 300 or more the file is left empty and the error body is returned.
+  Result<HttpResult> Download(const std::string& target, const std::string& path,
+                              const std::function<void(uint64_t, uint64_t)>& progress);
   void Close();
 
  private:
@@ -40,6 +44,9 @@ class HttpClient {
 
 // The message of an API error body, or the raw body.
 std::string ErrorMessage(const HttpResult& r);
+// The error code of the last failed call: sbxd's (`not_found`, ...), "unavailable" when
+// sbxd could not be reached; empty if none failed.
+const std::string& LastErrorCode();
 // True once an answer said the command line itself was wrong (an ambiguous id prefix):
 // the command then exits 2, as for a usage error.
 bool UsageErrorSeen();

@@ -12,6 +12,7 @@
 
 #include "base/fs.h"
 #include "cli.h"
+#include "commands.h"
 
 extern char** environ;
 
@@ -73,23 +74,16 @@ int RunImageBuild(const Globals& g, const std::string& name, const std::string& 
     return 0;
   }
   if (name != "default") {
-    std::fprintf(stderr, "sbx: no recipe for image \"%s\" (known: default); use `sbx image import`\n", name.c_str());
-    return 2;
+    return Usage("no recipe for image \"" + name + "\" (known: default); use `sbx image import`");
   }
   std::string dir = cache_dir + "/images";
-  if (auto st = fs::MkdirAll(dir, 0755); !st.ok()) {
-    std::fprintf(stderr, "sbx: %s\n", st.error().message.c_str());
-    return 1;
-  }
+  if (auto st = fs::MkdirAll(dir, 0755); !st.ok()) return Fail(st.error().message);
   std::string base = dir + "/" + kBaseRecipe + ".tar";
   std::string tar = dir + "/" + kImageRecipe + ".tar";
   if (fs::Exists(tar)) {
     std::fprintf(stderr, "[1/3] reusing the cached image %s\n", tar.c_str());
   } else {
-    if (::geteuid() != 0) {
-      std::fprintf(stderr, "sbx: building the default image needs root (debootstrap)\n");
-      return 1;
-    }
+    if (::geteuid() != 0) return Fail("building the default image needs root (debootstrap)");
     if (fs::Exists(base)) {
       std::fprintf(stderr, "[1/3] reusing the cached debootstrap tree %s\n", base.c_str());
     } else {
@@ -99,17 +93,13 @@ int RunImageBuild(const Globals& g, const std::string& name, const std::string& 
                    Mirror().c_str());
       int rc = Spawn({"debootstrap", "--variant=minbase", std::string("--include=") + kDefaultPackages,
                       "bookworm", build, Mirror()});
-      if (rc != 0) {
-        std::fprintf(stderr, "sbx: debootstrap failed (exit %d); see %s/debootstrap/debootstrap.log\n", rc, build.c_str());
-        return 1;
-      }
+      if (rc != 0)
+        return Fail("debootstrap failed (exit " + std::to_string(rc) + "); see " + build + "/debootstrap/debootstrap.log");
       Spawn({"sh", "-c", "rm -rf '" + build + "'/var/cache/apt/archives/*.deb '" + build +
                              "'/var/lib/apt/lists/* '" + build + "'/var/log/*.log"});
       if (Spawn({"tar", "--numeric-owner", "-C", build, "-cf", base + ".tmp", "."}) != 0 ||
-          ::rename((base + ".tmp").c_str(), base.c_str()) != 0) {
-        std::fprintf(stderr, "sbx: cannot write %s\n", base.c_str());
-        return 1;
-      }
+          ::rename((base + ".tmp").c_str(), base.c_str()) != 0)
+        return Fail("cannot write " + base);
       (void)fs::RemoveTree(build);
     }
     // The wheelhouse: sympy and mpmath as wheels (from Debian's packages), and pip set to
@@ -119,10 +109,7 @@ int RunImageBuild(const Globals& g, const std::string& name, const std::string& 
     (void)fs::RemoveTree(work);
     std::string root = work + "/rootfs", debs = work + "/debs", unpacked = work + "/unpacked";
     for (const auto& d : {root, debs, unpacked}) (void)fs::MkdirAll(d);
-    auto fail = [&](const char* what) {
-      std::fprintf(stderr, "sbx: %s (work dir %s kept)\n", what, work.c_str());
-      return 1;
-    };
+    auto fail = [&](const char* what) { return Fail(std::string(what) + " (work dir " + work + " kept)"); };
     if (Spawn({"tar", "--numeric-owner", "-C", root, "-xf", base}) != 0) return fail("cannot unpack the base tree");
     std::string get = "cd '" + debs + "' && (apt-get download python3-sympy python3-mpmath >/dev/null 2>&1 || "
                       "(apt-get update -qq && apt-get download python3-sympy python3-mpmath))";
@@ -149,24 +136,10 @@ int RunImageBuild(const Globals& g, const std::string& name, const std::string& 
   }
   std::fprintf(stderr, "[3/3] importing into sbxd as image \"%s\"\n", name.c_str());
   HttpClient c(g.url, g.api_key);
-  int last = -1;
-  auto r = c.Upload("/v1/images/" + name, tar, [&](uint64_t s, uint64_t t) {
-    int pct = t ? static_cast<int>(s * 100 / t) : 100;
-    if (pct != last && isatty(2)) {
-      int bar = pct / 4;
-      std::fprintf(stderr, "\r  [%.*s%*s] %3d%%", bar, "#########################", 25 - bar, "", pct);
-    }
-    last = pct;
-  });
-  if (isatty(2)) std::fprintf(stderr, "\n");
-  if (!r.ok()) {
-    std::fprintf(stderr, "sbx: %s\n", r.error().message.c_str());
-    return 1;
-  }
-  if (r->status >= 300) {
-    std::fprintf(stderr, "sbx: %s\n", ErrorMessage(*r).c_str());
-    return 1;
-  }
+  Progress progress("uploading " + tar);
+  auto r = c.Upload("/v1/images/" + name, tar, [&](uint64_t s, uint64_t t) { progress.Update(s, t); });
+  progress.Done();
+  if (auto why = FailureOf(r)) return Fail(*why);
   std::printf("%s\n", r->body.c_str());
   return 0;
 }

@@ -100,20 +100,25 @@ int RunCommand(int argc, char** argv) {
   groups.push_back(AddImageCommands(app));
   groups.push_back(AddBenchCommands(app));
   groups.push_back(AddHealthCommand(app));
+  groups.push_back(AddCompletionCommands(app));  // last: it walks the commands above
 
   // Usage errors exit 2 (as in docker and most tools); an unknown command gets a "did you mean".
+  // --json shapes errors too, the command line's own included (it may not have been
+  // parsed yet when one is found).
+  bool json_asked = false;
+  for (int i = 1; i < argc && std::string(argv[i]) != "--"; ++i) json_asked = json_asked || std::string(argv[i]) == "--json";
+  SetJsonErrors(json_asked);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     if (auto unknown = UnknownCommand(app, argc, argv)) {
       if (unknown->second.empty())
-        std::fprintf(stderr, "sbx: unknown command \"%s\" (sbx --help lists them)\n", unknown->first.c_str());
-      else
-        std::fprintf(stderr, "sbx: unknown command \"%s\"; did you mean \"%s\"? (sbx --help lists them)\n",
-                     unknown->first.c_str(), unknown->second.c_str());
-      return 2;
+        return Usage("unknown command \"" + unknown->first + "\" (sbx --help lists them)");
+      return Usage("unknown command \"" + unknown->first + "\"; did you mean \"" + unknown->second +
+                   "\"? (sbx --help lists them)");
     }
+    if (json_asked) return Usage(e.what());
     app.exit(e);
     return 2;
   }

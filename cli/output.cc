@@ -4,6 +4,8 @@
 // to a pipe or a file, output stays byte-exact.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "cli.h"
@@ -49,6 +51,39 @@ void WriteAll(int fd, std::string_view d) {
 }
 
 }  // namespace
+
+void Progress::Update(uint64_t done, uint64_t total) {
+  constexpr uint64_t kShowFrom = 8 << 20;
+  if (std::max(done, total) < kShowFrom) return;
+  const double mib = 1048576.0;
+  bool tty = ::isatty(2);
+  if (total == 0) {  // size unknown: a line (or a redraw) per 8 MiB
+    int step = static_cast<int>(done / kShowFrom);
+    if (step == last_) return;
+    last_ = step;
+    std::fprintf(stderr, tty ? "\r%s: %.1f MiB" : "%s: %.1f MiB\n", what_.c_str(), done / mib);
+    shown_ = true;
+    return;
+  }
+  int pct = static_cast<int>(std::min<uint64_t>(done, total) * 100 / total);
+  if (tty) {
+    if (pct == last_) return;
+    int bar = pct / 4;
+    std::fprintf(stderr, "\r%s [%.*s%*s] %3d%% %.1f/%.1f MiB", what_.c_str(), bar, "#########################",
+                 25 - bar, "", pct, std::min(done, total) / mib, total / mib);
+  } else {
+    if (last_ >= 0 && pct / 10 == last_ / 10) return;
+    std::fprintf(stderr, "%s: %d%% (%.1f of %.1f MiB)\n", what_.c_str(), pct / 10 * 10, std::min(done, total) / mib,
+                 total / mib);
+  }
+  last_ = pct;
+  shown_ = true;
+}
+
+void Progress::Done() {
+  if (shown_ && ::isatty(2)) std::fprintf(stderr, "\n");
+  shown_ = false;
+}
 
 void SetRawOutput(bool raw) { g_raw = raw; }
 

@@ -31,8 +31,8 @@ struct CreateCommand {
   int64_t ttl = 0, memory_mb = 0, idle = 0;
   std::string ttl_action;
   int cpus = 0, pids = 0;
-  bool no_env = false, new_privs = false;
-  std::vector<std::string> env_kv, md_kv;
+  bool no_env = false, new_privs = false, is_public = false;
+  std::vector<std::string> env_kv, md_kv, disks;
   std::string network;
   std::vector<std::string> allow, deny;
 
@@ -59,7 +59,11 @@ void CreateCommand::Add(CLI::App& app) {
   create->add_option("--pids", pids, "override the type's process limit");
   create->add_option("--network", network, "none (loopback only) or outbound (the daemon's default unless set)");
   AddNetworkRuleOptions(create, &allow, &deny);
-  create->footer("Example: sbx create --name my-box --allow pypi.org --allow '*.pythonhosted.org'");
+  create->add_option("--disk", disks, "DISK[:PATH]: mount a persistent disk (id or name) at PATH (default /mnt/disk)");
+  create->add_flag("--public", is_public, "open its ports through sbxd's proxy without credentials");
+  create->footer("Examples: sbx create --name my-box --allow pypi.org --allow '*.pythonhosted.org'\n"
+                 "          sbx create --disk work:/mnt/work --ttl 600\n"
+                 "          id=$(sbx create --image default --public)");
 }
 
 std::optional<int> CreateCommand::Run(HttpClient& c, const Globals& g) {
@@ -88,6 +92,14 @@ std::optional<int> CreateCommand::Run(HttpClient& c, const Globals& g) {
     if (pids) res["pids"] = pids;
     if (!res.empty()) body["resources"] = res;
     if (!network.empty() || !allow.empty() || !deny.empty()) body["network"] = NetworkBody(network, allow, deny);
+    if (is_public) body["public"] = true;
+    for (const auto& d : disks) {
+      size_t colon = d.find(':');
+      json mount = {{"id", d.substr(0, colon)}};
+      if (colon != std::string::npos) mount["mount_path"] = d.substr(colon + 1);
+      if (mount["id"].get<std::string>().empty()) return Usage("--disk wants DISK[:PATH]");
+      body["disks"].push_back(mount);
+    }
     auto j = CallJson(c, "POST", "/v1/sandboxes", body);
     if (!j) return 1;
     if (g.json) std::printf("%s\n", j->dump().c_str());
@@ -122,6 +134,8 @@ void SandboxCommands::Add(CLI::App& app) {
   ls->add_option("--metadata,-m", ls_md, "KEY=VALUE: only sandboxes with this metadata (repeatable)");
   ls->footer("Example: sbx ls -q -m team=ml | xargs sbx rm");
   get = app.add_subcommand("get", "show one sandbox");
+  get->footer("Examples: sbx get my-box\n"
+              "          sbx get my-box --json | jq .state");
   get->add_option("id", get_id, "sandbox id, name or unique id prefix")->required();
   update = app.add_subcommand("update", "change a sandbox's TTL, idle timeout, auto-resume or public ports");
   update->add_option("id", up_id, "sandbox id, name or unique id prefix")->required();
@@ -132,13 +146,20 @@ void SandboxCommands::Add(CLI::App& app) {
   update->add_option("--public", up_public, "true or false: its ports need no credentials");
   update->footer("Example: sbx update my-box --ttl 7200 --public true");
   rm = app.add_subcommand("rm", "delete sandboxes");
+  rm->footer("Examples: sbx rm my-box\n"
+              "          sbx ls -q -m job=ci | xargs -r sbx rm");
   rm->add_option("ids", rm_ids, "sandbox ids, names or unique id prefixes")->required();
   stop = app.add_subcommand("stop", "stop a sandbox (files kept)");
+  stop->footer("Example: sbx stop my-box");
   start = app.add_subcommand("start", "start a stopped sandbox");
+  start->footer("Example: sbx start my-box");
   stop->add_option("id", life_id, "sandbox id, name or unique id prefix")->required();
   start->add_option("id", life_id, "sandbox id, name or unique id prefix")->required();
   pause = app.add_subcommand("pause", "pause a sandbox (compute not billed until resumed)");
+  pause->footer("Examples: sbx pause my-box\n"
+              "          sbx pause --mode hibernate my-box");
   resume = app.add_subcommand("resume", "resume a paused sandbox");
+  resume->footer("Example: sbx resume my-box");
   pause->add_option("id", life_id, "sandbox id, name or unique id prefix")->required();
   pause->add_option("--mode", pause_mode, "freeze (memory kept, resume in ms) or hibernate (memory to disk)");
   resume->add_option("id", life_id, "sandbox id, name or unique id prefix")->required();

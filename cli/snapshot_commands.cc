@@ -34,15 +34,20 @@ struct SnapshotCommands {
 
 void SnapshotCommands::Add(CLI::App& app) {
   snap = app.add_subcommand("snapshot", "capture a sandbox's files as a named snapshot");
+  snap->footer("Example: sbx snapshot my-box with-deps");
   snap->add_option("id", snap_id)->required();
   snap->add_option("name", snap_name)->required();
   fork = app.add_subcommand("fork", "new sandboxes with a copy of a sandbox's files");
+  fork->footer("Example: sbx fork my-box --count 3");
   fork->add_option("id", fork_id)->required();
   fork->add_option("--count", fork_count, "how many (default 1)");
 
   auto* tmpl = app.add_subcommand("template", "templates (named snapshots)");
+  tmpl->footer("Examples: sbx template build py --image default --run 'python3 -m venv /root/v' --run '/root/v/bin/pip install sympy'\n"
+              "          sbx create --from py");
   tmpl->require_subcommand(1);
   tmpl_build = tmpl->add_subcommand("build", "run steps in a fresh sandbox, then snapshot it as NAME");
+  tmpl_build->footer("Example: sbx template build py --image default --run 'python3 -m venv /root/v' --run '/root/v/bin/pip install sympy'");
   tmpl_build->add_option("name", tb_name)->required();
   tmpl_build->add_option("--image", tb_image, "image to start from (default: default)");
   tmpl_build->add_option("--from", tb_from, "snapshot to start from");
@@ -50,7 +55,9 @@ void SnapshotCommands::Add(CLI::App& app) {
   tmpl_build->add_option("--run", tb_steps, "a step (shell command); repeat for more")->required();
   tmpl_build->add_option("--timeout", tb_timeout, "seconds per step (default 1800)");
   tmpl_ls = tmpl->add_subcommand("ls", "list templates");
+  tmpl_ls->footer("Example: sbx template ls");
   tmpl_rm = tmpl->add_subcommand("rm", "delete templates");
+  tmpl_rm->footer("Example: sbx template rm py");
   tmpl_rm->add_option("names", tmpl_rm_names)->required();
 }
 
@@ -106,14 +113,20 @@ struct ImageCommands {
 
 void ImageCommands::Add(CLI::App& app) {
   auto* img = app.add_subcommand("image", "images");
+  img->footer("Examples: sbx image ls\n"
+              "          sbx image import node20 node20.tar");
   img->require_subcommand(1);
   img_ls = img->add_subcommand("ls", "list images");
+  img_ls->footer("Example: sbx image ls");
   img_import = img->add_subcommand("import", "import a rootfs tarball or docker export");
+  img_import->footer("Example: docker export $(docker create node:20) > node20.tar && sbx image import node20 node20.tar");
   img_import->add_option("name", img_name)->required();
   img_import->add_option("file", img_file)->required();
   img_rm = img->add_subcommand("rm", "delete images that no sandbox or snapshot starts from");
+  img_rm->footer("Example: sbx image rm node20");
   img_rm->add_option("names", rm_names, "image names")->required();
   img_build = img->add_subcommand("build", "build a built-in image (default)");
+  img_build->footer("Example: sbx image build default");
   img_build->add_option("name", build_name)->required();
   img_build->add_option("--cache-dir", cache_dir, "where slow artefacts are cached (env SBX_CACHE_DIR)");
 }
@@ -133,12 +146,10 @@ std::optional<int> ImageCommands::Run(HttpClient& c, const Globals& g) {
     return 0;
   }
   if (*img_import) {
-    auto r = c.Upload("/v1/images/" + img_name, img_file, [](uint64_t s, uint64_t t) {
-      if (isatty(2)) std::fprintf(stderr, "\rimporting: %3d%%", t ? static_cast<int>(s * 100 / t) : 100);
-    });
-    if (isatty(2)) std::fprintf(stderr, "\n");
-    if (!r.ok()) return Fail(r.error().message);
-    if (r->status >= 300) return Fail(ErrorMessage(*r));
+    Progress progress("importing " + img_file);
+    auto r = c.Upload("/v1/images/" + img_name, img_file, [&](uint64_t s, uint64_t t) { progress.Update(s, t); });
+    progress.Done();
+    if (auto why = FailureOf(r)) return Fail(*why);
     std::printf("%s\n", r->body.c_str());
     return 0;
   }

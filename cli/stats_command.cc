@@ -44,7 +44,7 @@ struct StatsCommand {
     for (const auto& ref : refs) {
       auto r = c.Call("GET", "/v1/sandboxes/" + ref + "/stats");
       if (auto why = FailureOf(r)) {
-        std::fprintf(stderr, "sbx: %s\n", why->c_str());
+        ReportError(*why, "client_error");
         *failed = true;
         continue;
       }

@@ -11,6 +11,7 @@
 
 #include "base/base64.h"
 #include "cli.h"
+#include "commands.h"
 #include "stats.h"
 #include "http_client.h"
 
@@ -29,7 +30,7 @@ std::optional<json> StreamExec(HttpClient& c, const std::string& id, const json&
 }  // namespace
 
 std::optional<json> StreamExecBody(HttpClient& c, const std::string& id, const json& body, bool echo,
-                                   std::string* out) {
+                                   std::string* out, std::string* err) {
   json last;
   // base64: the output arrives byte for byte (a tar piped out stays a tar), not as text.
   json sent = body;
@@ -47,22 +48,23 @@ std::optional<json> StreamExecBody(HttpClient& c, const std::string& id, const j
       }
       const std::string& d = *raw;
       if (out && t == "stdout") *out += d;
+      if (err && t == "stderr") *err += d;
       if (echo) WriteSandboxOutput(t == "stdout" ? 1 : 2, d);
     } else if (t == "exit" || t == "error") {
       last = j;
     }
   });
   if (auto why = FailureOf(r)) {
-    std::fprintf(stderr, "sbx: %s\n", why->c_str());
+    ReportError(*why, "client_error");
     return std::nullopt;
   }
   if (garbled) {
-    std::fprintf(stderr, "sbx: sbxd sent output that is not base64\n");
+    Fail("sbxd sent output that is not base64");
     return std::nullopt;
   }
   if (!last.is_object() || last.value("type", "") != "exit") {
-    std::fprintf(stderr, "sbx: the exec ended without an exit status%s\n",
-                 last.contains("error") ? (": " + last["error"].value("message", "")).c_str() : "");
+    Fail("the exec ended without an exit status" +
+         (last.contains("error") ? ": " + last["error"].value("message", "") : std::string()));
     return std::nullopt;
   }
   return last;

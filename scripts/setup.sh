@@ -5,6 +5,11 @@ source "$(dirname "$0")/lib.sh"
 need_root
 install_packages
 build
+# The CLI's shell completion and manual page, generated from its own command tree.
+mkdir -p /usr/share/bash-completion/completions /usr/local/share/zsh/site-functions /usr/local/share/man/man1
+"$BUILD/sbx" completion bash > /usr/share/bash-completion/completions/sbx
+"$BUILD/sbx" completion zsh > /usr/local/share/zsh/site-functions/_sbx
+"$BUILD/sbx" man > /usr/local/share/man/man1/sbx.1
 # CRIU, for pause mode "hibernate" (built once from Debian's source, then cached).
 CRIU=$(bash "$ROOT/scripts/build-criu.sh")
 

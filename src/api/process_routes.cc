@@ -13,6 +13,7 @@
 #include "api/decode.h"
 #include "api/handler_util.h"
 #include "api/handlers.h"
+#include "base/base64.h"
 #include "base/ids.h"
 
 namespace sbx::api {
@@ -115,12 +116,20 @@ asio::awaitable<Response> Api::Processes(Request& req) {
     co_return Json(200, {{"type", "process.signalled"}, {"pid", *pid}, {"signal", *sig}});
   }
   if (pat == "/v1/sandboxes/{id}/processes/{pid}/stdin") {
-    auto j = ParseObject(req.body, {"data", "eof"});
+    auto j = ParseObject(req.body, {"data", "eof", "encoding"});
     if (!j.ok()) co_return ErrorResponse(j.error());
     auto data = GetString(*j, "data");
     auto eof = GetBool(*j, "eof", false);
+    auto encoding = GetString(*j, "encoding", "text");
     if (!data.ok()) co_return ErrorResponse(data.error());
     if (!eof.ok()) co_return ErrorResponse(eof.error());
+    if (!encoding.ok()) co_return ErrorResponse(encoding.error());
+    if (*encoding != "text" && *encoding != "base64") co_return Bad("encoding must be \"text\" or \"base64\"");
+    if (*encoding == "base64") {
+      auto raw = Base64Decode(*data);
+      if (!raw.ok()) co_return Bad("data (encoding base64) is not base64: " + raw.error().message);
+      *data = std::move(*raw);
+    }
     auto st = processes_->Stdin(id, *pid, *data, *eof);
     if (!st.ok()) co_return ErrorResponse(st.error());
     co_return Json(200, {{"type", "process.stdin"}, {"pid", *pid}, {"bytes", data->size()}, {"eof", *eof}});
@@ -155,13 +164,19 @@ asio::awaitable<Response> Api::Processes(Request& req) {
     if (f != "true" && f != "false" && f != "1" && f != "0") co_return Bad("follow must be true or false");
     follow = f == "true" || f == "1";
   }
+  bool base64 = false;
+  if (req.query.count("encoding")) {
+    const std::string& e = req.query.at("encoding");
+    if (e != "text" && e != "base64") co_return Bad("encoding must be text or base64");
+    base64 = e == "base64";
+  }
   if (auto first = processes_->Get(id, *pid); !first.ok()) co_return ErrorResponse(first.error());
   Response r;
   r.content_type = "application/x-ndjson";
   core::ProcessTable* table = processes_.get();
   int64_t keepalive_ms = manager_->keepalive_ms();
   int64_t p = *pid;
-  r.stream = [table, id, p, since, follow, keepalive_ms](ChunkSink sink) -> asio::awaitable<std::optional<Response>> {
+  r.stream = [table, id, p, since, follow, keepalive_ms, base64](ChunkSink sink) -> asio::awaitable<std::optional<Response>> {
     std::string carry[3];
     uint64_t next = since;
     auto quiet_since = std::chrono::steady_clock::now();
@@ -172,7 +187,9 @@ asio::awaitable<Response> Api::Processes(Request& req) {
       if (rd->missed_to > rd->missed_from)
         out += Line({{"type", "gap"}, {"from", rd->missed_from}, {"to", rd->missed_to}});
       for (const auto& c : rd->chunks) {
-        std::string text = TakeUtf8(carry[c.stream], c.data);
+        // base64: each chunk's exact bytes; text: whole UTF-8 characters, a character cut
+        // between chunks carried to the next one.
+        std::string text = base64 ? Base64Encode(c.data) : TakeUtf8(carry[c.stream], c.data);
         next = c.seq + 1;
         if (text.empty()) continue;
         out += Line({{"type", c.stream == 1 ? "stdout" : "stderr"}, {"seq", c.seq}, {"data", text}});
