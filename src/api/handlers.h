@@ -54,6 +54,10 @@ struct ProxyTarget {
   int port = 0;
   std::string target;
   bool by_host = false;  // routed by Host (a per-sandbox origin), not by the API's path
+  // A signed port grant (`sbx_token`): from the query, which no longer holds it in
+  // `target`, or, by host only, from the sbx_token cookie that a first answer set.
+  std::string grant;
+  bool grant_in_query = false;
 };
 // The OpenAPI document served at /v1/openapi.json.
 const std::string& OpenApiDocument();
@@ -83,11 +87,15 @@ class Api {
   // in-sandbox socket) come with the request: checked before a malformed proxy target is
   // reported, as auth comes before validation everywhere.
   std::optional<Response> Unauthenticated(const Request& req) const;
-  // 401/403 unless the admin key or that sandbox's own token is presented.
+  // 401/403 unless the admin key, that sandbox's own token or a valid grant for that port
+  // (a signed URL) is presented.
   std::optional<Response> ProxyRefusal(const ProxyTarget& t, const Request& req) const;
   // The sandbox's agent for one proxied connection (a paused sandbox is resumed first).
   boost::asio::awaitable<Result<std::shared_ptr<core::AgentLease>>> ProxyLease(const std::string& id);
   void set_proxy_domain(std::string domain) { proxy_domain_ = std::move(domain); }
+  // The Set-Cookie header line (with its CRLF) that keeps a by-host grant given in the
+  // query for the page's next requests; "" when there is none to keep.
+  std::string GrantCookie(const ProxyTarget& t) const;
   core::ProcessTable* processes() { return processes_.get(); }
 
  private:
@@ -109,6 +117,8 @@ class Api {
   Handler UpdateSandbox(Request& req);
   Handler SetNetwork(Request& req);
   Handler DeleteSandbox(Request& req);
+  // proxy_routes.cc
+  Handler CreatePortUrl(Request& req);
   Handler SetTimeout(Request& req);
   Handler StopSandbox(Request& req);
   Handler StartSandbox(Request& req);

@@ -175,6 +175,22 @@ std::string StripCookieDomain(std::string_view v) {
   return out;
 }
 
+// A Cookie header's value without sbxd's sbx_token cookie.
+std::string WithoutGrantCookie(const std::string& v) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < v.size()) {
+    size_t semi = v.find(';', pos);
+    if (semi == std::string::npos) semi = v.size();
+    std::string c = v.substr(pos, semi - pos);
+    size_t b = c.find_first_not_of(' ');
+    c = b == std::string::npos ? "" : c.substr(b);
+    if (!c.empty() && c.rfind("sbx_token=", 0) != 0) out += (out.empty() ? "" : "; ") + c;
+    pos = semi + 1;
+  }
+  return out;
+}
+
 template <typename Stream>
 asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
                                     http::request_parser<http::empty_body>& hp, Api* api,
@@ -235,6 +251,11 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
       continue;
     }
     if (lower == "authorization" || HopByHop(lower)) continue;
+    if (lower == "cookie") {  // sbxd's own grant cookie stays out of the sandbox
+      std::string kept = WithoutGrantCookie(std::string(f.value()));
+      if (!kept.empty()) head += std::string(f.name_string()) + ": " + kept + "\r\n";
+      continue;
+    }
     head += std::string(f.name_string()) + ": " + std::string(f.value()) + "\r\n";
   }
   if (upgrade)
@@ -306,6 +327,7 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
     }
     out += std::string(f.name_string()) + ": " + std::string(f.value()) + "\r\n";
   }
+  out += api->GrantCookie(t);
   // Served from the API's own origin: a browser must not treat the page as that origin.
   if (by_path) out += "Content-Security-Policy: sandbox allow-scripts allow-forms allow-popups\r\n";
   if (code == 101) {

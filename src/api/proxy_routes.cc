@@ -3,6 +3,7 @@
 // sandbox's own loopback.
 #include <cctype>
 
+#include "api/decode.h"
 #include "api/handler_util.h"
 #include "api/handlers.h"
 #include "base/ids.h"
@@ -30,6 +31,43 @@ Result<int> ParsePort(std::string_view s) {
   return v;
 }
 
+constexpr std::string_view kGrantParam = "sbx_token";
+
+// Takes the sbx_token parameter out of the target's query (it is sbxd's, never the
+// sandbox's) into t->grant; by host, without one there, the sbx_token cookie instead.
+void TakeGrant(ProxyTarget* t, const Request& req) {
+  size_t q = t->target.find('?');
+  if (q != std::string::npos) {
+    std::string kept;
+    size_t start = q + 1;
+    while (start <= t->target.size()) {
+      size_t amp = t->target.find('&', start);
+      if (amp == std::string::npos) amp = t->target.size();
+      std::string_view part(t->target.data() + start, amp - start);
+      if (part.substr(0, kGrantParam.size() + 1) == std::string(kGrantParam) + "=") {
+        t->grant = PercentDecode(part.substr(kGrantParam.size() + 1), true);
+        t->grant_in_query = true;
+      } else if (!part.empty()) {
+        kept += (kept.empty() ? "" : "&") + std::string(part);
+      }
+      start = amp + 1;
+    }
+    t->target = t->target.substr(0, q) + (kept.empty() ? "" : "?" + kept);
+  }
+  if (!t->grant.empty() || !t->by_host) return;
+  std::string cookies = req.Header("cookie");
+  size_t pos = 0;
+  while (pos < cookies.size()) {
+    size_t semi = cookies.find(';', pos);
+    if (semi == std::string::npos) semi = cookies.size();
+    std::string_view c(cookies.data() + pos, semi - pos);
+    while (!c.empty() && c.front() == ' ') c.remove_prefix(1);
+    if (c.substr(0, kGrantParam.size() + 1) == std::string(kGrantParam) + "=")
+      t->grant = std::string(c.substr(kGrantParam.size() + 1));
+    pos = semi + 1;
+  }
+}
+
 }  // namespace
 
 const std::vector<RouteInfo>& ProxyRoutes() { return kProxyRoutes; }
@@ -49,9 +87,14 @@ std::optional<Result<ProxyTarget>> Api::ProxyRoute(const Request& req, std::stri
       return Result<ProxyTarget>(MakeError(Code::kInvalidArgument, "a proxy host is PORT-ID." + proxy_domain_));
     auto port = ParsePort(std::string_view(label).substr(0, dash));
     if (!port.ok()) return Result<ProxyTarget>(port.error());
-    ProxyTarget t{label.substr(dash + 1), *port, std::string(raw_target), true};
+    ProxyTarget t;
+    t.id = label.substr(dash + 1);
+    t.port = *port;
+    t.target = std::string(raw_target);
+    t.by_host = true;
     if (!ValidName(t.id)) return Result<ProxyTarget>(MakeError(Code::kInvalidArgument, "invalid sandbox id in the host"));
     if (t.target.empty() || t.target[0] != '/') t.target = "/" + t.target;
+    TakeGrant(&t, req);
     return Result<ProxyTarget>(std::move(t));
   }
   // By path: /v1/sandboxes/{id}/ports/{port}[/rest][?query].
@@ -70,7 +113,12 @@ std::optional<Result<ProxyTarget>> Api::ProxyRoute(const Request& req, std::stri
   if (!port.ok()) return Result<ProxyTarget>(port.error());
   std::string target = end == std::string_view::npos ? "/" : std::string(rest.substr(end));
   if (target[0] == '?') target = "/" + target;
-  return Result<ProxyTarget>(ProxyTarget{id, *port, target});
+  ProxyTarget t;
+  t.id = id;
+  t.port = *port;
+  t.target = target;
+  TakeGrant(&t, req);
+  return Result<ProxyTarget>(std::move(t));
 }
 
 std::optional<Response> Api::Unauthenticated(const Request& req) const {
@@ -82,11 +130,54 @@ std::optional<Response> Api::ProxyRefusal(const ProxyTarget& t, const Request& r
   Caller caller = Authorize(req);
   // A `public` sandbox's ports are open to anyone who reaches sbxd.
   if (caller.kind == Caller::kNone && manager_->PortsArePublic(t.id)) return std::nullopt;
+  // A signed URL's grant opens that port of that sandbox only, until it expires.
+  if (caller.kind == Caller::kNone && !t.grant.empty() && manager_->PortGrantValid(t.id, t.port, t.grant))
+    return std::nullopt;
   if (caller.kind == Caller::kNone)
     return ErrorResponse(Code::kUnauthenticated, "a valid API key or this sandbox's token is required (Authorization: Bearer ...)");
   if (caller.kind == Caller::kSandbox && caller.sandbox != t.id)
     return ErrorResponse(Code::kPermissionDenied, "a sandbox token may only reach its own sandbox's ports");
   return std::nullopt;
+}
+
+std::string Api::GrantCookie(const ProxyTarget& t) const {
+  if (!t.by_host || !t.grant_in_query || t.grant.find_first_not_of("0123456789.abcdef") != std::string::npos)
+    return "";
+  int64_t expires = std::stoll("0" + t.grant.substr(0, t.grant.find('.')));
+  int64_t left = expires - NowUnixMs() / 1000;
+  if (left <= 0) return "";
+  // The host is the sandbox's port's own origin: the cookie goes back there only.
+  return "Set-Cookie: " + std::string(kGrantParam) + "=" + t.grant + "; Path=/; Max-Age=" + std::to_string(left) +
+         "; HttpOnly; SameSite=Lax\r\n";
+}
+
+boost::asio::awaitable<Response> Api::CreatePortUrl(Request& req) {
+  auto j = ParseObject(req.body, {"port", "ttl_seconds"});
+  if (!j.ok()) co_return ErrorResponse(j.error());
+  auto port = GetInt(*j, "port");
+  auto ttl = GetInt(*j, "ttl_seconds");
+  if (!port.ok()) co_return ErrorResponse(port.error());
+  if (!ttl.ok()) co_return ErrorResponse(ttl.error());
+  if (!*port) co_return Bad("port is required");
+  const std::string& id = req.params["id"];
+  auto grant = manager_->GrantPort(id, static_cast<int>(std::clamp<int64_t>(**port, 0, 65536)), ttl->value_or(3600));
+  if (!grant.ok()) co_return ErrorResponse(grant.error());
+  // The URLs use the address the caller reached sbxd by (its Host header).
+  std::string host = req.Header("host");
+  std::string listen_port;
+  if (size_t colon = host.rfind(':'); colon != std::string::npos && host.find(']') == std::string::npos)
+    listen_port = host.substr(colon);
+  std::string p = std::to_string(**port);
+  std::string query = "?" + std::string(kGrantParam) + "=" + grant->first;
+  std::string path = "/v1/sandboxes/" + id + "/ports/" + p + "/" + query;
+  co_return Json(201, {{"type", "port.url"},
+                       {"id", id},
+                       {"port", **port},
+                       {"token", grant->first},
+                       {"expires_at", FormatRfc3339(grant->second * 1000)},
+                       {"path", path},
+                       {"url", host.empty() ? nlohmann::json(nullptr) : nlohmann::json("http://" + host + path)},
+                       {"host_url", "http://" + p + "-" + id + "." + proxy_domain_ + listen_port + "/" + query}});
 }
 
 boost::asio::awaitable<Result<std::shared_ptr<core::AgentLease>>> Api::ProxyLease(const std::string& id) {

@@ -26,6 +26,7 @@ const std::vector<RouteInfo>& Routes() {
       {"DELETE", "/v1/sandboxes/{id}",                      Body::kNone, Access::kAdmin, &Api::DeleteSandbox},
       {"PATCH", "/v1/sandboxes/{id}",                       Body::kJson, Access::kAdmin, &Api::UpdateSandbox},
       {"PATCH", "/v1/sandboxes/{id}/network",               Body::kJson, Access::kAdmin, &Api::SetNetwork},
+      {"POST", "/v1/sandboxes/{id}/port-urls",              Body::kJson, Access::kAdmin, &Api::CreatePortUrl},
       {"POST", "/v1/sandboxes/{id}/exec",                   Body::kJson, Access::kAdmin, &Api::ExecInSandbox},
       {"POST", "/v1/sandboxes/{id}/stop",                   Body::kJson, Access::kAdmin, &Api::StopSandbox},
       {"POST", "/v1/sandboxes/{id}/start",                  Body::kJson, Access::kAdmin, &Api::StartSandbox},

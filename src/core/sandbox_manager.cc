@@ -188,6 +188,27 @@ bool SandboxManager::PortsArePublic(const std::string& id) {
   return e && e->rec.public_ports;
 }
 
+Result<std::pair<std::string, int64_t>> SandboxManager::GrantPort(const std::string& id, int port,
+                                                                  int64_t ttl_seconds) {
+  if (ttl_seconds < 1 || ttl_seconds > 7 * 86400)
+    return MakeError(Code::kInvalidArgument, "ttl_seconds must be 1 to 604800 (7 days)");
+  if (port < 1 || port > 65535) return MakeError(Code::kInvalidArgument, "port must be 1 to 65535");
+  {
+    Lock lock(table_.mu);
+    if (!table_.Get(id)) return MakeError(Code::kNotFound, "sandbox " + id + " not found");
+  }
+  int64_t expires = Now() / 1000 + ttl_seconds;
+  std::string grant = secrets_.PortGrant(id, port, expires);
+  if (grant.empty()) return MakeError(Code::kFailedPrecondition, "sbxd has no signing key");
+  return std::make_pair(grant, expires);
+}
+
+bool SandboxManager::PortGrantValid(const std::string& id, int port, const std::string& grant) {
+  if (!secrets_.CheckPortGrant(grant, id, port, Now() / 1000)) return false;
+  Lock lock(table_.mu);
+  return table_.Get(id) != nullptr;  // deleted: its grants are dead
+}
+
 std::optional<std::string> SandboxManager::SandboxOfPeer(int fd) const {
   for (const auto& [kind, rt] : runtimes_->all())
     if (auto id = rt->SandboxOfPeer(fd); id && ValidName(*id)) return id;

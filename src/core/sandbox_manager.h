@@ -130,6 +130,11 @@ class SandboxManager {
   boost::asio::awaitable<Result<PreparedProcess>> PrepareProcess(const std::string& id, ExecRequest req);
   // True if the sandbox was made `public`: its ports need no credentials.
   bool PortsArePublic(const std::string& id);
+  // A signed grant for `port` of sandbox `id`, valid `ttl_seconds` (1 s to 7 days): the
+  // grant and its expiry (Unix seconds). 404 for no such sandbox, 400 for a bad ttl.
+  Result<std::pair<std::string, int64_t>> GrantPort(const std::string& id, int port, int64_t ttl_seconds);
+  // True if `grant` is genuine for that sandbox and port, not expired, and the sandbox exists.
+  bool PortGrantValid(const std::string& id, int port, const std::string& grant);
   // The agent of a running sandbox, without waking a paused one (a reattach).
   Result<std::shared_ptr<AgentLease>> LeaseAgent(const std::string& id);
   // The table of background processes, told around hibernates and resumes.

@@ -82,4 +82,24 @@ std::optional<std::string> Secrets::IdOfToken(const std::string& token) const {
   return id;
 }
 
+std::string Secrets::PortGrant(const std::string& id, int port, int64_t expires) const {
+  if (key_.empty()) return "";
+  std::string e = std::to_string(expires);
+  return e + "." + HmacSha256Hex(key_, "port-grant:" + id + ":" + std::to_string(port) + ":" + e).substr(0, 40);
+}
+
+bool Secrets::CheckPortGrant(const std::string& grant, const std::string& id, int port, int64_t now) const {
+  size_t dot = grant.find('.');
+  if (key_.empty() || dot == 0 || dot == std::string::npos || dot > 12) return false;
+  std::string e = grant.substr(0, dot);
+  if (e.find_first_not_of("0123456789") != std::string::npos) return false;
+  int64_t expires = std::stoll(e);
+  if (expires < now) return false;
+  std::string want = PortGrant(id, port, expires);
+  if (want.size() != grant.size()) return false;
+  unsigned char diff = 0;  // constant time
+  for (size_t i = 0; i < want.size(); ++i) diff |= want[i] ^ grant[i];
+  return diff == 0;
+}
+
 }  // namespace sbx::core

@@ -38,6 +38,12 @@ class Secrets {
   // The sandbox id a token names, if it is genuine (whether that sandbox still exists is
   // the caller's question).
   std::optional<std::string> IdOfToken(const std::string& token) const;
+  // A grant to reach `port` of sandbox `id` through the port proxy until `expires` (Unix
+  // seconds): "EXPIRES.SIGNATURE" (an HMAC of the three with the same key), for signed
+  // port URLs ("" when off).
+  std::string PortGrant(const std::string& id, int port, int64_t expires) const;
+  // True if `grant` is PortGrant(id, port, e) for an `e` not past `now` (Unix seconds).
+  bool CheckPortGrant(const std::string& grant, const std::string& id, int port, int64_t now) const;
 
  private:
   storage::Store* store_;

@@ -170,6 +170,10 @@ def test_disk_files_api_is_confined_to_the_disk(client, daemon):
                   "ln -s /proc/self/root/etc magic", image="busybox", check=True)
         assert disk.read_file("made") == b"from-call\n"
         assert disk.read_file("/dir/../made") == b"from-call\n"
+        # One shape with sandbox.files: text by default, bytes on request.
+        assert disk.files.read("made") == "from-call\n" and disk.files.read_bytes("made") == b"from-call\n"
+        disk.files.write("bin", b"\x00\xff")
+        assert disk.files.read_bytes("bin") == b"\x00\xff"
         # Symlinks, absolute paths and ".." resolve inside the disk, never on the host.
         for path in ("abs", "up/etc/hostname", "../../../../etc/hostname", "/etc/passwd", "magic/passwd"):
             with pytest.raises(sbx.ApiError) as e:

@@ -204,3 +204,71 @@ def test_public_sandboxes_need_no_credentials(daemon, client):
         assert daemon.raw("PATCH", f"/v1/sandboxes/{sb.id}", body={"public": "yes"})[0] == 400
     finally:
         sb.delete()
+
+
+def test_signed_urls(daemon, served, client):
+    """A signed URL opens one port of one sandbox, without credentials, until it expires;
+    its token never reaches the sandbox."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    def get(url, headers=None):
+        req = urllib.request.Request(url, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read()), r.headers
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read()), e.headers
+
+    sid = served.id
+    url = served.get_url(8000, "/p?a=1", signed=True, ttl_seconds=600)
+    assert "sbx_token=" in url
+    status, body, _ = get(url)
+    assert status == 200 and body["path"] == "/p?a=1", body  # the token is sbxd's, not passed on
+    # Another port, another sandbox, a changed token: refused.
+    token = url.split("sbx_token=")[1]
+    assert get(url.replace("/ports/8000/", "/ports/8001/"))[0] == 401
+    with client.create(image="busybox") as other:
+        assert get(url.replace(sid, other.id))[0] == 401
+        granted = other.get_url(8000, signed=True)
+    assert get(granted)[0] == 401  # its sandbox is gone: its grants are dead
+    assert get(url[:-1] + ("0" if url[-1] != "0" else "1"))[0] == 401
+    assert get(url.replace(token, token.split(".")[0] + "9." + token.split(".")[1]))[0] == 401  # a later expiry
+    # Expired.
+    status, g = daemon.raw("POST", f"/v1/sandboxes/{sid}/port-urls", body={"port": 8000, "ttl_seconds": 1})
+    assert status == 201 and g["url"].endswith(g["path"]) and g["type"] == "port.url", g
+    time.sleep(2.1)
+    assert get(f"http://127.0.0.1:{daemon.port}{g['path']}")[0] == 401
+    # By host: the first answer sets a cookie for that host, which then stands in for the
+    # token; the sandbox sees neither, but its own cookies pass.
+    status, g = daemon.raw("POST", f"/v1/sandboxes/{sid}/port-urls", body={"port": 8000})
+    assert g["host_url"].startswith(f"http://8000-{sid}.sbx.localhost:{daemon.port}/?sbx_token=")
+    host = f"8000-{sid}.sbx.localhost:{daemon.port}"
+    status, body, headers = get(f"http://127.0.0.1:{daemon.port}/?sbx_token={g['token']}", {"Host": host})
+    assert status == 200 and body["path"] == "/", body
+    cookie = headers["Set-Cookie"]
+    assert cookie.startswith(f"sbx_token={g['token']};") and "HttpOnly" in cookie, cookie
+    status, body, _ = get(f"http://127.0.0.1:{daemon.port}/next",
+                          {"Host": host, "Cookie": f"app=1; sbx_token={g['token']}"})
+    assert status == 200 and body["headers"].get("Cookie") == "app=1", body
+    # The cookie works by host only (path routing is the API's origin).
+    assert get(f"http://127.0.0.1:{daemon.port}/v1/sandboxes/{sid}/ports/8000/",
+               {"Cookie": f"sbx_token={g['token']}"})[0] == 401
+    # Making one: the admin key only, a port, a ttl up to 7 days, a sandbox that exists.
+    own = served.exec("echo -n $SBX_TOKEN").stdout
+    assert request(daemon, "POST", f"/v1/sandboxes/{sid}/port-urls", body={"port": 8000}, token=own)[0] == 403
+    for bad in ({}, {"port": 0}, {"port": 70000}, {"port": 80, "ttl_seconds": 0},
+                {"port": 80, "ttl_seconds": 604801}, {"port": 80, "extra": 1}):
+        assert daemon.raw("POST", f"/v1/sandboxes/{sid}/port-urls", body=bad)[0] == 400, bad
+    assert daemon.raw("POST", "/v1/sandboxes/sb-0000000000000000/port-urls", body={"port": 80})[0] == 404
+
+
+def test_wait_for_port(served):
+    served.exec("nohup sh -c 'sleep 1; exec python3 /srv/server.py 8123' >/dev/null 2>&1 &")
+    t0 = time.time()
+    assert served.wait_for_port(8123, timeout=30) is served
+    assert time.time() - t0 > 0.5
+    assert served.exec("python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8123))'").exit_code == 0
+    with pytest.raises(TimeoutError):
+        served.wait_for_port(8124, timeout=0.5)

@@ -11,7 +11,7 @@ from .types import Answer, ExecResult
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["Disk", "Disks"]
+__all__ = ["Disk", "DiskFiles", "Disks"]
 
 
 class Disk:
@@ -68,16 +68,20 @@ class Disk:
             raise ExecError(result)
         return result
 
+    @property
+    def files(self) -> "DiskFiles":
+        """The disk's files without a sandbox, in the shape of ``sandbox.files``:
+        ``read`` (text), ``read_bytes`` and ``write``."""
+        return DiskFiles(self)
+
     def read_file(self, path: str) -> bytes:
-        """A file of the disk, read without starting a sandbox (``path`` resolves inside
-        the disk, symlinks included)."""
-        return _get_bytes(self._client.api, "/v1/disks/" + _seg(self.id) + "/files", [("path", path)])
+        """The bytes of a file of the disk (``disk.files.read_bytes``; ``disk.files.read``
+        gives text)."""
+        return self.files.read_bytes(path)
 
     def write_file(self, path: str, data: Union[str, bytes]) -> Dict[str, Any]:
-        """Write a file of the disk (whole and atomically; missing parents are created)."""
-        raw = data.encode() if isinstance(data, str) else bytes(data)
-        return self._client.api._call("PUT", "/v1/disks/" + _seg(self.id) + "/files", query=[("path", path)],
-                                      raw=raw, content_type="application/octet-stream")
+        """``disk.files.write``."""
+        return self.files.write(path, data)
 
     def refresh(self) -> "Disk":
         self.data = dict(self._client.api.request("GET", "/v1/disks/" + _seg(self.id)) or {})
@@ -85,6 +89,29 @@ class Disk:
 
     def delete(self) -> Answer:
         return Answer(self._client.api.request("DELETE", "/v1/disks/" + _seg(self.id)))
+
+
+class DiskFiles:
+    """A disk's files, read and written without starting a sandbox: ``disk.files``.
+    ``path`` resolves inside the disk, symlinks included."""
+
+    def __init__(self, disk: Disk) -> None:
+        self._disk = disk
+
+    def _url(self) -> str:
+        return "/v1/disks/" + _seg(self._disk.id) + "/files"
+
+    def read_bytes(self, path: str) -> bytes:
+        return _get_bytes(self._disk._client.api, self._url(), [("path", path)])
+
+    def read(self, path: str, encoding: str = "utf-8") -> str:
+        return self.read_bytes(path).decode(encoding)
+
+    def write(self, path: str, data: Union[str, bytes]) -> Dict[str, Any]:
+        """Write a whole file (atomically; missing parents are created)."""
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        return self._disk._client.api._call("PUT", self._url(), query=[("path", path)],
+                                            raw=raw, content_type="application/octet-stream")
 
 
 class Disks:

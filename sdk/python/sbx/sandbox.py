@@ -149,13 +149,42 @@ class Sandbox:
         made = [Sandbox(self._client, s) for s in (d.get("sandboxes") or [])]
         return made[0] if count is None else made
 
-    def get_url(self, port: int, path: str = "/") -> str:
-        """The URL that reaches ``port`` inside the sandbox through the daemon's port proxy
-        (send the API key or this sandbox's token as a Bearer header)."""
+    def get_url(self, port: int, path: str = "/", signed: bool = False, ttl_seconds: int = 3600) -> str:
+        """The URL that reaches ``port`` inside the sandbox through the daemon's port proxy.
+        Unsigned, it needs the API key or this sandbox's token as a Bearer header (or the
+        sandbox to be ``public``). ``signed=True`` adds a token of its own (``sbx_token``,
+        stripped by the proxy before the request reaches the sandbox) that lets anyone
+        holding the URL reach this port, and only it, for ``ttl_seconds`` (at most 7 days)."""
         api = self._client.api
-        return "%s://%s:%d%s/v1/sandboxes/%s/ports/%d%s" % (
+        url = "%s://%s:%d%s/v1/sandboxes/%s/ports/%d%s" % (
             api._scheme, api._host, api._port, api._prefix, _seg(self.id), int(port),
             path if path.startswith("/") else "/" + path)
+        if not signed:
+            return url
+        grant = api.request("POST", self._path("/port-urls"), {"port": int(port), "ttl_seconds": int(ttl_seconds)})
+        return url + ("&" if "?" in url else "?") + "sbx_token=" + str(grant["token"])
+
+    def wait_for_port(self, port: int, timeout: float = 30.0, interval: float = 0.1) -> "Sandbox":
+        """Wait until something in the sandbox listens on TCP ``port`` (any protocol, any
+        address), as its kernel's socket table shows; raises ``TimeoutError`` after
+        ``timeout`` seconds."""
+        import time
+        want = "%04X" % int(port)
+        deadline = time.monotonic() + timeout
+        while True:
+            for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+                try:
+                    text = self.files.read(table)
+                except NotFoundError:
+                    continue
+                for line in text.splitlines()[1:]:
+                    fields = line.split()
+                    # local_address is ADDR:PORT in hex; state 0A is LISTEN.
+                    if len(fields) > 3 and fields[1].rsplit(":", 1)[-1] == want and fields[3] == "0A":
+                        return self
+            if time.monotonic() >= deadline:
+                raise TimeoutError("nothing listens on port %d in sandbox %s after %.1f s" % (port, self.id, timeout))
+            time.sleep(interval)
 
     def delete(self) -> Any:
         """Delete the sandbox; returns the daemon's answer."""

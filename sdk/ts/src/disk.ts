@@ -80,12 +80,24 @@ export class Disk {
     return result;
   }
 
-  /** The bytes of a file on the disk (`path` is relative to the disk's root). */
+  /**
+   * The disk's files without a sandbox, in the shape of `sandbox.files`: `read` (text),
+   * `readBytes` and `write`.
+   */
+  get files(): { read(path: string): Promise<string>; readBytes(path: string): Promise<Uint8Array>; write(path: string, data: string | Uint8Array): Promise<WriteFileResult> } {
+    return {
+      readBytes: (path: string) => this.readFile(path),
+      read: async (path: string) => new TextDecoder().decode(await this.readFile(path)),
+      write: (path: string, data: string | Uint8Array) => this.writeFile(path, data),
+    };
+  }
+
+  /** The bytes of a file on the disk (`path` is relative to the disk's root); `files.readBytes`. */
   readFile(path: string): Promise<Uint8Array> {
     return this.client.http.bytes("GET", this.path("/files"), { query: { path } });
   }
 
-  /** Writes a file on the disk, replacing it and creating missing directories. */
+  /** Writes a file on the disk, replacing it and creating missing directories; `files.write`. */
   async writeFile(path: string, data: string | Uint8Array): Promise<WriteFileResult> {
     const bytes = typeof data === "string" ? new TextEncoder().encode(data) : data;
     const d = await this.client.http.json<JsonObject>("PUT", this.path("/files"), { query: { path }, bytes });

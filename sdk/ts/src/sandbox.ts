@@ -81,6 +81,45 @@ export class Sandbox {
     return `${this.client.http.baseUrl}${this.path(`/ports/${port}`)}${path.startsWith("/") ? path : "/" + path}`;
   }
 
+  /**
+   * A URL for `port` that works without credentials for `ttlSeconds` (default 3600, at
+   * most 7 days): `getUrl` with a short-lived token of its own (`sbx_token`, stripped by
+   * the proxy before the request reaches the sandbox). It reaches this port only.
+   */
+  async signedUrl(port: number, options: { path?: string; ttlSeconds?: number } = {}): Promise<string> {
+    const grant = await this.client.http.json<JsonObject>("POST", this.path("/port-urls"), {
+      json: { port, ttl_seconds: options.ttlSeconds ?? 3600 },
+    });
+    const url = this.getUrl(port, options.path ?? "/");
+    return `${url}${url.includes("?") ? "&" : "?"}sbx_token=${encodeURIComponent(String(grant.token))}`;
+  }
+
+  /**
+   * Resolves once something in the sandbox listens on TCP `port` (any protocol, any
+   * address), as its kernel's socket table shows; rejects after `timeoutMs` (default 30 s).
+   */
+  async waitForPort(port: number, options: { timeoutMs?: number; intervalMs?: number } = {}): Promise<this> {
+    const want = port.toString(16).toUpperCase().padStart(4, "0");
+    const deadline = Date.now() + (options.timeoutMs ?? 30_000);
+    for (;;) {
+      for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+        let text: string;
+        try {
+          text = await this.files.read(table);
+        } catch {
+          continue;
+        }
+        for (const line of text.split("\n").slice(1)) {
+          const f = line.trim().split(/\s+/);
+          // local_address is ADDR:PORT in hex; state 0A is LISTEN.
+          if (f.length > 3 && f[1].split(":").pop() === want && f[3] === "0A") return this;
+        }
+      }
+      if (Date.now() >= deadline) throw new Error(`nothing listens on port ${port} in sandbox ${this.id}`);
+      await new Promise((r) => setTimeout(r, options.intervalMs ?? 100));
+    }
+  }
+
   get name(): string | null {
     return this.data.name ?? null;
   }

@@ -116,6 +116,10 @@ test("writeFile and readFile round trip", async () => {
     assert.equal(w.path, "notes/hello.txt");
     assert.equal(w.sizeBytes, Buffer.byteLength("héllo\n"));
     assert.equal(new TextDecoder().decode(await disk.readFile("notes/hello.txt")), "héllo\n");
+    // One shape with sandbox.files: text by default, bytes on request.
+    assert.equal(await disk.files.read("notes/hello.txt"), "héllo\n");
+    await disk.files.write("notes/b.bin", new Uint8Array([0, 255]));
+    assert.deepEqual(await disk.files.readBytes("notes/b.bin"), new Uint8Array([0, 255]));
 
     const bytes = new Uint8Array(70000);
     for (let i = 0; i < bytes.length; i++) bytes[i] = (i * 7) % 256;

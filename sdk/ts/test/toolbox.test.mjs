@@ -50,3 +50,18 @@ test("processes: start, follow, stdin, wait; getUrl", async () => {
   assert.deepEqual((await sb.processes.list()).map((q) => q.pid), [p.pid]);
   assert.equal(sb.getUrl(8080, "/x"), `${SBX_URL.replace(/\/$/, "")}/v1/sandboxes/${sb.id}/ports/8080/x`);
 });
+
+test("signedUrl opens one port without credentials; waitForPort", async () => {
+  const sb = await sandbox();
+  await assert.rejects(sb.waitForPort(8125, { timeoutMs: 300 }), /nothing listens on port 8125/);
+  await sb.processes.start("mkdir -p /w && hostname > /w/name && sleep 0.5 && exec httpd -f -p 127.0.0.1:8125 -h /w");
+  assert.equal(await sb.waitForPort(8125), sb);
+  // Without credentials the proxy refuses; with the signed URL's token it lets the request in.
+  assert.equal((await fetch(sb.getUrl(8125, "/name"))).status, 401);
+  const url = await sb.signedUrl(8125, { path: "/name", ttlSeconds: 60 });
+  assert.match(url, /[?]sbx_token=/);
+  const r = await fetch(url);
+  assert.equal(r.status, 200);
+  assert.equal((await r.text()).trim(), sb.id);
+  assert.equal((await fetch(url.replace("/ports/8125/", "/ports/8126/"))).status, 401);
+});
