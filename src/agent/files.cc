@@ -262,6 +262,7 @@ void ServeFileOp(int sock, FrameDecoder* in, const std::string& request, int roo
     if (op == "write") return Write(sock, in, root_fd, req);
     if (op == "archive_get") return ArchiveGet(sock, root_fd, req);
     if (op == "archive_put") return ArchivePut(sock, in, root_fd, req);
+    if (op == "watch") return ServeWatch(sock, req, root_fd);
     if (op == "stat") r = Stat(root_fd, req);
     else if (op == "list") r = List(root_fd, req);
     else if (op == "mkdir") r = Mkdir(root_fd, req);

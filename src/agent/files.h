@@ -17,6 +17,13 @@
 //   {"op":"archive_get","path"}           -> kResult {}, kData (a tar)..., kDataEnd
 //   {"op":"archive_put","path","max_bytes"} -> kResult {"ready":true}; kData (a tar)...
 //                                            kDataEnd; -> kResult {"files","bytes"}
+//   {"op":"watch","path","recursive","keepalive_ms"} -> kResult {"path","recursive"} once
+//                                            the folder is watched; then kData frames of
+//                                            NDJSON events {"type":"create"|"write"|"remove"|
+//                                            "rename","path","is_dir"[,"to"]} (and "keepalive",
+//                                            "overflow", "error" lines) until sbxd hangs up, or
+//                                            kDataEnd once the folder itself is gone
+//                                            (file_watch.cc)
 // An entry is {"name","path","type":"file"|"dir"|"symlink"|"other","size","mode",
 // "mtime_ms"[,"target"]}. Failures answer kError {"message","code"} with the API's codes.
 // A write goes to a hidden temporary file beside the target, renamed over it only when the
@@ -26,6 +33,7 @@
 // the root; file_archive.cc serves the archives.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "agent/protocol.h"
@@ -35,5 +43,7 @@ namespace sbx::agent {
 // Serves one kFileOp request on the blocking socket `sock`; `in` holds whatever the
 // client sent after the request frame. `root_fd` is the directory paths resolve in.
 void ServeFileOp(int sock, FrameDecoder* in, const std::string& request, int root_fd);
+// The "watch" op (file_watch.cc).
+void ServeWatch(int sock, const nlohmann::json& req, int root_fd);
 
 }  // namespace sbx::agent

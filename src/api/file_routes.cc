@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <nlohmann/json.hpp>
 
@@ -54,12 +55,17 @@ asio::awaitable<Result<json>> Begin(agent::Conn* conn, const agent::DialerPtr& a
   co_return j;
 }
 
-// Streams the agent's kData frames (after its first answer) to the client.
+// Streams the agent's kData frames (after its first answer, and `first` if not empty) to
+// the client.
 Response StreamData(std::shared_ptr<agent::Conn> conn, std::shared_ptr<core::AgentLease> lease,
-                    const char* content_type) {
+                    const char* content_type, std::string first = "") {
   Response r;
   r.content_type = content_type;
-  r.stream = [conn, lease](ChunkSink sink) -> asio::awaitable<std::optional<Response>> {
+  r.stream = [conn, lease, first](ChunkSink sink) -> asio::awaitable<std::optional<Response>> {
+    if (!first.empty()) {
+      std::string_view head = first;
+      if (!co_await sink(head)) co_return std::nullopt;
+    }
     while (true) {
       auto f = co_await conn->Recv();
       if (!f.ok()) co_return ErrorResponse(f.error());  // cuts the body short: the client sees it
@@ -139,6 +145,12 @@ asio::awaitable<Response> Api::Files(Request& req) {
       }
     } else if (pat == "/v1/sandboxes/{id}/files/stat") {
       op["op"] = "stat";
+    } else if (pat == "/v1/sandboxes/{id}/files/watch") {
+      auto rec = BoolParam(req, "recursive", false);
+      if (!rec.ok()) co_return ErrorResponse(rec.error());
+      op["op"] = "watch";
+      op["recursive"] = *rec;
+      op["keepalive_ms"] = manager_->keepalive_ms();
     } else if (pat == "/v1/sandboxes/{id}/archive") {
       op["op"] = m == "GET" ? "archive_get" : "archive_put";
     } else if (m == "GET") {
@@ -172,6 +184,20 @@ asio::awaitable<Response> Api::Files(Request& req) {
   if (!first.ok()) co_return ErrorResponse(first.error());
   if (kind == "read") co_return StreamData(conn, held, "application/octet-stream");
   if (kind == "archive_get") co_return StreamData(conn, held, "application/x-tar");
+  if (kind == "watch") {
+    // A watch is quiet for long stretches: its client leaving is noticed at once (not at
+    // the next keep-alive), and ends the agent's watch with the connection.
+    if (req.client_gone)
+      req.client_gone->OnFire([conn] {
+        asio::post(conn->socket().get_executor(), [conn] {
+          boost::system::error_code ignored;
+          conn->socket().close(ignored);
+        });
+      });
+    // The watch is in place once the agent answered: the first line says so.
+    json watching = {{"type", "watching"}, {"path", path}, {"recursive", op["recursive"]}};
+    co_return StreamData(conn, held, "application/x-ndjson", watching.dump() + "\n");
+  }
   if (kind == "write" || kind == "archive_put") {
     auto done = co_await Upload(conn.get(), &req.body_file, &req.body);
     if (!done.ok()) co_return ErrorResponse(done.error());

@@ -40,6 +40,7 @@ const std::vector<RouteInfo>& Routes() {
       {"DELETE", "/v1/sandboxes/{id}/files",                Body::kNone, Access::kAdmin, &Api::Files},
       {"GET", "/v1/sandboxes/{id}/files/list",              Body::kNone, Access::kAdmin, &Api::Files},
       {"GET", "/v1/sandboxes/{id}/files/stat",              Body::kNone, Access::kAdmin, &Api::Files},
+      {"GET", "/v1/sandboxes/{id}/files/watch",             Body::kNone, Access::kAdmin, &Api::Files},
       {"POST", "/v1/sandboxes/{id}/files/mkdir",            Body::kJson, Access::kAdmin, &Api::Files},
       {"POST", "/v1/sandboxes/{id}/files/move",             Body::kJson, Access::kAdmin, &Api::Files},
       {"GET", "/v1/sandboxes/{id}/archive",                 Body::kNone, Access::kAdmin, &Api::Files},

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import http.client
 import io
+import json
 import os
+import socket
+import urllib.parse
 from typing import Any, Dict, List, Optional, Tuple, Union, TYPE_CHECKING
 
-from .errors import NotFoundError, SbxError
+from .errors import NotFoundError, SbxConnectionError, SbxError
 from .http import _get_bytes
 from .types import Answer
 
@@ -14,7 +18,7 @@ if TYPE_CHECKING:
     from .http import Api
     from .sandbox import Sandbox
 
-__all__ = ["Files"]
+__all__ = ["Files", "FileWatch"]
 
 
 class Files:
@@ -87,6 +91,15 @@ class Files:
                                             raw=tmp, content_type="application/x-tar",
                                             timeout=max(self._api().timeout, 600.0)))
 
+    def watch(self, path: str, recursive: bool = False, timeout: float = 86400.0) -> "FileWatch":
+        """Watch the folder ``path`` (and with ``recursive`` the folders under it, on the
+        same filesystem): iterate the returned ``FileWatch`` for events, dicts with
+        ``type`` (``create``, ``write``, ``remove``, ``rename`` with ``to``, or
+        ``overflow``/``error``), ``path`` and ``is_dir``. The watch is in place when this
+        returns; it ends when the folder goes, or on ``close()`` (it is a context manager)."""
+        return FileWatch(self._api(), self._sb._path("/files/watch") + "?" + urllib.parse.urlencode(
+            {"path": path, "recursive": "true" if recursive else "false"}), timeout)
+
     def download_dir(self, remote_dir: str, local_dir: str) -> None:
         """Copy ``remote_dir``'s contents into a local folder. The archive is extracted
         with tarfile's "data" filter: nothing lands outside ``local_dir``."""
@@ -108,3 +121,55 @@ class Files:
                     if not inside:
                         raise SbxError("unsafe archive member %r" % m.name)
                 tf.extractall(local_dir)
+
+
+class FileWatch:
+    """A running watch on a sandbox folder (``sb.files.watch``): an iterator of events."""
+
+    def __init__(self, api: "Api", target: str, timeout: float) -> None:
+        self._conn, self._resp = api._open_stream("GET", target, None, timeout)
+        first = self._next_line()  # {"type":"watching"}: the agent's watch is in place
+        if first is None or first.get("type") != "watching":
+            self.close()
+            raise SbxConnectionError("the watch did not start: %r" % (first,))
+
+    def _next_line(self) -> Optional[Dict[str, Any]]:
+        while True:
+            try:
+                line = self._resp.readline()
+            except (OSError, http.client.HTTPException, AttributeError) as e:
+                raise SbxConnectionError("watch stream broke: %s" % e) from e
+            if not line:
+                return None
+            line = line.strip()
+            if line:
+                ev = json.loads(line.decode("utf-8", errors="replace"))
+                if isinstance(ev, dict) and ev.get("type") != "keepalive":
+                    return ev
+
+    def __iter__(self) -> "FileWatch":
+        return self
+
+    def __next__(self) -> Dict[str, Any]:
+        ev = self._next_line()
+        if ev is None:
+            self.close()
+            raise StopIteration
+        return ev
+
+    def close(self) -> None:
+        """Stop watching (the agent's watch ends with the connection). Safe from another
+        thread than the one iterating: that one's wait ends too."""
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked on it
+            except OSError:
+                pass
+        self._conn.close()
+
+    def __enter__(self) -> "FileWatch":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

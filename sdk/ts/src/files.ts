@@ -1,5 +1,5 @@
 import type { Transport } from "./http.js";
-import { NotFoundError } from "./errors.js";
+import { NotFoundError, SbxConnectionError } from "./errors.js";
 import type { JsonObject } from "./types.js";
 
 /** One entry of a sandbox's file system, as `files.list` and `files.stat` describe it. */
@@ -88,5 +88,86 @@ export class Files {
     return this.http.json<JsonObject>("POST", `${this.base}/files/move`, {
       json: { from, to, overwrite: options.overwrite ?? false },
     });
+  }
+
+  /**
+   * Watches the folder `path` (with `recursive`, the folders under it on the same
+   * filesystem too). Resolves once the watch is in place; iterate the result for events
+   * (`create`, `write`, `remove`, `rename` with `to`, or `overflow`/`error`), and `close()`
+   * it to stop. It also ends when the folder goes.
+   */
+  async watch(path: string, options: { recursive?: boolean } = {}): Promise<FileWatch> {
+    const res = await this.http.send("GET", `${this.base}/files/watch`, {
+      query: { path, recursive: options.recursive ? "true" : "false" },
+      accept: "application/x-ndjson",
+      timeoutSeconds: null,
+    });
+    if (!res.body) throw new SbxConnectionError("the watch has no body");
+    const w = new FileWatch(res.body.getReader());
+    const first = await w.nextLine();
+    if (first?.type !== "watching") {
+      await w.close();
+      throw new SbxConnectionError(`the watch did not start: ${JSON.stringify(first)}`);
+    }
+    return w;
+  }
+}
+
+/** One change seen by a watch. */
+export interface FileEvent {
+  type: "create" | "write" | "remove" | "rename" | "overflow" | "error";
+  path: string;
+  is_dir: boolean;
+  /** For a rename: the new path, or null when it left the watched folder. */
+  to?: string | null;
+  message?: string;
+}
+
+/** A running watch (`await sb.files.watch(path)`): an async iterable of events. */
+export class FileWatch implements AsyncIterable<FileEvent> {
+  private pending = "";
+  private readonly decoder = new TextDecoder();
+  private closed = false;
+
+  constructor(private readonly reader: ReadableStreamDefaultReader<Uint8Array>) {}
+
+  /** The next event line (keep-alives skipped), or null at the end. */
+  async nextLine(): Promise<FileEvent | { type: "watching"; path: string } | null> {
+    for (;;) {
+      const nl = this.pending.indexOf("\n");
+      if (nl >= 0) {
+        const line = this.pending.slice(0, nl).trim();
+        this.pending = this.pending.slice(nl + 1);
+        if (!line) continue;
+        const ev = JSON.parse(line);
+        if (ev.type !== "keepalive") return ev;
+        continue;
+      }
+      if (this.closed) return null;
+      let chunk: ReadableStreamReadResult<Uint8Array>;
+      try {
+        chunk = await this.reader.read();
+      } catch (e) {
+        if (this.closed) return null;
+        throw new SbxConnectionError(`the watch broke: ${String(e)}`);
+      }
+      if (chunk.done) return null;
+      this.pending += this.decoder.decode(chunk.value, { stream: true });
+    }
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<FileEvent> {
+    for (;;) {
+      const ev = await this.nextLine();
+      if (!ev) return;
+      if (ev.type !== "watching") yield ev;
+    }
+  }
+
+  /** Stops watching (the agent's watch ends with the connection). */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.reader.cancel().catch(() => undefined);
   }
 }

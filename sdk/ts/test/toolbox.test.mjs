@@ -65,3 +65,22 @@ test("signedUrl opens one port without credentials; waitForPort", async () => {
   assert.equal((await r.text()).trim(), sb.id);
   assert.equal((await fetch(url.replace("/ports/8125/", "/ports/8126/"))).status, 401);
 });
+
+test("files.watch: events as files change, until closed", async () => {
+  const sb = await sandbox();
+  await sb.exec("mkdir -p /w/sub", { check: true });
+  const w = await sb.files.watch("/w", { recursive: true });
+  const seen = [];
+  const done = (async () => {
+    for await (const ev of w) {
+      seen.push(ev);
+      if (ev.type === "rename") break;
+    }
+  })();
+  await sb.exec("echo a > /w/sub/a.txt && mv /w/sub/a.txt /w/b.txt", { check: true });
+  await done;
+  await w.close();
+  assert.deepEqual(seen[0], { type: "create", path: "/w/sub/a.txt", is_dir: false });
+  assert.deepEqual(seen.at(-1), { type: "rename", path: "/w/sub/a.txt", to: "/w/b.txt", is_dir: false });
+  await assert.rejects(sb.files.watch("/nope"), NotFoundError);
+});
