@@ -4,11 +4,14 @@
     client = Client()
     with client.create(image="busybox", ttl_seconds=600) as sb:
         print(sb.exec("echo hello", check=True).stdout)
+
+``AsyncClient`` (sbx.aio) has the same names for asyncio: ``await sb.exec(...)``.
 """
 
+from .aio import AsyncClient
 from .client import Client
 from .disk import Disk, Disks
-from .files import Files
+from .files import Files, FileWatch
 from .http import Api
 from .images import Images
 from .processes import Process, Processes
@@ -34,6 +37,8 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     "Client",
+    "AsyncClient",
+    "FileWatch",
     "Sandbox",
     "Files",
     "Process",

@@ -9,7 +9,7 @@ import os
 import socket
 import threading
 import urllib.parse
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import SbxConnectionError, SbxError, error_from_payload
 from .types import Answer
@@ -98,12 +98,18 @@ def _body_length(body: Any) -> Optional[int]:
 # --------------------------------------------------------------------------
 
 
+# Idle keep-alive connections an Api keeps for its next calls.
+_MAX_IDLE = 8
+
+
 class Api:
     """Low-level access to the daemon's JSON API.
 
-    One persistent keep-alive connection is shared by all calls and guarded by
-    a lock, so an :class:`Api` (and the :class:`Client` owning it) may be used
-    from several threads. Streaming calls use their own connection.
+    Calls use keep-alive connections from a small pool: each call takes an idle one (or
+    opens one) and gives it back when its answer has been read, so an :class:`Api` (and
+    the :class:`Client` owning it) may be used from several threads at once, each call
+    on its own connection (a long exec does not hold up the others). Streaming calls use
+    their own connection.
     """
 
     def __init__(self, url: str, api_key: Optional[str], timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -120,8 +126,8 @@ class Api:
         self._port = parts.port or (443 if scheme == "https" else 80)
         self._prefix = parts.path.rstrip("/")
         self._api_key = api_key or None
-        self._lock = threading.Lock()
-        self._conn: Optional[http.client.HTTPConnection] = None
+        self._lock = threading.Lock()  # guards _idle only
+        self._idle: List[http.client.HTTPConnection] = []
 
     # -- public -----------------------------------------------------------
 
@@ -140,13 +146,16 @@ class Api:
         return Answer(self.request("DELETE", "/v1/snapshots/" + _seg(name)))
 
     def close(self) -> None:
-        """Close the shared connection (it reopens on the next request)."""
+        """Close the idle connections (calls open new ones as needed)."""
         with self._lock:
-            self._drop()
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            self._drop(conn)
 
     def __del__(self) -> None:
         try:
-            self._drop()
+            for conn in self._idle:
+                self._drop(conn)
         except Exception:
             pass
 
@@ -157,13 +166,26 @@ class Api:
             return http.client.HTTPSConnection(self._host, self._port, timeout=timeout)
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
-    def _drop(self) -> None:
-        conn, self._conn = self._conn, None
+    @staticmethod
+    def _drop(conn: Optional[http.client.HTTPConnection]) -> None:
         if conn is not None:
             try:
                 conn.close()
             except Exception:
                 pass
+
+    def _take(self, timeout: float) -> http.client.HTTPConnection:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return self._new_conn(timeout)
+
+    def _give_back(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if len(self._idle) < _MAX_IDLE:
+                self._idle.append(conn)
+                return
+        self._drop(conn)
 
     def _target(self, path: str, query: QueryType) -> str:
         if not path.startswith("/"):
@@ -230,44 +252,46 @@ class Api:
         headers = self._headers(auth, extra)
         target = self._target(path, query)
 
-        with self._lock:
-            attempt = 0
-            while True:
-                attempt += 1
-                if self._conn is None:
-                    self._conn = self._new_conn(t)
-                conn = self._conn
-                reused = conn.sock is not None
-                self._set_timeout(conn, t)
-                try:
-                    if rewind is not None and attempt > 1:
-                        data.seek(rewind)
-                    conn.request(method, target, body=data, headers=headers)
-                    resp = conn.getresponse()
-                    payload = resp.read()
-                except _STALE_ERRORS as e:
-                    self._drop()
-                    can_retry = data is None or rewind is not None or isinstance(
-                        data, (bytes, bytearray, memoryview)
-                    )
-                    if attempt == 1 and reused and can_retry:
-                        continue
-                    raise SbxConnectionError(
-                        "connection to %s lost: %s" % (self._where(), e)
-                    ) from e
-                except socket.timeout as e:
-                    self._drop()
-                    raise SbxConnectionError(
-                        "request %s %s timed out after %gs" % (method, path, t)
-                    ) from e
-                except (OSError, http.client.HTTPException) as e:
-                    self._drop()
-                    raise SbxConnectionError(
-                        "cannot reach sbx daemon at %s: %s" % (self._where(), e)
-                    ) from e
-                if resp.will_close:
-                    self._drop()
-                break
+        attempt = 0
+        while True:
+            attempt += 1
+            conn = self._take(t)
+            reused = conn.sock is not None
+            self._set_timeout(conn, t)
+            try:
+                if rewind is not None and attempt > 1:
+                    data.seek(rewind)
+                conn.request(method, target, body=data, headers=headers)
+                resp = conn.getresponse()
+                payload = resp.read()
+            except _STALE_ERRORS as e:
+                self._drop(conn)
+                can_retry = data is None or rewind is not None or isinstance(
+                    data, (bytes, bytearray, memoryview)
+                )
+                if attempt == 1 and reused and can_retry:
+                    continue
+                raise SbxConnectionError(
+                    "connection to %s lost: %s" % (self._where(), e)
+                ) from e
+            except socket.timeout as e:
+                self._drop(conn)
+                raise SbxConnectionError(
+                    "request %s %s timed out after %gs" % (method, path, t)
+                ) from e
+            except (OSError, http.client.HTTPException) as e:
+                self._drop(conn)
+                raise SbxConnectionError(
+                    "cannot reach sbx daemon at %s: %s" % (self._where(), e)
+                ) from e
+            except BaseException:
+                self._drop(conn)  # interrupted mid-answer: the connection's state is unknown
+                raise
+            if resp.will_close:
+                self._drop(conn)
+            else:
+                self._give_back(conn)
+            break
         return _decode(resp.status, resp.reason, payload)
 
     def _open_stream(
