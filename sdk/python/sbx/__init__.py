@@ -18,6 +18,7 @@ from .processes import Process, Processes
 from .sandbox import Sandbox
 from .secrets import Secrets
 from .snapshots import Snapshot, Snapshots
+from .terminal import Terminal
 from .types import Answer, ExecResult, Timing
 from .errors import (
     ApiError,
@@ -39,6 +40,7 @@ __all__ = [
     "Client",
     "AsyncClient",
     "FileWatch",
+    "Terminal",
     "Sandbox",
     "Files",
     "Process",

@@ -12,6 +12,7 @@ from .types import Answer
 
 if TYPE_CHECKING:
     from .sandbox import Sandbox
+    from .terminal import Terminal
 
 __all__ = ["Process", "Processes"]
 
@@ -50,6 +51,15 @@ class Process:
     def resize(self, cols: int, rows: int) -> Answer:
         """A new size for a tty process's terminal."""
         return Answer(self._sb._client.api.request("POST", self._path("/resize"), body={"cols": cols, "rows": rows}))
+
+    def attach(self, since: Optional[int] = None, timeout: float = 3600.0) -> "Terminal":
+        """This tty process's terminal (started with ``tty=True``): a :class:`Terminal` to
+        type into (``send``), ``resize`` and read (iterate, ``recv``, ``wait``). Output from
+        ``since`` (default: what the ring still holds) comes first. 409 for a process
+        without a terminal."""
+        from .terminal import Terminal
+        path = self._path("/tty") + ("" if since is None else "?since=%d" % int(since))
+        return Terminal(self._sb._client.api, path, timeout)
 
     def output(self, follow: bool = False, since: int = 0, timeout: float = 3600.0):
         """Yields the output events from sequence number ``since``: dicts of type ``stdout``

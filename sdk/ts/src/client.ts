@@ -84,6 +84,7 @@ export class Client {
       ttl_action: options.ttlAction,
       idle_timeout_seconds: options.idleTimeoutSeconds,
       auto_resume: options.autoResume,
+      public: options.public,
       no_env: options.noEnv,
       no_new_privs: options.noNewPrivs,
       env: options.env,

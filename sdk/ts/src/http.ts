@@ -96,7 +96,7 @@ export function connectionError(e: unknown, what: string, timeoutSeconds: number
 }
 
 /** Turns an error answer into the right `SbxApiError`. */
-async function errorFrom(res: Response): Promise<SbxApiError> {
+export async function errorFrom(res: Response): Promise<SbxApiError> {
   let text = "";
   try {
     text = await res.text();
@@ -123,6 +123,11 @@ export class Transport {
     private readonly apiKey: string | undefined,
     readonly timeoutSeconds: number | null,
   ) {}
+
+  /** @internal The Authorization header's value, if there is a key. */
+  get authorization(): string | undefined {
+    return this.apiKey ? `Bearer ${this.apiKey}` : undefined;
+  }
 
   /** Sends a request and returns the response if it is 2xx; throws otherwise. */
   async send(method: string, path: string, opts: SendOptions = {}): Promise<Response> {

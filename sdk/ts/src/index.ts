@@ -16,6 +16,7 @@ export { Disk } from "./disk.js";
 export { Sandbox, Snapshot } from "./sandbox.js";
 export { Files, FileWatch, type FileEntry, type FileEvent } from "./files.js";
 export { Process, Processes, type OutputEvent, type ProcessData } from "./processes.js";
+export { Terminal } from "./terminal.js";
 export {
   AuthError,
   ConflictError,

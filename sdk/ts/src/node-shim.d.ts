@@ -7,3 +7,21 @@ declare module "node:fs" {
 declare const process: {
   readonly env: { readonly [name: string]: string | undefined };
 };
+
+declare module "node:net" {
+  interface Socket {
+    on(event: "connect" | "secureConnect" | "close" | "end", listener: () => void): this;
+    on(event: "data", listener: (chunk: Uint8Array) => void): this;
+    on(event: "error", listener: (err: Error) => void): this;
+    write(data: Uint8Array | string): boolean;
+    setNoDelay(on: boolean): this;
+    destroy(): void;
+  }
+  export function connect(options: { host: string; port: number }): Socket;
+  export type { Socket };
+}
+
+declare module "node:tls" {
+  import type { Socket } from "node:net";
+  export function connect(options: { host: string; port: number; servername: string }): Socket;
+}

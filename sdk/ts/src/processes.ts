@@ -1,3 +1,4 @@
+import { Terminal } from "./terminal.js";
 import type { Transport } from "./http.js";
 import { SbxConnectionError } from "./errors.js";
 import { cmdField, defined } from "./exec.js";
@@ -73,6 +74,16 @@ export class Process {
    * that already left the ring, and `exit` once the process has ended. With `follow`,
    * waits for more until it ends. To resume, pass the last `seq` + 1.
    */
+  /**
+   * This tty process's terminal (started with `tty: true`): type with `send`, `resize`,
+   * and read its output with `for await`. Output from `since` (default: what the ring
+   * still holds) comes first. `ConflictError` for a process without a terminal.
+   */
+  attach(options: { since?: number } = {}): Promise<Terminal> {
+    const q = options.since === undefined ? "" : `?since=${options.since}`;
+    return Terminal.open(this.http, this.path("/tty") + q);
+  }
+
   async *output(options: { follow?: boolean; since?: number } = {}): AsyncGenerator<OutputEvent> {
     const res = await this.http.send("GET", this.path("/output"), {
       query: { since: options.since ?? 0, follow: options.follow ? "true" : "false" },
@@ -119,8 +130,22 @@ export class Processes {
     private readonly base: string,
   ) {}
 
-  async start(command: Command, options: { cwd?: string; env?: Record<string, string> } = {}): Promise<Process> {
-    const body = defined({ cmd: cmdField(command), cwd: options.cwd, env: options.env });
+  /**
+   * Starts a background process. With `tty` it runs on a pseudo-terminal of `cols` x
+   * `rows` (default 80 x 24), to attach to with `process.attach()`.
+   */
+  async start(
+    command: Command,
+    options: { cwd?: string; env?: Record<string, string>; tty?: boolean; cols?: number; rows?: number } = {},
+  ): Promise<Process> {
+    const body = defined({
+      cmd: cmdField(command),
+      cwd: options.cwd,
+      env: options.env,
+      tty: options.tty || undefined,
+      cols: options.cols,
+      rows: options.rows,
+    });
     const d = await this.http.json<ProcessData>("POST", `${this.base}/processes`, { json: body });
     return new Process(this.http, this.base, d);
   }

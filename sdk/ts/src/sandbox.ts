@@ -268,6 +268,7 @@ export class Sandbox {
       ttl_action: options.ttlAction,
       idle_timeout_seconds: options.idleTimeoutSeconds,
       auto_resume: options.autoResume,
+      public: options.public,
     });
     this.data = await this.client.http.json<SandboxData>("PATCH", this.path(), { json: body });
     return this;

@@ -135,6 +135,8 @@ export interface CreateOptions {
   idleTimeoutSeconds?: number;
   /** An exec on the paused sandbox resumes it first (default true). */
   autoResume?: boolean;
+  /** Its ports open through sbxd's proxy without credentials. */
+  public?: boolean;
   noEnv?: boolean;
   /** false: setuid programs (su, sudo) work inside; true (the default): nothing gains privileges by exec. */
   noNewPrivs?: boolean;
@@ -177,6 +179,8 @@ export interface UpdateOptions {
   ttlAction?: "stop" | "pause";
   idleTimeoutSeconds?: number;
   autoResume?: boolean;
+  /** Its ports open through sbxd's proxy without credentials (or no longer). */
+  public?: boolean;
 }
 
 /** Billed compute within a time window (`client.usage()`). */

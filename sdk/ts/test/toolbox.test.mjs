@@ -64,6 +64,15 @@ test("signedUrl opens one port without credentials; waitForPort", async () => {
   assert.equal(r.status, 200);
   assert.equal((await r.text()).trim(), sb.id);
   assert.equal((await fetch(url.replace("/ports/8125/", "/ports/8126/"))).status, 401);
+  // public: the ports open to anyone, and closed again.
+  await sb.update({ public: true });
+  assert.equal(sb.data.public, true);
+  assert.equal((await fetch(sb.getUrl(8125, "/name"))).status, 200);
+  await sb.update({ public: false });
+  assert.equal((await fetch(sb.getUrl(8125, "/name"))).status, 401);
+  const open = await client.create({ image: "busybox", ttlSeconds: 600, public: true });
+  made.push(open);
+  assert.equal(open.data.public, true);
 });
 
 test("files.watch: events as files change, until closed", async () => {
@@ -83,4 +92,34 @@ test("files.watch: events as files change, until closed", async () => {
   assert.deepEqual(seen[0], { type: "create", path: "/w/sub/a.txt", is_dir: false });
   assert.deepEqual(seen.at(-1), { type: "rename", path: "/w/sub/a.txt", to: "/w/b.txt", is_dir: false });
   await assert.rejects(sb.files.watch("/nope"), NotFoundError);
+});
+
+test("a terminal: attach, type, resize, exit", async () => {
+  const sb = await sandbox();
+  const p = await sb.processes.start("sh", { tty: true, cols: 80, rows: 24 });
+  const term = await p.attach();
+  const it = term[Symbol.asyncIterator]();
+  let seen = "";
+  const readUntil = async (want) => {
+    while (!seen.includes(want)) {
+      const { value, done } = await it.next();
+      assert.equal(done, false, `the terminal ended before ${want}: ${seen}`);
+      seen += new TextDecoder().decode(value);
+    }
+  };
+  term.send("echo $((6 * 7))\n");
+  await readUntil("42");
+  term.resize(100, 30);
+  term.send("stty size\n");
+  await readUntil("30 100");
+  term.send(new TextEncoder().encode("exit 5\n"));
+  assert.equal(await term.wait(), 5);
+  // Attached again, the ring's output comes first.
+  const again = await p.attach({ since: 0 });
+  let all = "";
+  for await (const chunk of again) all += new TextDecoder().decode(chunk);
+  assert.ok(all.includes("42"));
+  assert.equal(again.exitCode, 5);
+  const plain = await sb.processes.start("sleep 1");
+  await assert.rejects(plain.attach(), ConflictError);
 });
