@@ -136,6 +136,22 @@ int Upload(HttpClient& c, const std::string& src, const std::string& id, std::st
   return Copied("folder " + src, id + ":" + where, bytes);
 }
 
+// GETs `target` into the file `into` with progress on stderr, counting *bytes; 0, or the
+// exit code after saying why (the file then removed).
+int Fetch(HttpClient& c, const std::string& target, const std::string& into, const std::string& what, uint64_t* bytes) {
+  Progress progress("copying " + what);
+  auto r = c.Download(target, into, [&](uint64_t s, uint64_t t) {
+    *bytes = s;
+    progress.Update(s, t);
+  });
+  progress.Done();
+  if (auto why = FailureOf(r)) {
+    unlink(into.c_str());
+    return Fail(*why);
+  }
+  return 0;
+}
+
 int Download(HttpClient& c, const std::string& id, std::string path, const std::string& dst) {
   // PATH/. names the folder's contents; the API takes the folder's own path.
   const bool contents = EndsWith(path, "/.");
@@ -150,16 +166,8 @@ int Download(HttpClient& c, const std::string& id, std::string path, const std::
     std::string target = to == Kind::kDir ? Join(dst, BaseName(path)) : dst;
     std::string part = target + ".sbx-part";
     uint64_t bytes = 0;
-    Progress progress("copying " + id + ":" + path);
-    auto r = c.Download("/v1/sandboxes/" + id + "/files?path=" + PercentEncode(path), part, [&](uint64_t s, uint64_t t) {
-      bytes = s;
-      progress.Update(s, t);
-    });
-    progress.Done();
-    if (auto why = FailureOf(r)) {
-      unlink(part.c_str());
-      return Fail(*why);
-    }
+    if (int rc = Fetch(c, "/v1/sandboxes/" + id + "/files?path=" + PercentEncode(path), part, id + ":" + path, &bytes))
+      return rc;
     if (std::rename(part.c_str(), target.c_str()) != 0) {
       unlink(part.c_str());
       return Fail("cannot write " + target);
@@ -173,18 +181,9 @@ int Download(HttpClient& c, const std::string& id, std::string path, const std::
   std::string tmp = TempFile();
   if (tmp.empty()) return Fail("cannot create a temporary file");
   uint64_t bytes = 0;
-  Progress progress("copying " + id + ":" + path);
-  auto r = c.Download("/v1/sandboxes/" + id + "/archive?path=" + PercentEncode(path), tmp, [&](uint64_t s, uint64_t t) {
-    bytes = s;
-    progress.Update(s, t);
-  });
-  progress.Done();
-  if (auto why = FailureOf(r)) {
-    unlink(tmp.c_str());
-    return Fail(*why);
-  }
-  bool ok = true;
-  if (ok && LocalKind(target) == Kind::kMissing && mkdir(target.c_str(), 0755) != 0) ok = false;
+  if (int rc = Fetch(c, "/v1/sandboxes/" + id + "/archive?path=" + PercentEncode(path), tmp, id + ":" + path, &bytes))
+    return rc;
+  bool ok = LocalKind(target) != Kind::kMissing || mkdir(target.c_str(), 0755) == 0;
   int rc = ok ? RunTar({"tar", "-C", target, "-xf", tmp, "--no-same-owner", "--no-same-permissions"}) : -1;
   unlink(tmp.c_str());
   if (rc != 0) return Fail("unpacking into " + target + " failed");
