@@ -236,7 +236,10 @@ Result<HttpResult> HttpClient::Download(const std::string& target, const std::st
 namespace {
 bool g_usage_error = false;
 std::string g_last_code;
+std::string g_missing_key;
 }  // namespace
+
+void SetMissingKeyReason(std::string why) { g_missing_key = std::move(why); }
 
 const std::string& LastErrorCode() { return g_last_code; }
 
@@ -248,6 +251,7 @@ std::string ErrorMessage(const HttpResult& r) {
     std::string code = j["error"].value("code", "");
     std::string msg = j["error"].value("message", "");
     g_last_code = code;
+    if (r.status == 401 && !g_missing_key.empty()) msg += ": " + g_missing_key;
     // A name or id prefix that fits several: the command line was wrong, as for a typo.
     if (r.status == 400 && msg.rfind("ambiguous", 0) == 0) g_usage_error = true;
     return msg + (code.empty() ? "" : " (" + code + ")");

@@ -44,6 +44,8 @@ class HttpClient {
 
 // The message of an API error body, or the raw body.
 std::string ErrorMessage(const HttpResult& r);
+// Why the CLI has no API key (the key file it could not read), added to a 401's message.
+void SetMissingKeyReason(std::string why);
 // The error code of the last failed call: sbxd's (`not_found`, ...), "unavailable" when
 // sbxd could not be reached; empty if none failed.
 const std::string& LastErrorCode();

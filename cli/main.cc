@@ -24,7 +24,12 @@ namespace {
 std::string DefaultKey(const std::string& data_dir) {
   if (const char* k = std::getenv("SBX_API_KEY"); k && *k) return k;
   auto f = fs::ReadFile(data_dir + "/api-key", 4096);
-  if (!f.ok()) return "";
+  if (!f.ok()) {
+    // Said when sbxd refuses the call for want of a key (a call that needs none goes on).
+    SetMissingKeyReason("SBX_API_KEY is unset and the key file " + data_dir + "/api-key cannot be read (" +
+                        f.error().message + "); set SBX_API_KEY or --data-dir");
+    return "";
+  }
   std::string k = *f;
   while (!k.empty() && (k.back() == '\n' || k.back() == '\r')) k.pop_back();
   return k;

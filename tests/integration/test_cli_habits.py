@@ -202,3 +202,14 @@ def test_large_copies_show_progress_lines_when_piped(daemon, client, tmp_path):
         sb.exec("echo small > /root/small", check=True)
         r = daemon.cli("cp", f"{sb.id}:/root/small", str(tmp_path / "h"))
         assert r.stderr.startswith("copied file") and "%" not in r.stderr
+
+
+def test_an_unreadable_key_file_is_named(daemon, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SBX_API_KEY"}
+    env["SBX_URL"] = daemon.url
+    r = subprocess.run([SBX, "--data-dir", str(tmp_path / "none"), "ls"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and f"{tmp_path}/none/api-key cannot be read" in r.stderr, r.stderr
+    # A call that needs no key goes on.
+    assert subprocess.run([SBX, "--data-dir", str(tmp_path / "none"), "health"], env=env,
+                          capture_output=True, timeout=60).returncode == 0
