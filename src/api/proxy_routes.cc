@@ -141,9 +141,9 @@ std::optional<Response> Api::ProxyRefusal(const ProxyTarget& t, const Request& r
 }
 
 std::string Api::GrantCookie(const ProxyTarget& t) const {
-  if (!t.by_host || !t.grant_in_query || t.grant.find_first_not_of("0123456789.abcdef") != std::string::npos)
-    return "";
-  int64_t expires = std::stoll("0" + t.grant.substr(0, t.grant.find('.')));
+  // Only a genuine grant (whose expiry is then at most 12 digits) is kept.
+  if (!t.by_host || !t.grant_in_query || !manager_->PortGrantValid(t.id, t.port, t.grant)) return "";
+  int64_t expires = std::stoll(t.grant.substr(0, t.grant.find('.')));
   int64_t left = expires - NowUnixMs() / 1000;
   if (left <= 0) return "";
   // The host is the sandbox's port's own origin: the cookie goes back there only.

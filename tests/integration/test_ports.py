@@ -252,6 +252,14 @@ def test_signed_urls(daemon, served, client):
     status, body, _ = get(f"http://127.0.0.1:{daemon.port}/next",
                           {"Host": host, "Cookie": f"app=1; sbx_token={g['token']}"})
     assert status == 200 and body["headers"].get("Cookie") == "app=1", body
+    # A forged token beside the admin key: let in by the key, no cookie set from it.
+    forged = "9" * 30 + "." + "0" * 40
+    status, body = request(daemon, "GET", f"/?sbx_token={forged}", headers={"Host": host})
+    assert status == 200 and body["path"] == "/", body
+    status, _, headers = get(f"http://127.0.0.1:{daemon.port}/?sbx_token={forged}",
+                             {"Host": host, "Authorization": "Bearer " + daemon.key})
+    assert status == 200 and headers.get("Set-Cookie") is None
+    assert get(f"http://127.0.0.1:{daemon.port}/?sbx_token={forged}", {"Host": host})[0] == 401
     # The cookie works by host only (path routing is the API's origin).
     assert get(f"http://127.0.0.1:{daemon.port}/v1/sandboxes/{sid}/ports/8000/",
                {"Cookie": f"sbx_token={g['token']}"})[0] == 401
