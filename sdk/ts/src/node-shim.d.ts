@@ -25,3 +25,8 @@ declare module "node:tls" {
   import type { Socket } from "node:net";
   export function connect(options: { host: string; port: number; servername: string }): Socket;
 }
+
+// Node 18 has no global `crypto`: the Web Crypto object comes from node:crypto.
+declare module "node:crypto" {
+  export const webcrypto: Crypto;
+}

@@ -1,3 +1,4 @@
+import { webcrypto } from "node:crypto";
 import * as net from "node:net";
 import * as tls from "node:tls";
 
@@ -45,7 +46,7 @@ export class Terminal implements AsyncIterable<Uint8Array> {
       url.protocol === "https:"
         ? tls.connect({ host: url.hostname, port, servername: url.hostname })
         : net.connect({ host: url.hostname, port });
-    const key = toBase64(crypto.getRandomValues(new Uint8Array(16)));
+    const key = toBase64(webcrypto.getRandomValues(new Uint8Array(16)));
     const lines = [
       `GET ${url.pathname}${url.search} HTTP/1.1`,
       `Host: ${url.host}`,
@@ -105,7 +106,7 @@ export class Terminal implements AsyncIterable<Uint8Array> {
       sock.destroy();
       throw await errorFrom(new Response(body as unknown as BodyInit, { status: headers.status }));
     }
-    const digest = new Uint8Array(await crypto.subtle.digest("SHA-1", new TextEncoder().encode(key + GUID)));
+    const digest = new Uint8Array(await webcrypto.subtle.digest("SHA-1", new TextEncoder().encode(key + GUID)));
     if (headers.fields.get("sec-websocket-accept") !== toBase64(digest)) {
       sock.destroy();
       throw new SbxConnectionError("the terminal's WebSocket handshake did not match");
@@ -240,7 +241,7 @@ export class Terminal implements AsyncIterable<Uint8Array> {
       head[1] = 0x80 | 127;
       new DataView(head.buffer).setBigUint64(2, BigInt(n));
     }
-    const mask = crypto.getRandomValues(new Uint8Array(4));
+    const mask = webcrypto.getRandomValues(new Uint8Array(4));
     const masked = new Uint8Array(n);
     for (let i = 0; i < n; i++) masked[i] = payload[i]! ^ mask[i % 4]!;
     this.sock.write(concat(concat(head, mask), masked));
