@@ -24,7 +24,8 @@ struct Globals {
 // Writes sandbox output to fd 1 or 2: byte-exact to a pipe or a file; on a terminal its
 // control characters and escape sequences are shown as text (^[ for ESC), unless
 // SetRawOutput(true) (`--raw-output`).
-void WriteSandboxOutput(int fd, std::string_view data);
+// False when the write failed (a reader that went away: EPIPE where SIGPIPE is ignored).
+bool WriteSandboxOutput(int fd, std::string_view data);
 void SetRawOutput(bool raw);
 
 // Progress of a long transfer on stderr, from 8 MiB on: a bar redrawn in place on a

@@ -32,6 +32,7 @@ void OnInterrupt(int sig) { g_interrupted.store(sig); }
 struct Shared {
   std::atomic<bool> ended{false};
   std::atomic<bool> timed_out{false};
+  std::atomic<bool> abandon{false};  // this side cannot go on (output has nowhere to go)
 };
 
 // Reads this process's stdin and queues it for the command's, then closes it at EOF.
@@ -45,8 +46,18 @@ void PumpStdin(const Globals& g, const std::string& base, std::shared_ptr<Shared
     json body = n > 0 ? json{{"data", Base64Encode(std::string_view(buf, static_cast<size_t>(n)))},
                              {"encoding", "base64"}}
                       : json{{"data", ""}, {"eof", true}};
-    auto r = c.Call("POST", base + "/stdin", body.dump());
-    if (n <= 0 || FailureOf(r)) return;
+    // A full queue in sbxd (503) is waited out; any other failure (the command ended
+    // or closed its stdin: 409) ends the input. (Not FailureOf: it records the error
+    // code for the main thread's messages.)
+    while (true) {
+      auto r = c.Call("POST", base + "/stdin", body.dump());
+      if (r.ok() && r->status == 503 && !s->ended.load()) {
+        ::poll(nullptr, 0, 20);
+        continue;
+      }
+      if (n <= 0 || !r.ok() || r->status >= 300) return;
+      break;
+    }
   }
 }
 
@@ -57,7 +68,7 @@ void Watch(const Globals& g, const std::string& base, int64_t timeout, std::shar
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
   while (!s->ended.load()) {
     bool late = std::chrono::steady_clock::now() >= deadline;
-    if (g_interrupted.load() || late) {
+    if (g_interrupted.load() || late || s->abandon.load()) {
       if (late) s->timed_out.store(true);
       (void)c.Call("POST", base + "/signal", json{{"signal", "KILL"}}.dump());
       return;
@@ -80,6 +91,7 @@ void PrintExecObject(const std::string& out, const std::string& err, json fields
 
 int RunStreamingExec(HttpClient& c, const Globals& g, const std::string& id, const json& body,
                      int64_t timeout) {
+  if (timeout < 1 || timeout > 86400) return Usage("--timeout must be between 1 and 86400 seconds");
   auto started = CallJson(c, "POST", "/v1/sandboxes/" + id + "/processes", body);
   if (!started) return 125;
   std::string base =
@@ -87,8 +99,13 @@ int RunStreamingExec(HttpClient& c, const Globals& g, const std::string& id, con
   auto shared = std::make_shared<Shared>();
   struct sigaction sa = {};
   sa.sa_handler = OnInterrupt;
-  sa.sa_flags = SA_RESTART;  // the blocking reads go on; the watcher acts on the flag
+  // The blocking reads go on; the watcher acts on the flag. A second Ctrl-C ends sbx at
+  // once (SA_RESETHAND), should sbxd not answer.
+  sa.sa_flags = SA_RESTART | SA_RESETHAND;
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+  // A reader of this output that goes away (`| head -1`) must not end sbx before it has
+  // stopped the command: the write fails instead, and the watcher kills the command.
+  ::signal(SIGPIPE, SIG_IGN);
   std::thread(PumpStdin, g, base, shared).detach();
   std::thread watcher(Watch, g, base, timeout, shared);
 
@@ -107,8 +124,8 @@ int RunStreamingExec(HttpClient& c, const Globals& g, const std::string& id, con
             garbled = true;
           else if (g.json)
             (t == "stdout" ? out : err) += *raw;
-          else
-            WriteSandboxOutput(t == "stdout" ? 1 : 2, *raw);
+          else if (!WriteSandboxOutput(t == "stdout" ? 1 : 2, *raw))
+            shared->abandon.store(true);
         } else if (t == "gap") {
           ReportError("output " + std::to_string(j.value("from", 0ULL)) + " to " +
                           std::to_string(j.value("to", 0ULL)) + " left the ring before it was read",
@@ -117,17 +134,25 @@ int RunStreamingExec(HttpClient& c, const Globals& g, const std::string& id, con
           last = j;
         }
       });
+  // From here on this side fails without an exit status: the command must not outlive it.
+  auto give_up = [&] {
+    HttpClient k(g.url, g.api_key);
+    (void)k.Call("POST", base + "/signal", json{{"signal", "KILL"}}.dump());
+  };
   shared->ended.store(true);
   watcher.join();
   if (auto why = FailureOf(r)) {
+    give_up();
     ReportError(*why, "client_error");
     return 125;
   }
   if (garbled) {
+    give_up();
     Fail("sbxd sent output that is not base64");
     return 125;
   }
   if (!last.is_object()) {
+    give_up();
     Fail("the output stream ended without an exit status");
     return 125;
   }
@@ -139,7 +164,8 @@ int RunStreamingExec(HttpClient& c, const Globals& g, const std::string& id, con
   if (timed_out && !g.json)
     std::fprintf(stderr, "sbx: the command timed out after %lld s\n",
                  static_cast<long long>(timeout));
-  int code = last["exit_code"].is_number_integer() ? last["exit_code"].get<int>() : 125;
+  // A command killed at its timeout exits 124, as an exec's does.
+  int code = timed_out ? 124 : last["exit_code"].is_number_integer() ? last["exit_code"].get<int>() : 125;
   if (g.json) {
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

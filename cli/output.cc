@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <string>
 
@@ -42,12 +43,14 @@ void Neutralise(std::string_view in, std::string* out) {
   }
 }
 
-void WriteAll(int fd, std::string_view d) {
+bool WriteAll(int fd, std::string_view d) {
   while (!d.empty()) {
     ssize_t n = ::write(fd, d.data(), d.size());
-    if (n <= 0) return;
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
     d.remove_prefix(static_cast<size_t>(n));
   }
+  return true;
 }
 
 }  // namespace
@@ -87,12 +90,12 @@ void Progress::Done() {
 
 void SetRawOutput(bool raw) { g_raw = raw; }
 
-void WriteSandboxOutput(int fd, std::string_view data) {
+bool WriteSandboxOutput(int fd, std::string_view data) {
   if (g_raw || !::isatty(fd)) return WriteAll(fd, data);
   std::string shown;
   shown.reserve(data.size() + 16);
   Neutralise(data, &shown);
-  WriteAll(fd, shown);
+  return WriteAll(fd, shown);
 }
 
 }  // namespace sbx::cli

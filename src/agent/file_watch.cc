@@ -88,7 +88,8 @@ class Watcher {
       }
       if (e->mask & (IN_DELETE_SELF | IN_MOVE_SELF)) {
         if (e->wd == root_wd_) {
-          Event(out, e->mask & IN_DELETE_SELF ? "remove" : "rename", at->second, true);
+          if (e->mask & IN_DELETE_SELF) Event(out, "remove", at->second, true);
+          else Event(out, "rename", at->second, true, "", "");  // to: null, it left its own watch
           return false;
         }
         continue;  // the parent's event reports it
@@ -128,6 +129,8 @@ class Watcher {
     moved_from_.clear();
   }
 
+  // Writes are merged within one batch only: a file written again later is news again.
+  void EndBatch() { last_.clear(); }
   void set_root(int wd) { root_wd_ = wd; }
   int first_wd() const { return by_wd_.empty() ? -1 : by_wd_.begin()->first; }
   const std::string& root_path() const { return by_wd_.count(root_wd_) ? by_wd_.at(root_wd_) : empty_; }
@@ -237,8 +240,12 @@ void ServeWatch(int sock, const json& req, int root_fd) {
     std::string out;
     bool alive = true;
     ssize_t len;
-    while (alive && (len = read(ino.get(), buf, sizeof buf)) > 0) alive = w.Handle(buf, len, &out);
+    // At most about 1 MiB of events a batch: a sandbox that changes files without pause
+    // gets its events sent as they come, not gathered without end.
+    while (alive && out.size() < (1 << 20) && (len = read(ino.get(), buf, sizeof buf)) > 0)
+      alive = w.Handle(buf, len, &out);
     w.Flush(&out);
+    w.EndBatch();
     if (!SendLines(sock, out)) return;
     if (!alive) {
       Send(sock, FrameType::kDataEnd, "");

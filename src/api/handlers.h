@@ -58,6 +58,9 @@ struct ProxyTarget {
   // `target`, or, by host only, from the sbx_token cookie that a first answer set.
   std::string grant;
   bool grant_in_query = false;
+  // The sbx_token cookies the request carries (by host only; a page may hold several,
+  // one set by another page of the same site): any genuine one will do.
+  std::vector<std::string> grant_cookies;
 };
 // The OpenAPI document served at /v1/openapi.json.
 const std::string& OpenApiDocument();

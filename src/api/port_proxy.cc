@@ -251,6 +251,8 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
       continue;
     }
     if (lower == "authorization" || HopByHop(lower)) continue;
+    // A Referer that holds a grant (a page opened by a signed URL) stays out too.
+    if (lower == "referer" && std::string(f.value()).find("sbx_token=") != std::string::npos) continue;
     if (lower == "cookie") {  // sbxd's own grant cookie stays out of the sandbox
       std::string kept = WithoutGrantCookie(std::string(f.value()));
       if (!kept.empty()) head += std::string(f.name_string()) + ": " + kept + "\r\n";

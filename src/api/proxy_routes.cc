@@ -55,6 +55,12 @@ void TakeGrant(ProxyTarget* t, const Request& req) {
     t->target = t->target.substr(0, q) + (kept.empty() ? "" : "?" + kept);
   }
   if (!t->grant.empty() || !t->by_host) return;
+  // A cookie is sent by the browser on its own, also for requests that pages of other
+  // sandboxes make (every PORT-ID.<domain> is the same site): it counts only for a
+  // request from the page's own origin (a navigation, or the page's own fetches).
+  std::string site = req.Header("sec-fetch-site"), origin = req.Header("origin");
+  if (!site.empty() && site != "same-origin" && site != "none") return;
+  if (!origin.empty() && origin != "http://" + req.Header("host") && origin != "https://" + req.Header("host")) return;
   std::string cookies = req.Header("cookie");
   size_t pos = 0;
   while (pos < cookies.size()) {
@@ -63,7 +69,7 @@ void TakeGrant(ProxyTarget* t, const Request& req) {
     std::string_view c(cookies.data() + pos, semi - pos);
     while (!c.empty() && c.front() == ' ') c.remove_prefix(1);
     if (c.substr(0, kGrantParam.size() + 1) == std::string(kGrantParam) + "=")
-      t->grant = std::string(c.substr(kGrantParam.size() + 1));
+      t->grant_cookies.emplace_back(c.substr(kGrantParam.size() + 1));
     pos = semi + 1;
   }
 }
@@ -134,6 +140,9 @@ std::optional<Response> Api::ProxyRefusal(const ProxyTarget& t, const Request& r
   if (caller.kind == Caller::kNone && !t.grant.empty() && manager_->PortGrantValid(t.id, t.port, t.grant))
     return std::nullopt;
   if (caller.kind == Caller::kNone)
+    for (const auto& g : t.grant_cookies)
+      if (manager_->PortGrantValid(t.id, t.port, g)) return std::nullopt;
+  if (caller.kind == Caller::kNone)
     return ErrorResponse(Code::kUnauthenticated, "a valid API key or this sandbox's token is required (Authorization: Bearer ...)");
   if (caller.kind == Caller::kSandbox && caller.sandbox != t.id)
     return ErrorResponse(Code::kPermissionDenied, "a sandbox token may only reach its own sandbox's ports");
@@ -147,8 +156,9 @@ std::string Api::GrantCookie(const ProxyTarget& t) const {
   int64_t left = expires - NowUnixMs() / 1000;
   if (left <= 0) return "";
   // The host is the sandbox's port's own origin: the cookie goes back there only.
+  // The page's URL holds the grant: browsers must not pass it on as a Referer.
   return "Set-Cookie: " + std::string(kGrantParam) + "=" + t.grant + "; Path=/; Max-Age=" + std::to_string(left) +
-         "; HttpOnly; SameSite=Lax\r\n";
+         "; HttpOnly; SameSite=Lax\r\nReferrer-Policy: no-referrer\r\n";
 }
 
 boost::asio::awaitable<Response> Api::CreatePortUrl(Request& req) {
@@ -177,7 +187,9 @@ boost::asio::awaitable<Response> Api::CreatePortUrl(Request& req) {
                        {"expires_at", FormatRfc3339(grant->second * 1000)},
                        {"path", path},
                        {"url", host.empty() ? nlohmann::json(nullptr) : nlohmann::json("http://" + host + path)},
-                       {"host_url", "http://" + p + "-" + id + "." + proxy_domain_ + listen_port + "/" + query}});
+                       {"host_url", proxy_domain_.empty() ? nlohmann::json(nullptr)
+                                                          : nlohmann::json("http://" + p + "-" + id + "." + proxy_domain_ +
+                                                                           listen_port + "/" + query)}});
 }
 
 boost::asio::awaitable<Result<std::shared_ptr<core::AgentLease>>> Api::ProxyLease(const std::string& id) {

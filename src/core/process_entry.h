@@ -8,6 +8,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <future>
@@ -42,6 +43,9 @@ struct ProcessTable::Proc {
   std::deque<OutputChunk> ring;
   size_t ring_size = 0, ring_cap;
   std::deque<std::string> outq;  // frames to send (strand only)
+  // Bytes of frames queued and not yet written (any thread): stdin is refused past a cap,
+  // so that a process that does not read holds sbxd's memory to that much.
+  std::atomic<uint64_t> queued_bytes{0};
   bool writing = false;          // a WriteLoop runs (strand only)
   bool close_when_written = false;  // strand only: the release is queued; close after it
   // Strand only: the connection closes on purpose (a hibernate); `detached` is told when

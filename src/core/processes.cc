@@ -18,6 +18,11 @@
 namespace sbx::core {
 
 namespace asio = boost::asio;
+
+namespace {
+// Stdin queued for a process and not yet written to its keeper: past it, stdin waits (503).
+constexpr uint64_t kMaxQueuedStdin = 8 << 20;
+}  // namespace
 using asio::use_awaitable;
 using boost::system::error_code;
 using nlohmann::json;
@@ -249,7 +254,9 @@ asio::awaitable<void> ProcessTable::WriteLoop(std::shared_ptr<Proc> p) {
     p->outq.pop_front();
     error_code ec;
     co_await asio::async_write(conn->socket(), asio::buffer(frame), asio::redirect_error(use_awaitable, ec));
+    p->queued_bytes -= frame.size();
     if (ec) {
+      for (const auto& rest : p->outq) p->queued_bytes -= rest.size();
       p->outq.clear();
       break;
     }
@@ -262,6 +269,7 @@ asio::awaitable<void> ProcessTable::WriteLoop(std::shared_ptr<Proc> p) {
 }
 
 void ProcessTable::Queue(const std::shared_ptr<Proc>& p, std::string frame) {
+  p->queued_bytes += frame.size();
   asio::post(p->strand, [p, frame = std::move(frame)]() mutable {
     p->outq.push_back(std::move(frame));
     if (!p->writing) {
@@ -318,6 +326,13 @@ Status ProcessTable::Stdin(const std::string& sandbox, int64_t pid, const std::s
     if (!p->info.running) return MakeError(Code::kFailedPrecondition, "process " + std::to_string(pid) + " has ended");
     if (!p->info.stdin_open) return MakeError(Code::kFailedPrecondition, "the stdin of process " + std::to_string(pid) + " is closed");
     SBX_RETURN_IF_ERROR(FollowedLocked(*p));
+    // A process that does not read: what it has not taken yet stays under the cap (one
+    // request of any size goes when nothing waits).
+    const uint64_t waiting = p->queued_bytes.load();
+    if (waiting > 0 && waiting + data.size() > kMaxQueuedStdin)
+      return MakeError(Code::kUnavailable, "process " + std::to_string(pid) + " has " +
+                                               std::to_string(kMaxQueuedStdin >> 20) +
+                                               " MiB of stdin not taken yet; try again");
     if (eof) p->info.stdin_open = false;
   }
   std::string frames;

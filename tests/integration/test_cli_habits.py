@@ -56,7 +56,18 @@ def test_exec_i_streams_input_as_it_comes(daemon, client):
         # --timeout applies: the command's group is killed.
         r = subprocess.run([SBX, "exec", "-i", "--timeout", "1", sb.id, "--", "sleep", "30"], input=b"",
                            env=env, capture_output=True, timeout=60)
-        assert r.returncode == 137 and b"timed out after 1 s" in r.stderr, r.stderr
+        assert r.returncode == 124 and b"timed out after 1 s" in r.stderr, r.stderr
+        r = subprocess.run([SBX, "exec", "-i", "--timeout", "0", sb.id, "--", "true"], input=b"", env=env,
+                           capture_output=True, timeout=60)
+        assert r.returncode == 2
+        # A reader that goes away (`| head`): sbx stops the command before it ends.
+        r = subprocess.run(f"{SBX} exec -i {sb.id} -- sh -c 'while true; do echo y; done' < /dev/null | head -c 2",
+                           shell=True, env=env, capture_output=True, timeout=60)
+        assert r.stdout == b"y\n"
+        deadline = time.time() + 10
+        while "while true" in sb.exec("ps -o args").stdout:
+            assert time.time() < deadline, "the command still runs after its reader went away"
+            time.sleep(0.1)
         # Ctrl-C stops the remote command.
         p = subprocess.Popen([SBX, "exec", "-i", sb.id, "--", "sh", "-c", "echo started; sleep 31"], env=env,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -90,6 +101,17 @@ def test_processes_api_base64_stdin_and_output(daemon, client):
         got = b"".join(base64.b64decode(l["data"]) for l in lines if l["type"] == "stdout")
         assert got == raw and lines[-1]["type"] == "exit"
         assert daemon.raw("GET", base + "/output?encoding=utf16")[0] == 400
+        # A keeper that takes no stdin (the sandbox stopped it): sbxd holds at most 8 MiB
+        # of stdin for it, then says wait.
+        status, p = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/processes", body={"cmd": "sleep 600"})
+        base = f"/v1/sandboxes/{sb.id}/processes/{p['pid']}"
+        keeper = sb.exec(f"awk '/^PPid/ {{print $2}}' /proc/{p['pid']}/status").stdout.strip()
+        sb.exec(f"kill -STOP {keeper}", check=True)
+        assert daemon.raw("POST", base + "/stdin", body={"data": "x" * (6 << 20)})[0] == 200
+        status, body = daemon.raw("POST", base + "/stdin", body={"data": "x" * (3 << 20)})
+        assert status == 503 and "not taken yet" in body["error"]["message"], body
+        sb.exec(f"kill -CONT {keeper}", check=True)
+        assert daemon.raw("POST", base + "/signal", body={"signal": "KILL"})[0] == 200
 
 
 def test_exec_json_is_one_object_and_errors_are_json(daemon, client):

@@ -75,6 +75,8 @@ def test_recursive_watch(daemon, client):
         ev.expect(type="create", path="/w/new", is_dir=True)
         sb.exec("echo b > /w/new/b.txt", check=True)  # a folder made after the watch began
         ev.expect(type="create", path="/w/new/b.txt")
+        sb.exec("echo again >> /w/a.txt", check=True)  # a later write of the same file is news again
+        ev.expect(type="write", path="/w/a.txt")
         sb.exec("mv /w/a.txt /w/sub/c.txt", check=True)
         ev.expect(type="rename", path="/w/a.txt", to="/w/sub/c.txt")
         sb.exec("mv /w/sub /w/sub2 && echo x >> /w/sub2/c.txt", check=True)  # its watch follows the name

@@ -260,6 +260,19 @@ def test_signed_urls(daemon, served, client):
                              {"Host": host, "Authorization": "Bearer " + daemon.key})
     assert status == 200 and headers.get("Set-Cookie") is None
     assert get(f"http://127.0.0.1:{daemon.port}/?sbx_token={forged}", {"Host": host})[0] == 401
+    # The cookie counts only for the page's own origin: not for a request that a page of
+    # another sandbox (the same site) makes, nor a cross-origin one.
+    for extra in ({"Sec-Fetch-Site": "same-site"}, {"Sec-Fetch-Site": "cross-site"},
+                  {"Origin": f"http://3000-other.sbx.localhost:{daemon.port}"}):
+        assert get(f"http://127.0.0.1:{daemon.port}/", {"Host": host, "Cookie": f"sbx_token={g['token']}",
+                                                        **extra})[0] == 401, extra
+    status, body, _ = get(f"http://127.0.0.1:{daemon.port}/", {
+        "Host": host, "Sec-Fetch-Site": "same-origin", "Origin": f"http://{host}",
+        "Cookie": f"sbx_token=junk; sbx_token={g['token']}",  # a junk one set by another page does not lock it out
+        "Referer": f"http://{host}/?sbx_token={g['token']}"})
+    assert status == 200 and "Referer" not in body["headers"], body  # the grant in a Referer stays out
+    _, _, headers = get(f"http://127.0.0.1:{daemon.port}/?sbx_token={g['token']}", {"Host": host})
+    assert headers["Referrer-Policy"] == "no-referrer"
     # The cookie works by host only (path routing is the API's origin).
     assert get(f"http://127.0.0.1:{daemon.port}/v1/sandboxes/{sid}/ports/8000/",
                {"Cookie": f"sbx_token={g['token']}"})[0] == 401

@@ -27,6 +27,20 @@ def test_attach_type_resize_exit(daemon, client):
         # Attached again later, the ring's output comes first.
         with p.attach(since=0) as again:
             assert b"42" in b"".join(again) and again.exit_code == 5
+        # Under asyncio: the same, awaited, its output an async iterator.
+        import asyncio
+
+        async def attach_async():
+            async with sbx.AsyncClient(url=daemon.url, api_key=daemon.key) as ac:
+                asb = await ac.get(sb.id)
+                ap = await asb.processes.start("sh", tty=True)
+                term = await ap.attach()
+                await term.send("echo $((7 * 6)); exit 3\n")
+                got = b""
+                async for chunk in term:
+                    got += chunk
+                assert b"42" in got and term.exit_code == 3
+        asyncio.run(attach_async())
         plain = sb.processes.start("sleep 1")
         with pytest.raises(sbx.ConflictError):
             plain.attach()

@@ -37,7 +37,7 @@ __all__ = ["AsyncClient"]
 # The SDK's modules whose objects have methods that talk to sbxd (the rest, such as
 # ExecResult or Answer, are plain data and come back as they are).
 _LIVE_MODULES = ("sbx.client", "sbx.sandbox", "sbx.files", "sbx.processes", "sbx.disk",
-                 "sbx.snapshots", "sbx.images", "sbx.secrets", "sbx.http")
+                 "sbx.snapshots", "sbx.images", "sbx.secrets", "sbx.http", "sbx.terminal")
 
 
 def _is_live(value: Any) -> bool:
@@ -135,6 +135,12 @@ class _Async:
     def sync(self) -> Any:
         """The synchronous object behind this one."""
         return self._obj
+
+    def __aiter__(self) -> "_AsyncIterator":
+        """An iterable SDK object (a Terminal's output): its iterator, stepped on a worker."""
+        if not hasattr(self._obj, "__iter__"):
+            raise TypeError("%s is not iterable" % type(self._obj).__name__)
+        return _AsyncIterator(self._runner, iter(self._obj))
 
     async def __aenter__(self) -> "_Async":
         if hasattr(self._obj, "__enter__"):

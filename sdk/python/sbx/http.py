@@ -255,7 +255,9 @@ class Api:
         attempt = 0
         while True:
             attempt += 1
-            conn = self._take(t)
+            # A retry goes on a new connection: the idle ones are as old as the one that
+            # turned out stale (and were dropped with it).
+            conn = self._take(t) if attempt == 1 else self._new_conn(t)
             reused = conn.sock is not None
             self._set_timeout(conn, t)
             try:
@@ -266,6 +268,8 @@ class Api:
                 payload = resp.read()
             except _STALE_ERRORS as e:
                 self._drop(conn)
+                if reused:
+                    self.close()
                 can_retry = data is None or rewind is not None or isinstance(
                     data, (bytes, bytearray, memoryview)
                 )

@@ -10,6 +10,7 @@ import os
 import socket
 import ssl
 import struct
+import threading
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
 
 from .errors import SbxConnectionError
@@ -35,6 +36,7 @@ class Terminal:
         self.signal: Optional[int] = None
         self._buf = b""
         self._ended = False
+        self._send_lock = threading.Lock()
         sock = socket.create_connection((api._host, api._port), timeout=timeout)
         if api._scheme == "https":
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=api._host)
@@ -85,8 +87,12 @@ class Terminal:
         while not self._ended:
             try:
                 op, payload = self._frame()
+            except OSError as e:  # a timeout, or the socket closed under us (close())
+                if self._ended:
+                    return None
+                raise SbxConnectionError("the terminal's connection broke: %s" % e) from e
             except SbxConnectionError:
-                if self.exit_code is None:
+                if self.exit_code is None and not self._ended:
                     raise
                 self._ended = True  # closed right after the exit message
                 break
@@ -120,13 +126,18 @@ class Terminal:
         return self.exit_code
 
     def close(self) -> None:
-        """Detach (the process keeps running)."""
+        """Detach (the process keeps running). Safe from another thread than the reader's:
+        that one's wait ends too."""
         if not self._ended:
             try:
                 self._send(_CLOSE, struct.pack("!H", 1000))
             except OSError:
                 pass
         self._ended = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self._sock.close()
         except OSError:
@@ -150,7 +161,8 @@ class Terminal:
         else:
             head = struct.pack("!BBQ", 0x80 | op, 0x80 | 127, n)
         masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-        self._sock.sendall(head + mask + masked)
+        with self._send_lock:  # a pong from the reader's thread and a user's send
+            self._sock.sendall(head + mask + masked)
 
     def _frame(self) -> "tuple[int, bytes]":
         """One whole message (continuation frames joined)."""

@@ -1,7 +1,7 @@
 import type { Client } from "./client.js";
 import { Files } from "./files.js";
 import { Processes } from "./processes.js";
-import { ExecError } from "./errors.js";
+import { ExecError, NotFoundError } from "./errors.js";
 import { LONG_EXEC_SECONDS, budget, cmdField, defined } from "./exec.js";
 import { fromBase64, readExecStream, readExecStreamBytes, seg, toBase64 } from "./http.js";
 import {
@@ -106,8 +106,9 @@ export class Sandbox {
         let text: string;
         try {
           text = await this.files.read(table);
-        } catch {
-          continue;
+        } catch (e) {
+          if (e instanceof NotFoundError) continue; // no IPv6 table: fine
+          throw e;
         }
         for (const line of text.split("\n").slice(1)) {
           const f = line.trim().split(/\s+/);
