@@ -8,8 +8,10 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -30,6 +32,8 @@ void OnInterrupt(int sig) { g_interrupted.store(sig); }
 // What the three threads share; held by each (the input thread may outlive the command:
 // it is left blocked in read() when the command ends first).
 struct Shared {
+  std::mutex mu;               // for `wake`
+  std::condition_variable wake;  // the watcher's wait ends at once when the command ends
   std::atomic<bool> ended{false};
   std::atomic<bool> timed_out{false};
   std::atomic<bool> abandon{false};  // this side cannot go on (output has nowhere to go)
@@ -73,7 +77,8 @@ void Watch(const Globals& g, const std::string& base, int64_t timeout, std::shar
       (void)c.Call("POST", base + "/signal", json{{"signal", "KILL"}}.dump());
       return;
     }
-    ::poll(nullptr, 0, 50);
+    std::unique_lock<std::mutex> lock(s->mu);
+    s->wake.wait_for(lock, std::chrono::milliseconds(50), [&] { return s->ended.load(); });
   }
 }
 
@@ -139,7 +144,11 @@ int RunStreamingExec(HttpClient& c, const Globals& g, const std::string& id, con
     HttpClient k(g.url, g.api_key);
     (void)k.Call("POST", base + "/signal", json{{"signal", "KILL"}}.dump());
   };
-  shared->ended.store(true);
+  {
+    std::lock_guard<std::mutex> lock(shared->mu);
+    shared->ended.store(true);
+  }
+  shared->wake.notify_all();
   watcher.join();
   if (auto why = FailureOf(r)) {
     give_up();
