@@ -6,6 +6,20 @@
 
 namespace sbx::api {
 
+std::vector<std::string_view> CookiePairs(std::string_view header) {
+  std::vector<std::string_view> out;
+  size_t pos = 0;
+  while (pos < header.size()) {
+    size_t semi = header.find(';', pos);
+    if (semi == std::string_view::npos) semi = header.size();
+    std::string_view c = header.substr(pos, semi - pos);
+    while (!c.empty() && c.front() == ' ') c.remove_prefix(1);
+    if (!c.empty()) out.push_back(c);
+    pos = semi + 1;
+  }
+  return out;
+}
+
 std::string PercentDecode(std::string_view s, bool plus_is_space) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {

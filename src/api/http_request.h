@@ -15,6 +15,8 @@ namespace sbx::api {
 
 // Decodes %XX escapes (and '+' as a space in query strings).
 std::string PercentDecode(std::string_view s, bool plus_is_space);
+// The "name=value" pairs of a Cookie header, leading spaces trimmed, empty ones left out.
+std::vector<std::string_view> CookiePairs(std::string_view header);
 
 struct Request {
   std::string method;

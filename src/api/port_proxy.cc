@@ -178,16 +178,8 @@ std::string StripCookieDomain(std::string_view v) {
 // A Cookie header's value without sbxd's sbx_token cookie.
 std::string WithoutGrantCookie(const std::string& v) {
   std::string out;
-  size_t pos = 0;
-  while (pos < v.size()) {
-    size_t semi = v.find(';', pos);
-    if (semi == std::string::npos) semi = v.size();
-    std::string c = v.substr(pos, semi - pos);
-    size_t b = c.find_first_not_of(' ');
-    c = b == std::string::npos ? "" : c.substr(b);
-    if (!c.empty() && c.rfind("sbx_token=", 0) != 0) out += (out.empty() ? "" : "; ") + c;
-    pos = semi + 1;
-  }
+  for (std::string_view c : CookiePairs(v))
+    if (c.substr(0, 10) != "sbx_token=") out += (out.empty() ? "" : "; ") + std::string(c);
   return out;
 }
 

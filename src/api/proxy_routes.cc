@@ -62,16 +62,9 @@ void TakeGrant(ProxyTarget* t, const Request& req) {
   if (!site.empty() && site != "same-origin" && site != "none") return;
   if (!origin.empty() && origin != "http://" + req.Header("host") && origin != "https://" + req.Header("host")) return;
   std::string cookies = req.Header("cookie");
-  size_t pos = 0;
-  while (pos < cookies.size()) {
-    size_t semi = cookies.find(';', pos);
-    if (semi == std::string::npos) semi = cookies.size();
-    std::string_view c(cookies.data() + pos, semi - pos);
-    while (!c.empty() && c.front() == ' ') c.remove_prefix(1);
+  for (std::string_view c : CookiePairs(cookies))
     if (c.substr(0, kGrantParam.size() + 1) == std::string(kGrantParam) + "=")
       t->grant_cookies.emplace_back(c.substr(kGrantParam.size() + 1));
-    pos = semi + 1;
-  }
 }
 
 }  // namespace

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import http.client
 import io
-import json
 import os
 import socket
 import urllib.parse
 from typing import Any, Dict, List, Optional, Tuple, Union, TYPE_CHECKING
 
 from .errors import NotFoundError, SbxConnectionError, SbxError
-from .http import _get_bytes
+from .http import _get_bytes, _next_event
 from .types import Answer
 
 if TYPE_CHECKING:
@@ -134,18 +132,7 @@ class FileWatch:
             raise SbxConnectionError("the watch did not start: %r" % (first,))
 
     def _next_line(self) -> Optional[Dict[str, Any]]:
-        while True:
-            try:
-                line = self._resp.readline()
-            except (OSError, http.client.HTTPException, AttributeError) as e:
-                raise SbxConnectionError("watch stream broke: %s" % e) from e
-            if not line:
-                return None
-            line = line.strip()
-            if line:
-                ev = json.loads(line.decode("utf-8", errors="replace"))
-                if isinstance(ev, dict) and ev.get("type") != "keepalive":
-                    return ev
+        return _next_event(self._resp, "watch stream")
 
     def __iter__(self) -> "FileWatch":
         return self

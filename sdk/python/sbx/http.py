@@ -335,6 +335,22 @@ class Api:
         return conn, resp
 
 
+def _next_event(resp: http.client.HTTPResponse, what: str) -> Optional[Dict[str, Any]]:
+    """The next event of an NDJSON stream (keep-alives skipped), or None at its end."""
+    while True:
+        try:
+            line = resp.readline()
+        except (OSError, http.client.HTTPException, AttributeError) as e:  # AttributeError: closed
+            raise SbxConnectionError("%s broke: %s" % (what, e)) from e
+        if not line:
+            return None
+        line = line.strip()
+        if line:
+            ev = json.loads(line.decode("utf-8", errors="replace"))
+            if isinstance(ev, dict) and ev.get("type") != "keepalive":
+                return ev
+
+
 def _get_bytes(api: "Api", path: str, query: QueryType, timeout: Optional[float] = None) -> bytes:
     """A raw (non-JSON) body, read on a connection of its own; API errors raise. A body
     the daemon cut short (it failed midway) raises SbxConnectionError, never returns short."""

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import http.client
-import json
 from typing import Any, Dict, List, Optional, Sequence, Union, TYPE_CHECKING
 
-from .errors import SbxConnectionError
-from .http import _drop_none
+from .http import _drop_none, _next_event
 from .types import Answer
 
 if TYPE_CHECKING:
@@ -71,18 +68,10 @@ class Process:
         conn, resp = api._open_stream("GET", path, None, timeout)
         try:
             while True:
-                try:
-                    line = resp.readline()
-                except (OSError, http.client.HTTPException) as e:
-                    raise SbxConnectionError("output stream broke: %s" % e) from e
-                if not line:
+                ev = _next_event(resp, "output stream")
+                if ev is None:
                     return
-                line = line.strip()
-                if not line:
-                    continue
-                ev = json.loads(line.decode("utf-8", errors="replace"))
-                if isinstance(ev, dict) and ev.get("type") != "keepalive":
-                    yield ev
+                yield ev
         finally:
             conn.close()
 
