@@ -39,10 +39,12 @@ class Conn:
             r = self.c.getresponse()
             data = r.read()
             status = r.status
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException) as e:
+            # No answer: status -1, and what went wrong (with how long it took) as the body.
             self.c.close()
             self.c = http.client.HTTPConnection(self.host, self.port, timeout=120)
-            return -1, None, (time.perf_counter() - t) * 1000
+            ms = (time.perf_counter() - t) * 1000
+            return -1, f"{type(e).__name__}: {e} after {ms:.0f} ms", ms
         try:
             parsed = json.loads(data)
         except ValueError:

@@ -105,6 +105,7 @@ int RunCommand(int argc, char** argv) {
   groups.push_back(AddImageCommands(app));
   groups.push_back(AddBenchCommands(app));
   groups.push_back(AddHealthCommand(app));
+  groups.push_back(AddMcpCommand(app));
   groups.push_back(AddCompletionCommands(app));  // last: it walks the commands above
 
   // Usage errors exit 2 (as in docker and most tools); an unknown command gets a "did you mean".

@@ -71,3 +71,10 @@ build_ts_sdk() {
   log "building the TypeScript SDK (sdk/ts)"
   (cd "$ROOT/sdk/ts" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build)
 }
+
+# The third-party clients the integration tests drive (tests/node/package.json, pinned by
+# its lock file): the Model Context Protocol's TypeScript client.
+install_test_clients() {
+  log "installing the test clients (tests/node)"
+  (cd "$ROOT/tests/node" && npm ci --no-audit --no-fund --loglevel=error)
+}

@@ -6,6 +6,7 @@ need_root
 install_packages
 build
 build_ts_sdk
+install_test_clients
 # CRIU for the hibernate tests (built once from Debian's source, then cached).
 SBX_CRIU=$(bash "$ROOT/scripts/build-criu.sh")
 export SBX_CRIU
