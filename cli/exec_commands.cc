@@ -42,7 +42,7 @@ std::optional<std::string> ReadStdin(size_t max) {
 struct ExecCommands {
   CLI::App *exec = nullptr, *cp = nullptr, *port = nullptr;
   CLI::App *ps = nullptr, *spawn = nullptr, *logs = nullptr, *kill = nullptr;
-  std::string exec_id, cwd;
+  std::string exec_id, cwd, exec_user;
   int64_t timeout = 60;
   std::vector<std::string> cmd, exec_env;
   bool exec_interactive = false, exec_tty = false, exec_no_stdin = false;
@@ -50,7 +50,7 @@ struct ExecCommands {
   std::string port_id, proxy_domain = "sbx.localhost";
   int port_num = 0;
   std::string ps_id;
-  std::string spawn_id, spawn_cwd;
+  std::string spawn_id, spawn_cwd, spawn_user;
   std::vector<std::string> spawn_cmd;
   std::string logs_id;
   int64_t logs_pid = 0;
@@ -67,7 +67,8 @@ void ExecCommands::Add(CLI::App& app) {
   exec = app.add_subcommand("exec", "run a command in a sandbox, streaming its output");
   exec->add_option("id", exec_id, "sandbox id, name or unique id prefix")->required();
   exec->add_option("--timeout", timeout, "seconds before the command's tree is killed (default 60)");
-  exec->add_option("--cwd", cwd, "working directory");
+  exec->add_option("--cwd", cwd, "working directory (default: the user's home)");
+  exec->add_option("--user,-u", exec_user, "run as this user of the sandbox (a name or a uid; default root)");
   exec->add_option("--env,-e", exec_env, "KEY=VALUE");
   exec->add_flag("--interactive,-i", exec_interactive,
                   "stream this input (a pipe, a terminal) to the command's stdin as it comes, as docker exec -i");
@@ -75,6 +76,7 @@ void ExecCommands::Add(CLI::App& app) {
   exec->add_flag("--no-stdin,-n", exec_no_stdin, "never send stdin, not even a redirected file (as ssh -n)");
   exec->footer("Examples: sbx exec my-box -- ls -l /root\n"
                "          echo data | sbx exec -i my-box -- wc -c\n"
+               "          sbx exec -u user my-box -- id\n"
                "          sbx exec my-box -- tar -C /root -cf - out > out.tar");
   exec->add_option("cmd", cmd, "the command and its arguments (after --)")->required();
 
@@ -98,7 +100,8 @@ void ExecCommands::Add(CLI::App& app) {
   spawn->footer("Examples: sbx spawn my-box -- python3 -m http.server 8000\n"
               "          sbx spawn --cwd /root/app my-box -- 'npm run dev > dev.log 2>&1'");
   spawn->add_option("id", spawn_id, "sandbox id, name or unique id prefix")->required();
-  spawn->add_option("--cwd", spawn_cwd, "working directory");
+  spawn->add_option("--cwd", spawn_cwd, "working directory (default: the user's home)");
+  spawn->add_option("--user,-u", spawn_user, "run as this user of the sandbox (a name or a uid; default root)");
   spawn->add_option("cmd", spawn_cmd, "the command and its arguments (after --)")->required();
   logs = app.add_subcommand("logs", "print a background process's output (from its ring)");
   logs->footer("Example: sbx logs -f my-box 42");
@@ -120,6 +123,7 @@ std::optional<int> ExecCommands::Run(HttpClient& c, const Globals& g) {
     json cmd_field = cmd.size() == 1 ? json(cmd[0]) : json(cmd);
     json body = {{"cmd", cmd_field}, {"timeout_seconds", timeout}};
     if (!cwd.empty()) body["cwd"] = cwd;
+    if (!exec_user.empty()) body["user"] = exec_user;
     json e = json::object();
     for (const auto& kv : exec_env) {
       auto eq = kv.find('=');
@@ -130,6 +134,7 @@ std::optional<int> ExecCommands::Run(HttpClient& c, const Globals& g) {
     if (exec_tty) {
       json pbody = {{"cmd", cmd_field}};
       if (!cwd.empty()) pbody["cwd"] = cwd;
+      if (!exec_user.empty()) pbody["user"] = exec_user;
       if (!e.empty()) pbody["env"] = e;
       return RunInteractiveExec(c, g, exec_id, pbody);
     }
@@ -146,6 +151,7 @@ std::optional<int> ExecCommands::Run(HttpClient& c, const Globals& g) {
     if (stream_in) {
       json pbody = {{"cmd", cmd_field}};
       if (!cwd.empty()) pbody["cwd"] = cwd;
+      if (!exec_user.empty()) pbody["user"] = exec_user;
       if (!e.empty()) pbody["env"] = e;
       return RunStreamingExec(c, g, exec_id, pbody, timeout);
     }
@@ -215,6 +221,7 @@ std::optional<int> ExecCommands::Run(HttpClient& c, const Globals& g) {
   if (*spawn) {
     json body = {{"cmd", spawn_cmd.size() == 1 ? json(spawn_cmd[0]) : json(spawn_cmd)}};  // the one shell rule
     if (!spawn_cwd.empty()) body["cwd"] = spawn_cwd;
+    if (!spawn_user.empty()) body["user"] = spawn_user;
     auto j = CallJson(c, "POST", "/v1/sandboxes/" + spawn_id + "/processes", body);
     if (!j) return 1;
     std::printf("%s\n", g.json ? j->dump().c_str() : std::to_string(j->value("pid", 0)).c_str());

@@ -26,7 +26,7 @@ namespace {
 // Bump when a recipe changes, so the cache is rebuilt. The base is the debootstrap tree
 // (slow: minutes); the image adds an offline wheelhouse to it (seconds).
 constexpr const char* kBaseRecipe = "default-bookworm-v1";
-constexpr const char* kImageRecipe = "default-bookworm-v1-wheels-v3";
+constexpr const char* kImageRecipe = "default-bookworm-v1-wheels-v3-user-v1";
 constexpr const char* kDefaultPackages = "python3,python3-venv,python3-pip,git,curl,ca-certificates";
 
 
@@ -123,6 +123,11 @@ int RunImageBuild(const Globals& g, const std::string& name, const std::string& 
                        "# sbx: offline installs from the image's wheelhouse\n[global]\nno-index = true\n"
                        "find-links = /opt/sbx/wheelhouse\n").ok())
       return fail("cannot write /etc/pip.conf");
+    // The unprivileged user that E2B's images and the seed expect: `user`, uid 1000, home
+    // /home/user, bash (exec and processes run as it with "user": "user").
+    if (Spawn({"useradd", "--root", root, "--create-home", "--uid", "1000", "--user-group", "--shell", "/bin/bash",
+               "user"}) != 0)
+      return fail("cannot add the user `user` (useradd --root)");
     // debootstrap copied the build host's name and name servers: a sandbox has its own
     // name (set at boot) and no name servers until it has a network.
     if (!fs::WriteFileAtomic(root + "/etc/hostname", "localhost\n").ok() ||

@@ -186,6 +186,7 @@ json RunCommand(Api& api, const json& args) {
   if (!sandbox.empty() && !session.empty()) throw ToolError{"give either sandbox or session, not both"};
   json body = ExecBody(args);
   if (args.contains("stdin") && !args["stdin"].is_null()) body["stdin"] = Str(args, "stdin");
+  if (std::string user = Str(args, "user"); !user.empty()) body["user"] = user;
   if (!sandbox.empty()) return ExecResult(Exec(api, sandbox, body), sandbox, api.ElapsedMs());
   if (!session.empty()) {
     std::string id = SessionSandbox(api, session, args);
@@ -334,6 +335,7 @@ const std::vector<Tool>& Tools() {
         {"cwd", Prop("string", "Working directory")},
         {"env", {{"type", "object"}, {"additionalProperties", {{"type", "string"}}}, {"description", "Variables"}}},
         {"stdin", Prop("string", "Text given to the command's stdin")},
+        {"user", Prop("string", "Run as this user of the sandbox (a name or a uid; default root)")},
         {"timeout_seconds", Prop("integer", "Kill the command after this long (default 60)")}},
        json::array({"command"}),
        RunCommand},

@@ -33,6 +33,7 @@
 #include "core/processes.h"
 #include "core/sandbox_manager.h"
 #include "layers/images.h"
+#include "runtime/container/criu_probe.h"
 #include "runtime/container/host_setup.h"
 #include "net/network.h"
 #include "runtime/registry.h"
@@ -112,10 +113,18 @@ void Usage() {
 // off; without the flag: the build that the set-up makes in the cache folder
 // ($SBX_CACHE_DIR, /var/cache/sbx by default), then `criu` on PATH, each only if `criu
 // check` passes (Debian 12's own CRIU fails it on some kernels). "" when none is found.
+// The CRIU for hibernate: --criu's, or the first of the set-up's build and those on PATH
+// that passes `criu check`; either way only one that can checkpoint a test process here
+// (runtime/container/criu_probe.h). None: hibernate is off, and the log says why.
 Result<std::string> FindCriu(const std::string& flag) {
   if (flag == "none") return std::string();
   if (!flag.empty()) {
     if (::access(flag.c_str(), X_OK) != 0) return ErrnoError("--criu " + flag + " is not an executable");
+    if (Status st = runtime::CriuCanCheckpoint(flag); !st.ok()) {
+      SBX_LOG(kWarn) << "hibernate is off: CRIU at " << flag << " cannot checkpoint on this kernel: "
+                        << st.error().message;
+      return std::string();
+    }
     return flag;
   }
   const char* cache = std::getenv("SBX_CACHE_DIR");
@@ -131,9 +140,15 @@ Result<std::string> FindCriu(const std::string& flag) {
   for (const std::string& c : candidates) {
     if (::access(c.c_str(), X_OK) != 0) continue;
     auto r = Reaper::Get().Run({c, "check"});
-    if (r.ok() && r->exit_code == 0) return c;
-    SBX_LOG(kInfo) << "not using " << c << " for hibernate: `criu check` failed"
-                   << (r.ok() ? ": " + r->output.substr(0, 200) : ": " + r.error().message);
+    if (!r.ok() || r->exit_code != 0) {
+      SBX_LOG(kInfo) << "not using " << c << " for hibernate: `criu check` failed"
+                     << (r.ok() ? ": " + r->output.substr(0, 200) : ": " + r.error().message);
+      continue;
+    }
+    Status st = runtime::CriuCanCheckpoint(c);
+    if (st.ok()) return c;
+    SBX_LOG(kWarn) << "not using " << c << " for hibernate: it cannot checkpoint on this kernel: "
+                      << st.error().message;
   }
   return std::string();
 }
@@ -412,7 +427,7 @@ int Run(int argc, char** argv) {
   auto criu = FindCriu(f.criu);
   if (!criu.ok()) return fail(criu.error());
   co.criu = *criu;
-  SBX_LOG(kInfo) << (co.criu.empty() ? std::string("hibernate: off (no CRIU that passes `criu check`)")
+  SBX_LOG(kInfo) << (co.criu.empty() ? std::string("hibernate: off (no CRIU that passes `criu check` and checkpoints a test process here)")
                                      : "hibernate: CRIU at " + co.criu);
   // The in-sandbox API socket (/run/sbx/api.sock inside every sandbox).
   co.api_dir = data_dir + "/sandbox-api";

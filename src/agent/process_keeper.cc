@@ -184,6 +184,7 @@ json Keeper::Info() const {
             {"argv", argv},
             {"argv_cut", cut},
             {"cwd", req_.cwd},
+            {"user", req_.user},
             {"tty", req_.tty},
             {"started_ms", started_ms_},
             {"running", !ended_},

@@ -70,10 +70,11 @@ Code ErrorCodeFromAgent(std::string_view code) {
 }
 
 std::string ExecRequest::ToJson() const {
-  json j = {{"v", version},         {"argv", argv},           {"env", env},
+  json j = {{"v", user.empty() ? version : kUserProtocolVersion}, {"argv", argv}, {"env", env},
             {"cwd", cwd},           {"timeout_ms", timeout_ms}, {"stdout_cap", stdout_cap},
             {"stderr_cap", stderr_cap}, {"stdin_open", stdin_open}, {"keepalive_ms", keepalive_ms}};
   if (report_pid) j["report_pid"] = true;
+  if (!user.empty()) j["user"] = user;
   if (tty) {
     j["tty"] = true;
     j["cols"] = cols;
@@ -89,7 +90,7 @@ Result<ExecRequest> ExecRequest::FromJson(std::string_view s) {
   ExecRequest r;
   try {
     r.version = j.value("v", 0u);
-    if (r.version != kProtocolVersion)
+    if (r.version != kProtocolVersion && r.version != kUserProtocolVersion)
       return MakeError(Code::kInvalidArgument,
                        "unsupported protocol version " + std::to_string(r.version));
     r.argv = j.at("argv").get<std::vector<std::string>>();
@@ -101,6 +102,7 @@ Result<ExecRequest> ExecRequest::FromJson(std::string_view s) {
     r.stdin_open = j.value("stdin_open", false);
     r.keepalive_ms = j.value("keepalive_ms", int64_t{15000});
     r.report_pid = j.value("report_pid", false);
+    r.user = j.value("user", std::string());
     r.tty = j.value("tty", false);
     r.cols = j.value("cols", 80);
     r.rows = j.value("rows", 24);

@@ -40,6 +40,9 @@
 namespace sbx::agent {
 
 constexpr uint32_t kProtocolVersion = 1;
+// An exec request that names a `user` says version 2: an agent that knows only version 1
+// refuses it instead of running the command as root.
+constexpr uint32_t kUserProtocolVersion = 2;
 constexpr uint32_t kHeaderSize = 8;
 constexpr uint32_t kMaxPayload = 1 << 20;
 
@@ -112,6 +115,10 @@ struct ExecRequest {
   // {"cols","rows"} frames change its size.
   bool tty = false;
   int cols = 80, rows = 24;
+  // Who runs the command: empty for root, else a name from the sandbox's /etc/passwd or a
+  // numeric uid. Its uid, gid and supplementary groups, no capabilities; HOME, USER and
+  // LOGNAME are set from /etc/passwd where `env` lacks them, and an empty cwd is its home.
+  std::string user;
   std::string ToJson() const;
   static Result<ExecRequest> FromJson(std::string_view s);
 };

@@ -1,6 +1,7 @@
 #include "agent/spawn.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/ioctl.h>
@@ -12,8 +13,11 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string_view>
 #include <vector>
+
+#include "agent/users.h"
 
 namespace sbx::agent {
 namespace {
@@ -44,17 +48,150 @@ std::string Resolve(const std::string& name, const std::vector<std::string>& env
   return "";
 }
 
+// What ForkAs's child reports when it fails before its exec: which step, and errno.
+struct ChildFailure {
+  char step;  // 'c': chdir, 'e': exec, 'u': the user's ids
+  int err;
+};
+
+// fork, then in the child only async-signal-safe calls: what posix_spawn does for root
+// (a new session, default signals, stdio), then the user's groups, gid and uid (which
+// drops every capability), its working directory and the exec. A failure before the exec
+// comes back through a close-on-exec pipe. Returns the pid, or -1 with *failure set.
+pid_t ForkAs(const Identity& id, const char* path, char* const* argv, char* const* envp, const char* cwd,
+             const std::string& slave, int in, int out, int err, ChildFailure* failure) {
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    *failure = {'e', errno};
+    return -1;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    ::close(report[0]);
+    sigset_t none;
+    sigemptyset(&none);
+    struct sigaction dfl = {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig) sigaction(sig, &dfl, nullptr);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    setsid();
+    if (!slave.empty()) {
+      int t = ::open(slave.c_str(), O_RDWR);  // after setsid: the session's controlling tty
+      in = out = err = t;
+    }
+    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(127);
+    if (!slave.empty() && in > 2) ::close(in);
+    ChildFailure f = {'u', 0};
+    if (setgroups(id.groups.size(), id.groups.data()) != 0 || setresgid(id.gid, id.gid, id.gid) != 0 ||
+        setresuid(id.uid, id.uid, id.uid) != 0) {
+      f.err = errno;
+    } else if (cwd && chdir(cwd) != 0) {
+      f = {'c', errno};
+    } else {
+      execve(path, argv, envp);
+      f = {'e', errno};
+    }
+    (void)!::write(report[1], &f, sizeof f);
+    _exit(127);
+  }
+  ::close(report[1]);
+  if (pid < 0) {
+    *failure = {'e', errno};
+    ::close(report[0]);
+    return -1;
+  }
+  ChildFailure f = {};
+  ssize_t n;
+  do {
+    n = ::read(report[0], &f, sizeof f);
+  } while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof f)) {
+    *failure = f;
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return -1;
+  }
+  return pid;
+}
+
+// posix_spawn (a vfork-style clone): the command in a session of its own, default
+// signal dispositions, an empty mask, stdio on the pipes (or the terminal `slave`), only
+// 0-2 open. Returns the pid, or -1 with *failure set.
+pid_t SpawnAsRoot(const std::string& path, char* const* argv, char* const* envp, const char* cwd,
+                  const std::string& slave, int in, int out, int err, const std::string& argv0, std::string* failure) {
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (!slave.empty()) {
+    // Opened after setsid, without O_NOCTTY: it becomes the session's controlling tty.
+    posix_spawn_file_actions_addopen(&fa, 0, slave.c_str(), O_RDWR, 0);
+    posix_spawn_file_actions_adddup2(&fa, 0, 1);
+    posix_spawn_file_actions_adddup2(&fa, 0, 2);
+  } else {
+    posix_spawn_file_actions_adddup2(&fa, in, 0);
+    posix_spawn_file_actions_adddup2(&fa, out, 1);
+    posix_spawn_file_actions_adddup2(&fa, err, 2);
+  }
+  if (cwd) posix_spawn_file_actions_addchdir_np(&fa, cwd);
+  pid_t pid = -1;
+  int spawn_err = path.empty() ? ENOENT : posix_spawn(&pid, path.c_str(), &fa, &attr, argv, envp);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (spawn_err == 0) return pid;
+  struct stat st;
+  bool bad_cwd = cwd && (stat(cwd, &st) != 0 || !S_ISDIR(st.st_mode));
+  *failure = bad_cwd ? std::string("sbx: chdir to ") + cwd + ": " + strerror(errno ? errno : ENOTDIR) + "\n"
+                     : "sbx: exec " + argv0 + ": " + strerror(spawn_err) + "\n";
+  return -1;
+}
+
+bool HasVar(const std::vector<std::string>& env, const char* name) {
+  size_t n = std::strlen(name);
+  for (const auto& e : env)
+    if (e.size() > n && e.compare(0, n, name) == 0 && e[n] == '=') return true;
+  return false;
+}
+
 }  // namespace
 
 Result<Spawned> SpawnCommand(const ExecRequest& req) {
+  // A command for another user: who that is, from the sandbox's own files, and the
+  // variables and working directory that follow from it.
+  std::optional<Identity> as;
+  std::vector<std::string> env = req.env;
+  std::string cwd_dir = req.cwd;
+  if (!req.user.empty()) {
+    auto id = LookUpUser(req.user);
+    if (!id.ok()) {
+      Spawned s;
+      s.failure = "sbx: user " + req.user + ": " + id.error().message + "\n";
+      return s;
+    }
+    as = std::move(*id);
+    if (!HasVar(env, "HOME")) env.push_back("HOME=" + as->home);
+    if (!as->name.empty() && !HasVar(env, "USER")) env.push_back("USER=" + as->name);
+    if (!as->name.empty() && !HasVar(env, "LOGNAME")) env.push_back("LOGNAME=" + as->name);
+    // The default working directory is the home, or / when there is none (as login does).
+    struct stat home;
+    if (cwd_dir.empty()) cwd_dir = stat(as->home.c_str(), &home) == 0 && S_ISDIR(home.st_mode) ? as->home : "/";
+  }
   // Everything the child needs is built here, before the spawn.
-  std::string path = Resolve(req.argv[0], req.env);
+  std::string path = Resolve(req.argv[0], env);
   std::vector<char*> argv, envp;
   for (const auto& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  for (const auto& e : req.env) envp.push_back(const_cast<char*>(e.c_str()));
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  const char* cwd = req.cwd.empty() ? nullptr : req.cwd.c_str();  // empty: the agent's own
+  const char* cwd = cwd_dir.empty() ? nullptr : cwd_dir.c_str();  // empty: the agent's own
 
   Spawned s;
   // With a tty the command's stdio is the slave of a new pseudo-terminal; sbx reads its
@@ -91,39 +228,20 @@ Result<Spawned> SpawnCommand(const ExecRequest& req) {
   }
   UniqueFd devnull(req.stdin_open || req.tty ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC));
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  // posix_spawn (a vfork-style clone): the command in a session of its own, default
-  // signal dispositions, an empty mask, stdio on the pipes (or the terminal), only 0-2 open.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (req.tty) {
-    // Opened after setsid, without O_NOCTTY: it becomes the session's controlling tty.
-    posix_spawn_file_actions_addopen(&fa, 0, slave.c_str(), O_RDWR, 0);
-    posix_spawn_file_actions_adddup2(&fa, 0, 1);
-    posix_spawn_file_actions_adddup2(&fa, 0, 2);
+  if (as) {
+    ChildFailure f = {};
+    s.pid = path.empty() ? -1
+                         : ForkAs(*as, path.c_str(), argv.data(), envp.data(), cwd, slave,
+                                  req.stdin_open ? in_r.get() : devnull.get(), out_w.get(), err_w.get(), &f);
+    if (path.empty()) f = {'e', ENOENT};
+    if (s.pid < 0) {
+      s.failure = f.step == 'c'   ? std::string("sbx: chdir to ") + cwd + ": " + strerror(f.err) + "\n"
+                  : f.step == 'u' ? "sbx: cannot become user " + req.user + ": " + strerror(f.err) + "\n"
+                                  : std::string("sbx: exec ") + req.argv[0] + ": " + strerror(f.err) + "\n";
+    }
   } else {
-    posix_spawn_file_actions_adddup2(&fa, req.stdin_open ? in_r.get() : devnull.get(), 0);
-    posix_spawn_file_actions_adddup2(&fa, out_w.get(), 1);
-    posix_spawn_file_actions_adddup2(&fa, err_w.get(), 2);
-  }
-  if (cwd) posix_spawn_file_actions_addchdir_np(&fa, cwd);
-  int spawn_err = path.empty() ? ENOENT
-                               : posix_spawn(&s.pid, path.c_str(), &fa, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (spawn_err != 0) {
-    struct stat st;
-    bool bad_cwd = cwd && (stat(cwd, &st) != 0 || !S_ISDIR(st.st_mode));
-    s.failure = bad_cwd ? std::string("sbx: chdir to ") + cwd + ": " + strerror(errno ? errno : ENOTDIR) + "\n"
-                        : std::string("sbx: exec ") + req.argv[0] + ": " + strerror(spawn_err) + "\n";
-    s.pid = -1;
+    s.pid = SpawnAsRoot(path, argv.data(), envp.data(), cwd, slave, req.stdin_open ? in_r.get() : devnull.get(),
+                        out_w.get(), err_w.get(), req.argv[0], &s.failure);
   }
   for (const UniqueFd* fd : {&s.out, &s.err, &s.in})
     if (fd->valid()) SetNonBlock(fd->get());

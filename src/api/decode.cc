@@ -80,6 +80,7 @@ Status DecodeCommand(const json& body, core::ExecRequest* e) {
   if (!shell_cmd.empty()) e->argv = {"/bin/sh", "-c", shell_cmd};
   SBX_ASSIGN_OR_RETURN(e->cwd, GetString(body, "cwd"));
   SBX_ASSIGN_OR_RETURN(e->env, GetStringMap(body, "env"));
+  SBX_ASSIGN_OR_RETURN(e->user, GetString(body, "user"));
   return OkStatus();
 }
 

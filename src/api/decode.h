@@ -28,7 +28,7 @@ Result<std::map<std::string, std::string>> GetStringMap(const nlohmann::json& j,
 // non-empty array of strings (the argv; appended to *argv).
 Status ParseCmd(const nlohmann::json& body, std::string* shell, std::vector<std::string>* argv);
 // The command of an exec or a background process: "cmd" (a string runs with /bin/sh -c),
-// "cwd" and "env", into *e.
+// "cwd", "env" and "user", into *e.
 Status DecodeCommand(const nlohmann::json& body, core::ExecRequest* e);
 // An exec's "encoding": false for "text" (the default), true for "base64" (stdout, stderr
 // and streamed data in base64, and "stdin" read as base64).

@@ -17,7 +17,7 @@ namespace asio = boost::asio;
 using nlohmann::json;
 
 asio::awaitable<Response> Api::ExecInSandbox(Request& req) {
-  auto j = ParseObject(req.body, {"cmd", "cwd", "env", "stdin", "timeout_seconds", "encoding"});
+  auto j = ParseObject(req.body, {"cmd", "cwd", "env", "stdin", "timeout_seconds", "encoding", "user"});
   if (!j.ok()) co_return ErrorResponse(j.error());
   auto b64 = GetBase64Encoding(*j);
   if (!b64.ok()) co_return ErrorResponse(b64.error());

@@ -27,6 +27,7 @@ json ProcessJson(const core::ProcessInfo& p) {
   return {{"pid", p.pid},
           {"cmd", p.cmd},
           {"cwd", p.cwd},
+          {"user", p.user.empty() ? "root" : p.user},
           {"state", p.running ? "running" : "exited"},
           {"exit_code", p.exit_code ? json(*p.exit_code) : json(nullptr)},
           {"signal", p.signal ? json(p.signal) : json(nullptr)},
@@ -69,7 +70,7 @@ asio::awaitable<Response> Api::Processes(Request& req) {
   const std::string& pat = req.pattern;
   const std::string id = req.params["id"];
   if (pat == "/v1/sandboxes/{id}/processes" && req.method == "POST") {
-    auto j = ParseObject(req.body, {"cmd", "cwd", "env", "tty", "cols", "rows"});
+    auto j = ParseObject(req.body, {"cmd", "cwd", "env", "tty", "cols", "rows", "user"});
     if (!j.ok()) co_return ErrorResponse(j.error());
     core::ExecRequest e;
     auto tty = GetBool(*j, "tty", false);

@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -84,7 +86,7 @@ bool BecomeOwner(uid_t euid) {
 }  // namespace
 
 Result<Reaper::RunResult> Reaper::Run(const std::vector<std::string>& argv, const std::string& cwd, uid_t euid,
-                                      const std::function<Status(pid_t)>& before_exec) {
+                                      const std::function<Status(pid_t)>& before_exec, int64_t timeout_ms) {
   if (argv.empty()) return MakeError(Code::kInvalidArgument, "empty command");
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -140,7 +142,25 @@ Result<Reaper::RunResult> Reaper::Run(const std::vector<std::string>& argv, cons
   RunResult res;
   char buf[4096];
   ssize_t n;
-  while ((n = ::read(rd.get(), buf, sizeof buf)) != 0) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    if (timeout_ms > 0) {
+      // Its output until the deadline; then it is killed, and what it left is read for a
+      // second more (something it started may hold the pipe open).
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      struct pollfd p = {rd.get(), POLLIN, 0};
+      int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        if (res.timed_out) break;
+        res.timed_out = true;
+        ::kill(pid, SIGKILL);
+        deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        continue;
+      }
+    }
+    n = ::read(rd.get(), buf, sizeof buf);
+    if (n == 0) break;
     if (n < 0) {
       if (errno == EINTR) continue;
       break;

@@ -23,14 +23,17 @@ class Reaper {
   struct RunResult {
     int exit_code;  // 128+signal if killed
     std::string output;  // stdout and stderr together, capped at 64 KiB
+    bool timed_out = false;
   };
   // Runs argv (PATH-searched) with stdin from /dev/null; waits for it. With `euid`, the
   // command runs with that real and effective uid and sbxd's capabilities (ambient): a user
   // namespace owned by `euid` is then its own, and the ones it creates are owned by it.
   // `before_exec`, if given, runs in sbxd with the command's pid before the command starts
   // (to place it in a cgroup, say); its failure kills the command and is returned.
+  // `timeout_ms` > 0: past it the command is killed (SIGKILL; exit code 137) and
+  // `timed_out` is set.
   Result<RunResult> Run(const std::vector<std::string>& argv, const std::string& cwd = "", uid_t euid = 0,
-                        const std::function<Status(pid_t)>& before_exec = nullptr);
+                        const std::function<Status(pid_t)>& before_exec = nullptr, int64_t timeout_ms = 0);
 
  private:
   void Loop();

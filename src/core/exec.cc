@@ -31,8 +31,10 @@ Status SandboxManager::RunnableLocked(const Entry& e) {
   return OkStatus();
 }
 
-std::vector<std::string> SandboxManager::ExecEnv(const Entry& e, const std::map<std::string, std::string>& extra) const {
+std::vector<std::string> SandboxManager::ExecEnv(const Entry& e, const std::map<std::string, std::string>& extra,
+                                                 bool as_root) const {
   std::map<std::string, std::string> env = opts_.base_env;
+  if (!as_root) env.erase("HOME");
   env["SBX_SANDBOX_ID"] = e.rec.id;
   if (secrets_.enabled()) env["SBX_TOKEN"] = secrets_.TokenFor(e.rec.id);
   if (!e.rec.no_env) secrets_.AddTo(env);
@@ -46,12 +48,33 @@ std::vector<std::string> SandboxManager::ExecEnv(const Entry& e, const std::map<
   return out;
 }
 
+namespace {
+
+// A user name as useradd takes it, or a decimal uid.
+bool ValidUser(const std::string& u) {
+  if (u.empty()) return true;
+  if (u.size() <= 10 && u.find_first_not_of("0123456789") == std::string::npos) return std::stoull(u) < 4294967295ULL;
+  if (u.size() > 32 || !(u[0] == '_' || (u[0] >= 'a' && u[0] <= 'z'))) return false;
+  for (size_t i = 1; i < u.size(); ++i) {
+    char c = u[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-' ||
+              (c == '$' && i + 1 == u.size());
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Status SandboxManager::CheckExecRequest(const ExecRequest& req) const {
   if (req.argv.empty() || req.argv[0].empty()) return MakeError(Code::kInvalidArgument, "cmd is empty");
   SBX_RETURN_IF_ERROR(ValidateEnv(req.env, "exec env"));
   for (const auto& a : req.argv)
     if (a.find('\0') != std::string::npos) return MakeError(Code::kInvalidArgument, "cmd holds a NUL byte");
   if (req.cwd.find('\0') != std::string::npos) return MakeError(Code::kInvalidArgument, "cwd holds a NUL byte");
+  if (!ValidUser(req.user))
+    return MakeError(Code::kInvalidArgument, "invalid user \"" + req.user.substr(0, 64) +
+                                                 "\": a user name ([a-z_][a-z0-9_.-]{0,31}, $ at the end allowed) or a uid");
   return OkStatus();
 }
 
@@ -98,9 +121,10 @@ asio::awaitable<Result<PreparedProcess>> SandboxManager::PrepareProcess(const st
   Lock lock(table_.mu);
   auto found = table_.Find(id);
   if (!found.ok()) co_return found.error();
-  p.req.env = ExecEnv(**found, req.env);
+  p.req.env = ExecEnv(**found, req.env, req.as_root());
   p.req.argv = req.argv;
-  p.req.cwd = req.cwd.empty() ? opts_.default_cwd : req.cwd;
+  p.req.cwd = !req.cwd.empty() ? req.cwd : req.as_root() ? opts_.default_cwd : "";
+  if (!req.as_root()) p.req.user = req.user;
   p.req.timeout_ms = 0;                              // runs until it ends or is signalled
   p.req.stdout_cap = p.req.stderr_cap = UINT64_MAX;  // the daemon's ring keeps the latest
   p.req.stdin_open = true;
@@ -131,9 +155,10 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
     if (!found.ok()) co_return found.error();
     e = *found;
     if (auto st = RunnableLocked(*e); !st.ok()) co_return st.error();
-    areq.env = ExecEnv(*e, req.env);
+    areq.env = ExecEnv(*e, req.env, req.as_root());
     areq.argv = req.argv;
-    areq.cwd = req.cwd.empty() ? opts_.default_cwd : req.cwd;
+    areq.cwd = !req.cwd.empty() ? req.cwd : req.as_root() ? opts_.default_cwd : "";
+    if (!req.as_root()) areq.user = req.user;
     areq.timeout_ms = req.timeout_seconds * 1000;
     areq.stdout_cap = areq.stderr_cap = opts_.output_cap;
     areq.keepalive_ms = opts_.keepalive_ms;

@@ -109,8 +109,9 @@ Result<SandboxView> SandboxManager::PauseOrHibernate(const std::string& id, cons
   const runtime::Capabilities caps = Rt(e->rec).Caps();
   if (mode == "hibernate" && !caps.hibernate)
     return MakeError(Code::kInvalidArgument,
-                     "hibernate is not available on this sbxd: it needs CRIU (start sbxd with --criu PATH; "
-                     "scripts/build-criu.sh builds it); use mode \"freeze\"");
+                     "hibernate is not available on this sbxd: it needs CRIU that can checkpoint on this kernel "
+                     "(start sbxd with --criu PATH; scripts/build-criu.sh builds it; sbxd's log says why it has "
+                     "none); use mode \"freeze\"");
   if (mode == "freeze" && !caps.freeze)
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + "'s isolation cannot freeze it");
   if (e->is(State::kPaused) && !e->busy) {

@@ -191,6 +191,7 @@ asio::awaitable<void> ProcessTable::ReattachAsync(std::string sandbox, bool forc
       try {
         p->info.cmd = k.value("argv", std::vector<std::string>{});
         p->info.cwd = k.value("cwd", std::string());
+        p->info.user = k.value("user", std::string());
         p->info.tty = k.value("tty", false);
         p->info.started_ms = k.value("started_ms", int64_t{0});
       } catch (const std::exception&) {

@@ -72,6 +72,7 @@ asio::awaitable<Result<ProcessInfo>> ProcessTable::Start(asio::any_io_executor e
   p->lease = prep->lease;
   p->info.cmd = req.argv;
   p->info.cwd = prep->req.cwd;
+  p->info.user = prep->req.user;
   p->info.tty = req.tty;
   p->info.started_ms = WallMs();
   agent::DialerPtr addr = p->lease->addr();

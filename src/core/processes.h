@@ -34,7 +34,8 @@ namespace sbx::core {
 struct ProcessInfo {
   int64_t pid = 0;  // inside the sandbox
   std::vector<std::string> cmd;
-  std::string cwd;
+  std::string cwd;   // empty: the user's home (or /)
+  std::string user;  // empty: root
   bool running = true;
   std::optional<int> exit_code;  // set once it exited (none if the connection was lost)
   int signal = 0;

@@ -55,6 +55,10 @@ struct ExecRequest {
   bool tty = false;  // background processes: a pseudo-terminal of cols x rows
   int cols = 80, rows = 24;
   std::shared_ptr<CancelSignal> cancel;  // fires when the caller went away: the exec stops
+  // Who runs it: empty, "root" or "0" for root; else a user of the sandbox (a name in its
+  // /etc/passwd, or a uid), whose HOME is the default and whose home the default cwd.
+  std::string user;
+  bool as_root() const { return user.empty() || user == "root" || user == "0"; }
 };
 
 // PATCH of a sandbox's lifecycle policy: absent fields stay as they are.

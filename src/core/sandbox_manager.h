@@ -290,7 +290,9 @@ class SandboxManager {
   Status RunnableLocked(const Entry& e) SBX_REQUIRES(table_.mu);
   // The environment of an exec or process: base, id and token, secrets (unless no_env),
   // the sandbox's env, then the request's.
-  std::vector<std::string> ExecEnv(const Entry& e, const std::map<std::string, std::string>& extra) const;
+  // `as_root` false: without the base HOME (the agent sets the user's own).
+  std::vector<std::string> ExecEnv(const Entry& e, const std::map<std::string, std::string>& extra,
+                                   bool as_root) const;
 
   // serverless.cc: the shell that string commands of serverless calls run with: bash
   // where the sandbox's root has it, else /bin/sh.

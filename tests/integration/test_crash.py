@@ -10,7 +10,7 @@ import time
 import pytest
 
 import sbx
-from conftest import CRIU, Daemon
+from conftest import CRIU, Daemon, require_hibernate
 
 
 def crash_at(d, point):
@@ -178,6 +178,7 @@ def test_crash_after_a_checkpoint_keeps_it(copy_or_store_daemon):
     """Killed once CRIU saved the sandbox, before the pause was recorded: the restart finds
     the whole checkpoint and the sandbox hibernated, and a resume brings its processes back."""
     d = copy_or_store_daemon
+    require_hibernate(d)
     sb = d.client().create(image="busybox")
     loop = "echo $$ > /tmp/pid; n=0; while true; do n=$((n+1)); echo $n > /tmp/n.t; mv /tmp/n.t /tmp/n; sleep 0.1; done"
     sb.exec(["sh", "-c", f"sh -c '{loop}' >/dev/null 2>&1 &"], check=True)

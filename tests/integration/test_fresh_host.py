@@ -6,7 +6,7 @@ import os
 import shutil
 import tempfile
 
-from conftest import CRIU, Daemon
+from conftest import CRIU, Daemon, criu_checkpoints
 
 
 def test_a_daemon_on_a_data_dir_that_does_not_exist_yet_serves_sandboxes():
@@ -21,8 +21,11 @@ def test_a_daemon_on_a_data_dir_that_does_not_exist_yet_serves_sandboxes():
         c = d.client()
         sb = c.create(type="small", ttl_seconds=120, no_env=True)
         assert sb.exec("echo hello > /root/f && cat /root/f", check=True).stdout == "hello\n"
-        sb.pause(mode="hibernate")
-        sb.resume()
+        if criu_checkpoints()[0]:
+            sb.pause(mode="hibernate")
+            sb.resume()
+        else:  # CRIU cannot checkpoint on this kernel: sbxd said so and runs without
+            assert d.raw("GET", "/v1/health", auth=False)[1]["features"]["hibernate"] is False
         assert sb.exec("cat /root/f", check=True).stdout == "hello\n"
         sb.delete()
     finally:

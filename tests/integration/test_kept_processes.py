@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import CRIU, Daemon
+from conftest import CRIU, Daemon, require_hibernate
 
 COUNTER = "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.05; done"
 
@@ -81,6 +81,7 @@ def test_kill9_of_sbxd_keeps_processes_and_their_output(fresh_daemon):
 def test_hibernate_and_restore_with_a_background_and_a_tty_process():
     d = Daemon("kept-hib", extra_args=["--criu", CRIU])
     try:
+        require_hibernate(d)
         c = d.client()
         sb = c.create(image="busybox")
         counter = sb.processes.start(COUNTER)
@@ -133,6 +134,7 @@ def test_hibernate_and_restore_with_a_background_and_a_tty_process():
 
 
 def test_a_stop_after_a_hibernate_ends_the_processes_sbxd_let_go_of(daemon, client):
+    require_hibernate(daemon)
     with client.create(image="busybox") as sb:
         p = sb.processes.start(["sleep", "300"])
         sb.pause(mode="hibernate")

@@ -94,6 +94,7 @@ def test_stdio_every_tool(daemon, client):
         {"name": "run_command", "arguments": {"sandbox": name}},
         {"name": "run_command", "arguments": {"command": "sleep 5", "image": "busybox", "timeout_seconds": 1}},
         {"name": "no_such_tool", "arguments": {}},
+        {"name": "run_command", "arguments": {"command": "id -u; pwd", "image": "busybox", "user": "1234"}},
     ]
     before = {s.id for s in client.list()}
     out = drive("stdio", SBX, calls, env_of(daemon))
@@ -132,6 +133,7 @@ def test_stdio_every_tool(daemon, client):
         timed = structured(r[19])
         assert timed["timed_out"] is True and timed["exit_code"] == 124
         assert "unknown tool" in r[20]["thrown"] and r[20]["code"] == -32602
+        assert structured(r[21])["stdout"] == "1234\n/\n"
         # The fresh sandboxes are gone: only what the calls kept on purpose is left.
         left = {s.id for s in client.list()} - before
         assert left == set(), left

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import netlab
-from conftest import Daemon
+from conftest import Daemon, require_hibernate
 
 PROBE = r"""
 import json, socket, sys, urllib.request
@@ -210,7 +210,8 @@ def test_forks_and_serverless_calls_get_rules_of_their_own(c, lab):
     assert "/from-fork" in log and "/from-call" in log and "/from-call-none" not in log
 
 
-def test_hibernate_keeps_the_network(c, lab):
+def test_hibernate_keeps_the_network(c, lab, net_daemon):
+    require_hibernate(net_daemon)
     with c.create(image="default", network={"allow": ["web.lab.test"]}) as sb:
         before = sb.network["address"]
         assert ok(probe(sb, "http:web.lab.test/before-hibernate")["http:web.lab.test/before-hibernate"])

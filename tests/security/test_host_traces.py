@@ -6,7 +6,7 @@ import pty
 import select
 import subprocess
 
-from conftest import SBX
+from conftest import SBX, require_hibernate
 
 
 def host(path):
@@ -35,6 +35,7 @@ def test_kernel_command_line_and_boot_id_are_the_sandboxes_own(daemon):
 
 
 def test_boot_id_survives_hibernation(daemon):
+    require_hibernate(daemon)
     with daemon.client().create(image="busybox") as sb:
         before = sb.exec("cat /proc/sys/kernel/random/boot_id").stdout
         sb.pause(mode="hibernate")

@@ -3,7 +3,7 @@ store, the sum of quotas can be held to the store's size, checkpoints are counte
 they are written, and bad sizes leave everything as it was."""
 import pytest
 
-from conftest import Daemon
+from conftest import Daemon, require_hibernate
 
 FILL = "dd if=/dev/zero of=/root/fill bs=1M 2>&1; sync"
 
@@ -34,6 +34,7 @@ def health_store(d):
 
 def test_one_sandbox_at_its_quota_leaves_the_store_to_others(small_store):
     d = small_store
+    require_hibernate(d)
     c = d.client()
     store = health_store(d)
     assert 1000 <= store["size_mb"] <= 1024 and store["committed_mb"] == 0 and store["overcommit"] is None

@@ -5,6 +5,9 @@
 #include <thread>
 
 #include "agent/protocol.h"
+#include "agent/users.h"
+
+#include <nlohmann/json.hpp>
 
 namespace sbx::agent {
 namespace {
@@ -54,7 +57,7 @@ TEST(Protocol, ExecRequestRoundTripAndValidation) {
   EXPECT_EQ(back->env, r.env);
   EXPECT_EQ(back->timeout_ms, 5000);
   EXPECT_TRUE(back->stdin_open);
-  EXPECT_FALSE(ExecRequest::FromJson(R"({"v":2,"argv":["x"]})").ok());
+  EXPECT_FALSE(ExecRequest::FromJson(R"({"v":3,"argv":["x"]})").ok());
   EXPECT_FALSE(ExecRequest::FromJson(R"({"v":1,"argv":[]})").ok());
   EXPECT_FALSE(ExecRequest::FromJson(R"({"v":1,"argv":["x"],"env":["NOEQUALS"]})").ok());
   EXPECT_FALSE(ExecRequest::FromJson("not json").ok());
@@ -125,6 +128,47 @@ TEST(Protocol, RequireFeatureIsConflictForAnOlderAgent) {
   EXPECT_NE(st.error().message.find("files"), std::string::npos);
   OnePongDialer current(ThisAgent().ToJson());
   EXPECT_TRUE(RequireFeature(current, "files", 2000).ok());
+}
+
+TEST(Users, FindsNamesUidsAndGroups) {
+  const char* passwd =
+      "root:x:0:0:root:/root:/bin/bash\n# a comment\nbroken line\nuser:x:1000:1000::/home/user:/bin/bash\n"
+      "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\nbad:x:12x:1::/:/bin/sh\n";
+  const char* group = "root:x:0:\nuser:x:1000:\ndocker:x:999:other,user\naudio:x:29:other\n";
+  auto u = FindUser("user", passwd, group);
+  ASSERT_TRUE(u.ok()) << u.error().message;
+  EXPECT_EQ(u->uid, 1000u);
+  EXPECT_EQ(u->gid, 1000u);
+  EXPECT_EQ(u->home, "/home/user");
+  EXPECT_EQ(u->groups, (std::vector<gid_t>{1000, 999}));
+  auto by_uid = FindUser("65534", passwd, group);
+  ASSERT_TRUE(by_uid.ok());
+  EXPECT_EQ(by_uid->name, "nobody");
+  EXPECT_EQ(by_uid->gid, 65534u);
+  // A uid without a line: gid = uid, no other group, home /.
+  auto bare = FindUser("4321", passwd, group);
+  ASSERT_TRUE(bare.ok());
+  EXPECT_EQ(bare->gid, 4321u);
+  EXPECT_EQ(bare->groups, (std::vector<gid_t>{4321}));
+  EXPECT_EQ(bare->home, "/");
+  EXPECT_EQ(FindUser("nosuch", passwd, group).error().code, Code::kNotFound);
+  EXPECT_EQ(FindUser("bad", passwd, group).error().code, Code::kNotFound);  // its uid is not a number
+  EXPECT_EQ(FindUser("a:b", passwd, group).error().code, Code::kInvalidArgument);
+  EXPECT_EQ(FindUser("4294967295", passwd, group).error().code, Code::kNotFound);  // (uid_t)-1 is no uid
+}
+
+TEST(Protocol, ExecRequestWithAUserSaysVersion2) {
+  ExecRequest r;
+  r.argv = {"id"};
+  auto plain = nlohmann::json::parse(r.ToJson());
+  EXPECT_EQ(plain["v"], kProtocolVersion);
+  EXPECT_FALSE(plain.contains("user"));
+  r.user = "user";
+  auto j = nlohmann::json::parse(r.ToJson());
+  EXPECT_EQ(j["v"], kUserProtocolVersion);
+  auto back = ExecRequest::FromJson(r.ToJson());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->user, "user");
 }
 
 }  // namespace

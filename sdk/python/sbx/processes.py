@@ -91,12 +91,13 @@ class Processes:
 
     def start(self, cmd: Union[str, Sequence[str]], cwd: Optional[str] = None,
               env: Optional[Dict[str, str]] = None, tty: bool = False, cols: Optional[int] = None,
-              rows: Optional[int] = None) -> Process:
+              rows: Optional[int] = None, user: Optional[str] = None) -> Process:
         """Start a background process. With ``tty`` it runs on a pseudo-terminal of
-        ``cols`` x ``rows``, reachable as a WebSocket at ``.../processes/{pid}/tty``."""
+        ``cols`` x ``rows``, reachable as a WebSocket at ``.../processes/{pid}/tty``.
+        ``user``: run as that user of the sandbox (a name or a uid) instead of root."""
         body = _drop_none({"cmd": cmd if isinstance(cmd, str) else [str(a) for a in cmd], "cwd": cwd,
                            "env": dict(env) if env is not None else None, "tty": tty or None,
-                           "cols": cols, "rows": rows})
+                           "cols": cols, "rows": rows, "user": user})
         return Process(self._sb, self._sb._client.api.request("POST", self._sb._path("/processes"), body=body))
 
     def list(self) -> List[Process]:

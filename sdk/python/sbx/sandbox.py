@@ -218,6 +218,7 @@ class Sandbox:
         on_stdout: Optional[Callback] = None,
         on_stderr: Optional[Callback] = None,
         binary: bool = False,
+        user: Optional[str] = None,
     ) -> ExecResult:
         """Run a command in the sandbox and wait for it.
 
@@ -231,6 +232,10 @@ class Sandbox:
         ``binary=True`` it is exact: ``stdout`` and ``stderr`` are ``bytes``,
         callbacks get ``bytes``, and ``stdin`` may be ``bytes`` (the request's
         ``"encoding": "base64"``).
+
+        ``user`` runs it as that user of the sandbox (a name in its /etc/passwd, such
+        as the default image's ``"user"``, or a uid) instead of root: its ids, no
+        capabilities, its HOME, and its home as the default ``cwd``.
         """
         if isinstance(stdin, (bytes, bytearray)) and not binary:
             raise TypeError("bytes stdin needs binary=True")
@@ -247,6 +252,7 @@ class Sandbox:
                 "env": dict(env) if env is not None else None,
                 "stdin": stdin,
                 "timeout_seconds": timeout_seconds,
+                "user": user,
             }
         )
         if binary:

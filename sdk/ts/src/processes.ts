@@ -9,6 +9,8 @@ export interface ProcessData {
   pid: number;
   cmd: string[];
   cwd: string;
+  /** Who runs it: "root" or the user it was started as. */
+  user: string;
   state: "running" | "exited";
   exit_code: number | null;
   signal: number | null;
@@ -136,7 +138,15 @@ export class Processes {
    */
   async start(
     command: Command,
-    options: { cwd?: string; env?: Record<string, string>; tty?: boolean; cols?: number; rows?: number } = {},
+    options: {
+      cwd?: string;
+      env?: Record<string, string>;
+      tty?: boolean;
+      cols?: number;
+      rows?: number;
+      /** Run as this user of the sandbox (a name or a uid) instead of root. */
+      user?: string;
+    } = {},
   ): Promise<Process> {
     const body = defined({
       cmd: cmdField(command),
@@ -145,6 +155,7 @@ export class Processes {
       tty: options.tty || undefined,
       cols: options.cols,
       rows: options.rows,
+      user: options.user,
     });
     const d = await this.http.json<ProcessData>("POST", `${this.base}/processes`, { json: body });
     return new Process(this.http, this.base, d);

@@ -149,6 +149,7 @@ export class Sandbox {
       env: options.env,
       stdin: options.stdin,
       timeout_seconds: options.timeoutSeconds,
+      user: options.user,
     });
     const limit = options.timeoutSeconds ?? DEFAULT_EXEC_TIMEOUT;
     const wait = budget(this.client.http.timeoutSeconds, limit + 30);
@@ -192,6 +193,7 @@ export class Sandbox {
       stdin: stdin === undefined ? undefined : toBase64(typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin),
       timeout_seconds: options.timeoutSeconds,
       encoding: "base64",
+      user: options.user,
     });
     const limit = options.timeoutSeconds ?? DEFAULT_EXEC_TIMEOUT;
     const wait = budget(this.client.http.timeoutSeconds, limit + 30);

@@ -201,8 +201,13 @@ export interface ListSandboxesOptions {
 }
 
 export interface ExecOptions {
-  /** The working directory (default `/root`). */
+  /** The working directory (default: the user's home, `/root` for root). */
   cwd?: string;
+  /**
+   * Run as this user of the sandbox (a name in its /etc/passwd, such as the default
+   * image's `"user"`, or a uid) instead of root: its ids, no capabilities, its HOME.
+   */
+  user?: string;
   /** Variables for this command, over the sandbox's own. */
   env?: Record<string, string>;
   /** Fed to the command's stdin, followed by EOF (default: `/dev/null`). */

@@ -123,3 +123,19 @@ test("a terminal: attach, type, resize, exit", async () => {
   const plain = await sb.processes.start("sleep 1");
   await assert.rejects(plain.attach(), ConflictError);
 });
+
+test("user: exec and processes as another user of the sandbox", async () => {
+  const sb = await sandbox();
+  // busybox has no /etc/passwd users but root: a uid runs with gid = uid, home /.
+  const r = await sb.exec("id -u; id -g; pwd; echo $HOME; touch /root/x", { user: "1234" });
+  assert.equal(r.stdout, "1234\n1234\n/\n/\n");
+  assert.notEqual(r.exitCode, 0);
+  assert.equal((await sb.exec("id -u")).stdout, "0\n");
+  const bytes = await sb.execBytes("id -u", { user: "4321" });
+  assert.equal(new TextDecoder().decode(bytes.stdout), "4321\n");
+  const p = await sb.processes.start("id -u", { user: "1234" });
+  assert.equal(p.data.user, "1234");
+  const bad = await sb.exec("true", { user: "nosuch" });
+  assert.equal(bad.exitCode, 127);
+  assert.match(bad.stderr, /no user "nosuch"/);
+});

@@ -1,0 +1,31 @@
+// Who a command runs as: a user of the sandbox, looked up in its own /etc/passwd and
+// /etc/group (the agent is static: no NSS). Pure parsing; the agent reads the files.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+
+namespace sbx::agent {
+
+struct Identity {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;  // supplementary: the primary group and every group listing the user
+  std::string name;           // empty for a numeric uid without a passwd line
+  std::string home = "/";
+};
+
+// `user` is a name or a decimal uid (0 to 2^32-2). A name must have a line in `passwd`;
+// a uid without one runs with gid = uid, no other group, home "/". kNotFound otherwise,
+// kInvalidArgument for a malformed request.
+Result<Identity> FindUser(const std::string& user, std::string_view passwd, std::string_view group);
+
+// The same against the sandbox's /etc/passwd and /etc/group (missing files are empty).
+Result<Identity> LookUpUser(const std::string& user);
+
+}  // namespace sbx::agent

@@ -1,0 +1,90 @@
+"""Commands as another user of the sandbox: `"user"` on exec and background processes, in
+the API, the CLI (`-u`) and the Python SDK; the `default` image's user `user` (uid 1000)."""
+import os
+import subprocess
+
+from conftest import SBX
+
+
+def run(daemon, sid, **body):
+    status, out = daemon.raw("POST", f"/v1/sandboxes/{sid}/exec", body=body)
+    assert status == 200, out
+    return out
+
+
+def test_default_image_user(daemon, client):
+    with client.create(image="default") as sb:
+        out = run(daemon, sb.id, cmd="id; echo $HOME $USER $LOGNAME; pwd; touch ~/made && stat -c %U:%G ~/made",
+                  user="user")
+        assert out["stdout"] == ("uid=1000(user) gid=1000(user) groups=1000(user)\n"
+                                 "/home/user user user\n/home/user\nuser:user\n"), out
+        # The same sandbox, root as before: a call without `user`, and `root` or `0` said.
+        for body in ({}, {"user": "root"}, {"user": "0"}):
+            out = run(daemon, sb.id, cmd="id -u; echo $HOME; pwd", **body)
+            assert out["stdout"] == "0\n/root\n/root\n", (body, out)
+        # The sandbox's or the exec's env wins over the user's HOME; cwd as asked.
+        out = run(daemon, sb.id, cmd="echo $HOME; pwd", user="user", env={"HOME": "/tmp"}, cwd="/tmp")
+        assert out["stdout"] == "/tmp\n/tmp\n"
+        # Its groups: the primary one and those that list it.
+        run(daemon, sb.id, cmd="groupadd -g 2000 team && usermod -aG team user")
+        assert run(daemon, sb.id, cmd="id -G", user="user")["stdout"] == "1000 2000\n"
+        # A user with no home directory starts in / (nobody's home is /nonexistent).
+        out = run(daemon, sb.id, cmd="id -un; pwd; echo $HOME", user="nobody")
+        assert out["stdout"] == "nobody\n/\n/nonexistent\n"
+        # Root's files stay root's.
+        out = run(daemon, sb.id, cmd="cat /etc/shadow; echo x >> /etc/passwd", user="user")
+        assert out["exit_code"] != 0 and out["stderr"].count("Permission denied") == 2, out
+
+
+def test_unknown_and_invalid_users(daemon, client):
+    with client.create(image="busybox") as sb:
+        out = run(daemon, sb.id, cmd="true", user="nosuch")
+        assert out["exit_code"] == 127
+        assert out["stderr"] == "sbx: user nosuch: no user \"nosuch\" in the sandbox's /etc/passwd\n"
+        for bad in ("a:b", "Root", "x" * 40, "-u", "1.5", "4294967295", ""):
+            status, body = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/exec", body={"cmd": "true", "user": bad})
+            if bad == "":
+                assert status == 200 and body["exit_code"] == 0  # empty: root, as if not given
+                continue
+            assert status == 400 and body["error"]["code"] == "invalid_request", (bad, body)
+            assert "invalid user" in body["error"]["message"]
+        status, body = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/exec", body={"cmd": "true", "user": 7})
+        assert status == 400
+        # A uid the sandbox's user namespace does not map cannot be taken on: said, and
+        # the sandbox goes on.
+        out = run(daemon, sb.id, cmd="id", user="70000")
+        assert out["exit_code"] == 127 and "cannot become user 70000" in out["stderr"], out
+        assert run(daemon, sb.id, cmd="id -u")["stdout"] == "0\n"
+
+
+def test_processes_cli_and_sdk(daemon, client):
+    env = dict(os.environ, SBX_URL=daemon.url, SBX_API_KEY=daemon.key)
+    with client.create(image="default") as sb:
+        p = sb.processes.start("id -un; pwd", user="user")
+        assert p.data["user"] == "user"
+        assert p.data["cwd"] == ""  # the user's home, chosen inside
+        p.wait(timeout=30)
+        text = "".join(ev.get("data", "") for ev in p.output() if ev.get("type") == "stdout")
+        assert text == "user\n/home/user\n"
+        assert [x.data["user"] for x in sb.processes.list() if x.pid == p.pid] == ["user"]
+        root = sb.processes.start("sleep 300")
+        assert root.data["user"] == "root"
+        # A user's process cannot signal root's.
+        out = sb.exec(f"kill {root.pid}", user="user")
+        assert out.exit_code != 0 and "not permitted" in out.stderr
+        root.kill()
+        # The SDK's exec.
+        assert sb.exec("id -u", user="user").stdout == "1000\n"
+        assert sb.exec("id -u", user="user", binary=True).stdout == b"1000\n"
+        # The CLI: exec -u, exec -i -u (a background process), spawn -u.
+        r = subprocess.run([SBX, "exec", "-u", "user", sb.id, "--", "id", "-un"], env=env, capture_output=True,
+                           text=True, timeout=60)
+        assert (r.returncode, r.stdout) == (0, "user\n"), r.stderr
+        r = subprocess.run([SBX, "exec", "-i", "--user", "user", sb.id, "--", "sh", "-c", "cat; id -u"],
+                           input="in\n", env=env, capture_output=True, text=True, timeout=60)
+        assert (r.returncode, r.stdout) == (0, "in\n1000\n"), r.stderr
+        r = subprocess.run([SBX, "spawn", "-u", "user", sb.id, "--", "sleep 30"], env=env, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        pid = int(r.stdout)
+        assert sb.exec(f"stat -c %U /proc/{pid}").stdout == "user\n"

@@ -1,0 +1,64 @@
+"""A command run as another user of the sandbox (`"user"` on exec and processes) holds that
+user's ids and nothing more: no capability, no way back to root, no reach into root's
+processes, and on the host it is the sandbox's mapped uid, never root."""
+import os
+import time
+
+
+def test_a_user_command_has_no_capabilities_and_no_way_back(daemon, client):
+    with client.create(image="default") as sb:
+        probe = r"""
+import os
+st = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+print(*(st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapAmb", "NoNewPrivs")))
+for f in (lambda: os.setuid(0), lambda: os.setgid(0), lambda: os.setgroups([0]), lambda: os.chown("/tmp", 0, 0)):
+    try:
+        f()
+        print("gained")
+    except PermissionError:
+        print("refused")
+"""
+        r = sb.exec(["python3", "-c", probe], user="user")
+        assert r.exit_code == 0, r.stderr
+        assert r.stdout.splitlines() == ["0000000000000000 0000000000000000 0000000000000000 0000000000000000 1",
+                                         "refused", "refused", "refused", "refused"], r.stdout
+        # A setuid-root program gives nothing back under no_new_privs (the default).
+        r = sb.exec("su -c id root </dev/null", user="user")
+        assert r.exit_code != 0 and "uid=0" not in r.stdout
+
+
+def test_a_user_cannot_reach_roots_processes(daemon, client):
+    with client.create(image="default") as sb:
+        root = sb.processes.start(["sleep", "300"], env={"ROOTS_SECRET": "s3cret"})
+        r = sb.exec(f"cat /proc/{root.pid}/environ; ls /proc/{root.pid}/fd; kill -9 {root.pid}", user="user")
+        assert "s3cret" not in r.stdout
+        assert r.stderr.count("ermission denied") >= 2 and "not permitted" in r.stderr, r.stderr
+        assert sb.processes.get(root.pid).info()["state"] == "running"
+        root.kill()
+
+
+def test_a_user_process_is_the_mapped_uid_on_the_host(daemon, client):
+    with client.create(image="default") as sb:
+        p = sb.processes.start(["sleep", "31337"], user="user")
+        try:
+            deadline = time.time() + 10
+            uids = []
+            while time.time() < deadline and not uids:
+                for pid in os.listdir("/proc"):
+                    if not pid.isdigit():
+                        continue
+                    try:
+                        with open(f"/proc/{pid}/cmdline", "rb") as f:
+                            if f.read() != b"sleep\x0031337\x00":
+                                continue
+                        with open(f"/proc/{pid}/status") as f:
+                            uids = [l.split()[1:] for l in f if l.startswith(("Uid:", "Gid:"))]
+                    except OSError:
+                        continue
+                time.sleep(0.05)
+            assert uids, "the sandbox's process was not found on the host"
+            # The sandbox's user namespace maps its uid 0 to the daemon's uid base.
+            want = str(daemon.uid_base + 1000)
+            assert uids == [[want] * 4, [want] * 4], uids
+        finally:
+            p.kill()
