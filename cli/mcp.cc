@@ -6,7 +6,11 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <poll.h>
+
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <iostream>
@@ -46,21 +50,26 @@ json RpcResult(const json& id, json result) { return {{"jsonrpc", "2.0"}, {"id",
 
 bool IsRequest(const json& m) { return m.is_object() && m.contains("method") && m.contains("id"); }
 
+// A string member of `j`, or "" when it is missing or not a string (value() would throw).
+std::string StrOf(const json& j, const char* k) {
+  return j.is_object() && j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : "";
+}
+
 // One JSON-RPC message: the response to a request, nullopt for a notification or a
-// response (this server sends no requests, so it expects none back).
+// response (this server sends no requests, so it expects none back, and answers none).
 std::optional<json> Handle(const Globals& g, const json& m) {
-  if (!m.is_object() || m.value("jsonrpc", "") != "2.0" ||
-      (m.contains("method") && !m["method"].is_string()) ||
+  if (m.is_object() && !m.contains("method") && (m.contains("result") || m.contains("error"))) return std::nullopt;
+  if (!m.is_object() || StrOf(m, "jsonrpc") != "2.0" || (m.contains("method") && !m["method"].is_string()) ||
       (m.contains("id") && !m["id"].is_string() && !m["id"].is_number_integer()))
     return RpcError(m.is_object() && m.contains("id") ? m["id"] : json(), -32600, "not a JSON-RPC 2.0 message");
-  if (!m.contains("method")) return std::nullopt;  // a response
-  if (!m.contains("id")) return std::nullopt;      // notifications/initialized, cancelled...
+  if (!m.contains("method")) return RpcError(m.contains("id") ? m["id"] : json(), -32600, "no method");
+  if (!m.contains("id")) return std::nullopt;  // notifications/initialized, cancelled...
   const json& id = m["id"];
   std::string method = m["method"];
-  json params = m.value("params", json::object());
+  json params = m.contains("params") ? m["params"] : json::object();
   if (!params.is_object()) return RpcError(id, -32602, "params must be an object");
   if (method == "initialize") {
-    std::string asked = params.value("protocolVersion", "");
+    std::string asked = StrOf(params, "protocolVersion");
     return RpcResult(id, {{"protocolVersion", KnownVersion(asked) ? asked : kVersions[0]},
                           {"capabilities", {{"tools", {{"listChanged", false}}}}},
                           {"serverInfo", {{"name", "sbx"}, {"title", "sbx sandboxes"}, {"version", SBX_VERSION}}},
@@ -73,11 +82,22 @@ std::optional<json> Handle(const Globals& g, const json& m) {
   if (method == "tools/list") return RpcResult(id, {{"tools", mcp::ToolList()}});
   if (method == "tools/call") {
     if (!params.contains("name") || !params["name"].is_string()) return RpcError(id, -32602, "name is required");
-    json args = params.value("arguments", json::object());
+    json args = params.contains("arguments") ? params["arguments"] : json::object();
     if (auto r = mcp::CallTool(g, params["name"], args)) return RpcResult(id, std::move(*r));
     return RpcError(id, -32602, "unknown tool " + params["name"].get<std::string>());
   }
   return RpcError(id, -32601, "method not found: " + method);
+}
+
+// Handle, with whatever escapes it (it should be nothing) as an internal error: a message
+// never ends the server.
+std::optional<json> SafeHandle(const Globals& g, const json& m) {
+  try {
+    return Handle(g, m);
+  } catch (const std::exception& e) {
+    json id = m.is_object() && m.contains("id") && (m["id"].is_string() || m["id"].is_number_integer()) ? m["id"] : json();
+    return RpcError(id, -32603, std::string("internal error: ") + e.what());
+  }
 }
 
 // ---- stdio ----
@@ -102,15 +122,17 @@ int ServeStdio(const Globals& g) {
       continue;
     }
     if (!IsRequest(m)) {
-      if (auto r = Handle(g, m)) write(*r);
+      if (auto r = SafeHandle(g, m)) write(*r);
       continue;
     }
     {
-      std::lock_guard<std::mutex> lock(mu);
+      // At most 64 calls at once; the next line waits for one of them to end.
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return running < 64; });
       ++running;
     }
     std::thread([&, m = std::move(m)] {
-      if (auto r = Handle(g, m)) write(*r);
+      if (auto r = SafeHandle(g, m)) write(*r);
       std::lock_guard<std::mutex> lock(mu);
       --running;
       cv.notify_all();
@@ -123,6 +145,48 @@ int ServeStdio(const Globals& g) {
 }
 
 // ---- streamable HTTP ----
+
+// A socket whose reads and writes wait at most until `deadline` (Asio's blocking calls
+// ignore SO_RCVTIMEO: they poll without a timeout once the socket says EAGAIN).
+struct TimedSocket {
+  asio::ip::tcp::socket& s;
+  std::chrono::steady_clock::time_point deadline;
+
+  using executor_type = asio::ip::tcp::socket::executor_type;
+  executor_type get_executor() { return s.get_executor(); }
+  bool Wait(short events, beast::error_code& ec) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    struct pollfd p = {s.native_handle(), events, 0};
+    int n;
+    do {
+      n = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) ec = asio::error::timed_out;
+    return n > 0;
+  }
+  template <typename Buffers>
+  size_t read_some(const Buffers& b, beast::error_code& ec) {
+    return Wait(POLLIN, ec) ? s.read_some(b, ec) : 0;
+  }
+  template <typename Buffers>
+  size_t read_some(const Buffers& b) {
+    beast::error_code ec;
+    size_t n = read_some(b, ec);
+    if (ec) throw beast::system_error(ec);
+    return n;
+  }
+  template <typename Buffers>
+  size_t write_some(const Buffers& b, beast::error_code& ec) {
+    return Wait(POLLOUT, ec) ? s.write_some(b, ec) : 0;
+  }
+  template <typename Buffers>
+  size_t write_some(const Buffers& b) {
+    beast::error_code ec;
+    size_t n = write_some(b, ec);
+    if (ec) throw beast::system_error(ec);
+    return n;
+  }
+};
 
 struct HttpServer {
   const Globals* g;
@@ -163,10 +227,13 @@ struct HttpServer {
     // A page in a browser must not drive the sandboxes (DNS rebinding): only local origins.
     std::string origin(req[http::field::origin]);
     if (!origin.empty() && !LocalOrigin(origin)) return fail(http::status::forbidden, -32000, "origin not allowed: " + origin);
-    if (!token.empty() && !SameSecret(std::string(req[http::field::authorization]), "Bearer " + token))
+    if (!SameSecret(std::string(req[http::field::authorization]), "Bearer " + token)) {
+      res.set(http::field::www_authenticate, "Bearer");
       return fail(http::status::unauthorized, -32000, "a valid bearer token is required");
+    }
     std::string session(req["mcp-session-id"]);
     if (req.method() == http::verb::delete_) {
+      if (session.empty()) return fail(http::status::bad_request, -32000, "the Mcp-Session-Id header is required");
       std::lock_guard<std::mutex> lock(mu);
       if (!sessions.erase(session)) return fail(http::status::not_found, -32001, "no such session");
       res.result(http::status::no_content);
@@ -191,11 +258,12 @@ struct HttpServer {
     json messages = body.is_array() ? body : json::array({body});
     if (messages.empty()) return fail(http::status::bad_request, -32600, "an empty batch");
     bool init = false;
-    for (const auto& m : messages) init = init || (m.is_object() && m.value("method", "") == "initialize");
+    for (const auto& m : messages) init = init || StrOf(m, "method") == "initialize";
     if (init) {
       if (messages.size() != 1) return fail(http::status::bad_request, -32600, "initialize must be sent alone");
       session = RandomHex(16);
       std::lock_guard<std::mutex> lock(mu);
+      if (sessions.size() >= 4096) return fail(http::status::service_unavailable, -32000, "too many sessions");
       sessions.insert(session);
       res.set("Mcp-Session-Id", session);
     } else {
@@ -205,7 +273,7 @@ struct HttpServer {
     }
     json out = json::array();
     for (const auto& m : messages)
-      if (auto r = Handle(*g, m)) out.push_back(std::move(*r));
+      if (auto r = SafeHandle(*g, m)) out.push_back(std::move(*r));
     if (out.empty()) {
       res.result(http::status::accepted);
       res.prepare_payload();
@@ -218,25 +286,35 @@ struct HttpServer {
   }
 
   void Serve(asio::ip::tcp::socket sock) {
-    // An idle client is dropped after 5 minutes, so that no thread waits forever.
-    struct timeval tv = {300, 0};
-    ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    // A request (from the end of the one before) must come whole within 5 minutes, and
+    // its answer be taken within as long, so that no client holds a thread for ever.
+    TimedSocket timed{sock, {}};
     beast::flat_buffer buf;
     beast::error_code ec;
     while (true) {
       http::request_parser<http::string_body> p;
       p.body_limit(16 << 20);
-      http::read(sock, buf, p, ec);
+      timed.deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+      http::read(timed, buf, p, ec);
       if (ec) break;
-      auto res = Answer(p.get());
-      http::write(sock, res, ec);
+      http::response<http::string_body> res;
+      try {
+        res = Answer(p.get());
+      } catch (const std::exception& e) {
+        res = {http::status::internal_server_error, p.get().version()};
+        res.set(http::field::content_type, "application/json");
+        res.body() = RpcError(nullptr, -32603, std::string("internal error: ") + e.what()).dump();
+        res.prepare_payload();
+      }
+      timed.deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+      http::write(timed, res, ec);
       if (ec || !res.keep_alive()) break;
     }
     sock.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
   }
 };
 
-int ServeHttp(const Globals& g, const std::string& listen, const std::string& token) {
+int ServeHttp(const Globals& g, const std::string& listen, std::string token) {
   size_t colon = listen.rfind(':');
   if (colon == std::string::npos) return Usage("--http takes HOST:PORT (127.0.0.1:8931)");
   std::string host = listen.substr(0, colon);
@@ -263,6 +341,13 @@ int ServeHttp(const Globals& g, const std::string& listen, const std::string& to
   if (ec) return Fail("cannot listen on " + listen + ": " + ec.message());
   auto bound = acc.local_endpoint();
   std::fprintf(stderr, "sbx mcp: streamable HTTP on http://%s:%u/mcp\n", listen.substr(0, colon).c_str(), bound.port());
+  // Every client needs the token: whoever reaches the port acts with sbx's admin key
+  // (another user of this host, say). Without one given, one is made and shown once.
+  if (token.empty()) {
+    token = RandomHex(16);
+    std::fprintf(stderr, "sbx mcp: clients send \"Authorization: Bearer %s\" (set SBX_MCP_TOKEN or --token-file "
+                         "to choose it)\n", token.c_str());
+  }
   std::fflush(stderr);
   auto server = std::make_shared<HttpServer>();
   server->g = &g;
@@ -289,7 +374,8 @@ struct McpCommand {
     cmd->add_option("--http", http_listen,
                     "serve streamable HTTP on HOST:PORT (endpoint /mcp) instead of stdio; port 0 picks one");
     cmd->add_option("--token-file", token_file,
-                    "with --http: clients must send this file's token as a bearer token (also SBX_MCP_TOKEN)");
+                    "with --http: the token clients must send as a bearer token (also SBX_MCP_TOKEN; "
+                    "without either, one is made and printed on stderr)");
     cmd->footer(
         "Example: claude mcp add sbx -- sbx mcp\n"
         "         sbx mcp --http 127.0.0.1:8931");

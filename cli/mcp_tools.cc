@@ -163,7 +163,14 @@ json CreateSandbox(Api& api, const json& args) {
 std::string SessionSandbox(Api& api, const std::string& session, const json& args) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     int status = 0;
-    json s = api.Call("GET", Path("sandboxes", session), nullptr, &status);
+    // By name only: sbxd also takes a unique id prefix, and a session called "ab" must not
+    // land in a sandbox whose id starts so.
+    json s = api.Call("GET", "/v1/sandboxes?name=" + PercentEncode(session), nullptr, &status);
+    if (status == 200) {
+      json list = s.is_object() ? s.value("sandboxes", json::array()) : json::array();
+      s = list.empty() ? json() : list[0];
+      status = list.empty() ? 404 : 200;
+    }
     if (status == 200) {
       if (s.value("state", "") == "stopped") api.Call("POST", Path("sandboxes", session) + "/start");
       return s.value("id", session);
@@ -199,7 +206,7 @@ json RunCommand(Api& api, const json& args) {
   json answer;
   try {
     answer = Exec(api, id, body);
-  } catch (const ToolError&) {
+  } catch (...) {
     int ignored = 0;
     api.Call("DELETE", Path("sandboxes", id), nullptr, &ignored);
     throw;
@@ -217,18 +224,21 @@ json RunOnDisk(Api& api, const json& args) {
   if (std::string image = Str(args, "image"); !image.empty()) body["image"] = image;
   if (std::string from = Str(args, "from"); !from.empty()) body["from"] = from;
   int status = 0;
-  json a = api.Call("POST", Path("disks", disk) + "/exec", body, &status);
-  if (status == 404 && Bool(args, "create", true)) {
-    // A missing disk is made (with this name) when it is the disk that is missing.
-    int disk_status = 0;
-    json d = api.Call("GET", Path("disks", disk), nullptr, &disk_status);
-    if (disk_status == 404) {
-      json made = {{"name", disk}};
-      if (auto mb = Int(args, "size_mb")) made["size_mb"] = *mb;
-      api.Call("POST", "/v1/disks", made);
-      a = api.Call("POST", Path("disks", disk) + "/exec", body, &status);
-    }
+  // A disk is found by id or name only (not by an id prefix, as sbxd would): a name that
+  // is neither is made, unless `create` is false.
+  json disks = api.Call("GET", "/v1/disks");
+  bool exists = false;
+  for (const auto& d : disks.is_object() ? disks.value("disks", json::array()) : disks)
+    exists = exists || (d.is_object() && (d.value("id", "") == disk || (d.contains("name") && d["name"] == disk)));
+  if (!exists) {
+    if (!Bool(args, "create", true)) throw ToolError{"disk " + disk + " not found (not_found)"};
+    json made = {{"name", disk}};
+    if (auto mb = Int(args, "size_mb")) made["size_mb"] = *mb;
+    json answer = api.Call("POST", "/v1/disks", made, &status);
+    // 409: another call made it first.
+    if (status >= 300 && status != 409) throw ToolError{Api::Message(status, answer, answer.dump())};
   }
+  json a = api.Call("POST", Path("disks", disk) + "/exec", body, &status);
   if (status >= 300 && !(status == 504 && a.contains("exit_code"))) throw ToolError{Api::Message(status, a, a.dump())};
   json r = ExecResult(a, "", api.ElapsedMs());
   r["disk"] = disk;

@@ -52,7 +52,8 @@ if ! $SBX health >/dev/null 2>&1; then
   # shellcheck disable=SC2086 # the command is words
   nohup $SBXD_CMD >>/var/log/sbxd.log 2>&1 &
   echo $! > /run/sbx/sbxd.pid
-  for _ in $(seq 100); do $SBX health >/dev/null 2>&1 && break; sleep 0.1; done
+  # Up to a minute: the first sbxd after a boot tests CRIU (20 s where a dump hangs).
+  for _ in $(seq 600); do $SBX health >/dev/null 2>&1 && break; sleep 0.1; done
   $SBX health
 fi
 if ! $SBX image ls | grep -q '^default '; then

@@ -87,7 +87,8 @@ class Daemon:
              *([] if any(a.startswith("--default-network") for a in self.extra_args) else ["--default-network", "none"]),
              *self.extra_args],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        deadline = time.time() + 20
+        # Up to a minute: the first sbxd after a boot tests CRIU (20 s where a dump hangs).
+        deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"sbxd exited with {self.proc.returncode}: {self.log()}")

@@ -50,7 +50,7 @@ std::string Resolve(const std::string& name, const std::vector<std::string>& env
 
 // What ForkAs's child reports when it fails before its exec: which step, and errno.
 struct ChildFailure {
-  char step;  // 'c': chdir, 'e': exec, 'u': the user's ids
+  char step;  // 'c': chdir, 'e': exec, 'u': the user's ids, 's': its stdio
   int err;
 };
 
@@ -58,8 +58,9 @@ struct ChildFailure {
 // (a new session, default signals, stdio), then the user's groups, gid and uid (which
 // drops every capability), its working directory and the exec. A failure before the exec
 // comes back through a close-on-exec pipe. Returns the pid, or -1 with *failure set.
+// `cwd_is_default`: the home was chosen, not asked for; if the user cannot enter it, /.
 pid_t ForkAs(const Identity& id, const char* path, char* const* argv, char* const* envp, const char* cwd,
-             const std::string& slave, int in, int out, int err, ChildFailure* failure) {
+             bool cwd_is_default, const std::string& slave, int in, int out, int err, ChildFailure* failure) {
   int report[2];
   if (pipe2(report, O_CLOEXEC) != 0) {
     *failure = {'e', errno};
@@ -79,13 +80,14 @@ pid_t ForkAs(const Identity& id, const char* path, char* const* argv, char* cons
       int t = ::open(slave.c_str(), O_RDWR);  // after setsid: the session's controlling tty
       in = out = err = t;
     }
-    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(127);
-    if (!slave.empty() && in > 2) ::close(in);
     ChildFailure f = {'u', 0};
-    if (setgroups(id.groups.size(), id.groups.data()) != 0 || setresgid(id.gid, id.gid, id.gid) != 0 ||
-        setresuid(id.uid, id.uid, id.uid) != 0) {
+    if (in < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0 ||
+        (!slave.empty() && in > 2 && ::close(in) != 0)) {
+      f = {'s', errno};
+    } else if (setgroups(id.groups.size(), id.groups.data()) != 0 || setresgid(id.gid, id.gid, id.gid) != 0 ||
+               setresuid(id.uid, id.uid, id.uid) != 0) {
       f.err = errno;
-    } else if (cwd && chdir(cwd) != 0) {
+    } else if (cwd && chdir(cwd) != 0 && !(cwd_is_default && chdir("/") == 0)) {
       f = {'c', errno};
     } else {
       execve(path, argv, envp);
@@ -169,6 +171,7 @@ Result<Spawned> SpawnCommand(const ExecRequest& req) {
   std::optional<Identity> as;
   std::vector<std::string> env = req.env;
   std::string cwd_dir = req.cwd;
+  bool cwd_is_default = false;
   if (!req.user.empty()) {
     auto id = LookUpUser(req.user);
     if (!id.ok()) {
@@ -182,7 +185,10 @@ Result<Spawned> SpawnCommand(const ExecRequest& req) {
     if (!as->name.empty() && !HasVar(env, "LOGNAME")) env.push_back("LOGNAME=" + as->name);
     // The default working directory is the home, or / when there is none (as login does).
     struct stat home;
-    if (cwd_dir.empty()) cwd_dir = stat(as->home.c_str(), &home) == 0 && S_ISDIR(home.st_mode) ? as->home : "/";
+    if (cwd_dir.empty()) {
+      cwd_dir = stat(as->home.c_str(), &home) == 0 && S_ISDIR(home.st_mode) ? as->home : "/";
+      cwd_is_default = true;
+    }
   }
   // Everything the child needs is built here, before the spawn.
   std::string path = Resolve(req.argv[0], env);
@@ -229,14 +235,18 @@ Result<Spawned> SpawnCommand(const ExecRequest& req) {
   UniqueFd devnull(req.stdin_open || req.tty ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC));
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (as) {
+    // The terminal is the user's (as login makes it), so that what reopens it can.
+    if (!slave.empty() && (chown(slave.c_str(), as->uid, -1) != 0 || chmod(slave.c_str(), 0620) != 0))
+      return ErrnoError("give the terminal to user " + req.user);
     ChildFailure f = {};
     s.pid = path.empty() ? -1
-                         : ForkAs(*as, path.c_str(), argv.data(), envp.data(), cwd, slave,
+                         : ForkAs(*as, path.c_str(), argv.data(), envp.data(), cwd, cwd_is_default, slave,
                                   req.stdin_open ? in_r.get() : devnull.get(), out_w.get(), err_w.get(), &f);
     if (path.empty()) f = {'e', ENOENT};
     if (s.pid < 0) {
       s.failure = f.step == 'c'   ? std::string("sbx: chdir to ") + cwd + ": " + strerror(f.err) + "\n"
                   : f.step == 'u' ? "sbx: cannot become user " + req.user + ": " + strerror(f.err) + "\n"
+                  : f.step == 's' ? std::string("sbx: cannot set up the command's stdio: ") + strerror(f.err) + "\n"
                                   : std::string("sbx: exec ") + req.argv[0] + ": " + strerror(f.err) + "\n";
     }
   } else {

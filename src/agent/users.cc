@@ -1,6 +1,7 @@
 #include "agent/users.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,8 +42,14 @@ void EachLine(std::string_view text, size_t min, Fn fn) {
 
 std::string ReadSmallFile(const char* path) {
   std::string out;
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  // A regular file only: a fifo put there would block, a device never end.
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return out;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return out;
+  }
   char buf[8192];
   while (out.size() < (8u << 20)) {
     ssize_t n = ::read(fd, buf, sizeof buf);

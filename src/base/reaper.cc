@@ -145,19 +145,24 @@ Result<Reaper::RunResult> Reaper::Run(const std::vector<std::string>& argv, cons
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     if (timeout_ms > 0) {
-      // Its output until the deadline; then it is killed, and what it left is read for a
-      // second more (something it started may hold the pipe open).
+      // Its output until the deadline; then it is killed (unless it already ended and was
+      // reaped: its pid may be another's by now), and what it left is read for a second
+      // more (something it started may hold the pipe open).
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      struct pollfd p = {rd.get(), POLLIN, 0};
-      int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready == 0) {
+      if (left.count() <= 0) {
         if (res.timed_out) break;
         res.timed_out = true;
-        ::kill(pid, SIGKILL);
+        {
+          std::lock_guard<std::mutex> lock(g_mu);
+          if (g_wanted[pid] == -1) ::kill(pid, SIGKILL);
+        }
         deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
         continue;
       }
+      struct pollfd p = {rd.get(), POLLIN, 0};
+      int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) continue;
     }
     n = ::read(rd.get(), buf, sizeof buf);
     if (n == 0) break;

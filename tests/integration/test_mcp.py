@@ -155,15 +155,14 @@ def test_http_transport_sessions_and_token(daemon, client, http_server):
          {"name": "run_command", "arguments": {"command": "sleep 1; echo b", "sandbox": name}}],
         {"name": "delete_sandbox", "arguments": {"sandbox": name}},
     ]
-    t0 = time.monotonic()
     out = drive("http", url, calls, env_of(daemon), token=token)
-    took = time.monotonic() - t0
     assert out["server"]["name"] == "sbx" and out["session"]
     r = out["results"]
     assert structured(r[0])["name"] == name
     assert sorted(structured(x)["stdout"] for x in r[1]) == ["a\n", "b\n"]
+    # The two 1 s commands overlapped: one after the other they take 2 s or more.
+    assert out["timings"][1] < 1900, out["timings"]
     assert structured(r[2])["type"] == "sandbox.deleted"
-    assert took < 30, took
 
     def post(body, headers):
         req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers=dict(
@@ -202,6 +201,28 @@ def test_http_transport_sessions_and_token(daemon, client, http_server):
     assert name not in {s.name for s in client.list()}
 
 
+def test_http_makes_a_token_when_given_none(daemon):
+    p = subprocess.Popen([SBX, "mcp", "--http", "127.0.0.1:0"], env=env_of(daemon), stderr=subprocess.PIPE, text=True)
+    try:
+        url = re.search(r"(http://127\.0\.0\.1:\d+/mcp)", p.stderr.readline()).group(1)
+        token = re.search(r"Bearer ([0-9a-f]{32})", p.stderr.readline()).group(1)
+        init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                           "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                      "clientInfo": {"name": "t", "version": "1"}}}).encode()
+        h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, data=init, headers=h), timeout=30)
+            raise AssertionError("no token was needed")
+        except urllib.error.HTTPError as e:
+            assert e.code == 401 and e.headers["WWW-Authenticate"] == "Bearer"
+        req = urllib.request.Request(url, data=init, headers=dict(h, Authorization="Bearer " + token))
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.status == 200 and json.loads(resp.read())["result"]["serverInfo"]["name"] == "sbx"
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_http_refuses_an_open_address_without_a_token(daemon):
     p = subprocess.run([SBX, "mcp", "--http", "0.0.0.0:0"], env=env_of(daemon), capture_output=True, text=True,
                        timeout=30)
@@ -218,6 +239,15 @@ def test_stdio_bad_lines_and_sbxd_down(tmp_path):
                     "params": {"protocolVersion": "2099-01-01", "capabilities": {}, "clientInfo": {"name": "t"}}}),
         json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                     "params": {"name": "run_command", "arguments": {"command": "true", "image": "busybox"}}}),
+        # Malformed members of every kind: an error each, never the end of the server.
+        json.dumps({"jsonrpc": 2, "id": 3, "method": "ping"}),
+        json.dumps({"jsonrpc": "2.0", "id": 4, "method": "initialize", "params": {"protocolVersion": 1}}),
+        json.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": 7}}),
+        json.dumps({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                    "params": {"name": "run_command", "arguments": {"command": 5}}}),
+        json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -1, "message": "a response"}}),
+        json.dumps([1, 2]),
+        json.dumps({"jsonrpc": "2.0", "id": 7, "method": "ping"}),
     ]
     p = subprocess.run([SBX, "mcp"], input="\n".join(lines) + "\n", env=env, capture_output=True, text=True,
                        timeout=60)
@@ -228,3 +258,9 @@ def test_stdio_bad_lines_and_sbxd_down(tmp_path):
     assert by_id[1]["result"]["protocolVersion"] == "2025-11-25"  # not the client's: it gets the newest
     assert by_id[2]["result"]["isError"] is True
     assert "cannot be reached" in by_id[2]["result"]["content"][0]["text"]
+    assert by_id[3]["error"]["code"] == -32600
+    assert by_id[4]["result"]["protocolVersion"] == "2025-11-25"
+    assert by_id[5]["error"]["code"] == -32602
+    assert by_id[6]["result"]["isError"] is True
+    assert by_id[7]["result"] == {}
+    assert len(out) == 9  # the response got no answer; the batch [1, 2] one error

@@ -33,7 +33,13 @@ const call = async (c) => {
   }
 };
 // An entry that is a list runs its calls at the same time (its results come as a list).
-for (const c of calls) out.results.push(Array.isArray(c) ? await Promise.all(c.map(call)) : await call(c));
+// `timings` has the milliseconds each entry took.
+out.timings = [];
+for (const c of calls) {
+  const t0 = performance.now();
+  out.results.push(Array.isArray(c) ? await Promise.all(c.map(call)) : await call(c));
+  out.timings.push(performance.now() - t0);
+}
 if (mode === 'http') await transport.terminateSession();
 await client.close();
 process.stdout.write(JSON.stringify(out) + '\n');

@@ -23,10 +23,17 @@ Status Probe(const std::string& criu, int64_t timeout_ms) {
   if (!::mkdtemp(dir)) return ErrnoError("mkdtemp");
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  // As plain a process as can be: its own session, default signals, nothing but stdio.
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   for (int fd = 0; fd < 3; ++fd) posix_spawn_file_actions_addopen(&fa, fd, "/dev/null", O_RDWR, 0);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   char sleep_path[] = "/bin/sleep", arg0[] = "sleep", arg1[] = "120";
   char* argv[] = {arg0, arg1, nullptr};
   char* envp[] = {nullptr};
@@ -47,7 +54,7 @@ Status Probe(const std::string& criu, int64_t timeout_ms) {
   std::string log;
   if (auto text = fs::ReadFile(std::string(dir) + "/dump.log", 1 << 16); text.ok()) log = *text;
   (void)fs::RemoveTree(dir);
-  if (!r.ok()) return r.error();
+  if (!r.ok()) return r.error();  // (not CRIU's verdict: not kept)
   if (r->timed_out)
     return MakeError(Code::kUnavailable, "a checkpoint of a test process did not end within " +
                                              std::to_string(timeout_ms / 1000) + " s");
@@ -79,8 +86,15 @@ Status CriuCanCheckpoint(const std::string& criu, int64_t timeout_ms) {
   // A slow machine gets a second chance before the verdict is kept for the boot.
   if (!st_probe.ok() && st_probe.error().message.find("did not end") != std::string::npos)
     st_probe = Probe(criu, timeout_ms);
-  if (fs::MkdirAll("/run/sbx", 0755).ok())
-    (void)fs::WriteFileAtomic(cache, st_probe.ok() ? "ok\n" : st_probe.error().message + "\n");
+  // Only CRIU's own verdicts are kept (kUnavailable: it failed or hung), not a failure to
+  // set the test up. Written under a name of its own, then renamed: daemons starting at
+  // once each write a whole file.
+  if ((st_probe.ok() || st_probe.error().code == Code::kUnavailable) && fs::MkdirAll("/run/sbx", 0755).ok()) {
+    std::string tmp = cache + ".tmp-" + RandomHex(6);
+    if (fs::WriteFile(tmp, st_probe.ok() ? "ok\n" : st_probe.error().message + "\n").ok() &&
+        ::rename(tmp.c_str(), cache.c_str()) != 0)
+      ::unlink(tmp.c_str());
+  }
   return st_probe;
 }
 

@@ -11,9 +11,9 @@
 namespace sbx::runtime {
 
 // Dumps a `sleep` started for the purpose (in a session of its own) into a temporary
-// folder, within `timeout_ms`. The verdict is kept for the boot under /run/sbx, keyed by
+// folder, within `timeout_ms` (twice, if the first try timed out). The verdict is kept for the boot under /run/sbx, keyed by
 // the binary (path, size, mtime) and the kernel (release and version), so only the first
 // sbxd to start after a boot (or a new build) pays for it.
-Status CriuCanCheckpoint(const std::string& criu, int64_t timeout_ms = 5000);
+Status CriuCanCheckpoint(const std::string& criu, int64_t timeout_ms = 10000);
 
 }  // namespace sbx::runtime
