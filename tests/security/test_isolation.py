@@ -2,12 +2,15 @@
 import errno
 import json
 import os
+import signal
+import subprocess
 import time
 import tempfile
 
 import pytest
 
 import sbx
+from conftest import PROBE
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["no_new_privs", "new_privs"])
@@ -85,7 +88,11 @@ def test_dangerous_calls_are_refused(report, field):
 def test_other_abis_kill_the_caller(report):
     # x32 and i386 (int 0x80) entry points are outside the filter: the process dies by SIGSYS.
     assert report["x32_signal"] == 31, report["x32_signal"]
-    assert report["int80_signal"] == 31, report["int80_signal"]
+    # A kernel without the i386 entry (seen under a PVM hypervisor) kills an int 0x80 with
+    # SIGSEGV before any filter sees it: the same on the host, where nothing filters.
+    host = int(subprocess.run([PROBE, "int80"], capture_output=True, text=True, check=True).stdout)
+    assert report["int80_signal"] == (31 if host == 0 else host), (report["int80_signal"], host)
+    assert host in (0, signal.SIGSEGV), host
 
 
 def test_clone3_looks_absent(report):
