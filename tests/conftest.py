@@ -89,16 +89,34 @@ class Daemon:
             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         # Up to a minute: the first sbxd after a boot tests CRIU (20 s where a dump hangs).
         deadline = time.time() + 60
+        last = None
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"sbxd exited with {self.proc.returncode}: {self.log()}")
             try:
-                if self.raw("GET", "/v1/health", auth=False)[0] == 200:
+                if self.raw("GET", "/v1/health", auth=False, timeout=10)[0] == 200:
                     return
-            except OSError:
-                pass
+            except OSError as e:
+                last = e
             time.sleep(0.05)
-        raise RuntimeError("sbxd did not answer: " + self.log())
+        raise RuntimeError(f"sbxd did not answer (last: {last!r}); {self.why_silent()}; log: {self.log()}")
+
+    def why_silent(self) -> str:
+        """What a daemon that does not answer is doing: its threads' kernel waits, and any
+        firewall rule naming its port (a packet dropped before it is a connect timeout)."""
+        out = []
+        pid = self.proc.pid if self.proc else None
+        try:
+            for t in sorted(os.listdir(f"/proc/{pid}/task")):
+                with open(f"/proc/{pid}/task/{t}/comm") as f, open(f"/proc/{pid}/task/{t}/wchan") as w:
+                    out.append(f"{t}:{f.read().strip()}@{w.read().strip() or '-'}")
+        except OSError:
+            pass
+        nft = shutil.which("nft", path="/usr/sbin:/sbin:/usr/bin")
+        if nft:
+            rules = subprocess.run([nft, "list", "ruleset"], capture_output=True, text=True).stdout
+            out += [f"nft: {l.strip()}" for l in rules.splitlines() if str(self.port) in l]
+        return "threads " + " ".join(out)
 
     def log(self) -> str:
         with open(self.log_path, errors="replace") as f:

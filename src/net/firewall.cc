@@ -170,7 +170,10 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     << "add rule " << t << " input iifname @links udp dport " << port << " accept\n"
     << "add rule " << t << " input iifname @links goto refuse\n"
     << "add rule " << t << " input iifname " << Quoted(o_.link_prefix + "*") << " goto refuse\n"
-    << "add rule " << t << " input meta l4proto { tcp, udp } th dport " << port << " drop\n"
+    // The resolver's UDP port is sbxd's alone (bound without SO_REUSEADDR), so from
+    // anywhere else it is closed. The same number over TCP is not sbxd's: a host
+    // program listening there (another sbxd's API, say) must be reachable.
+    << "add rule " << t << " input udp dport " << port << " drop\n"
     // Nothing from the host itself enters a sandbox but answers (the resolver's).
     << "add chain " << t << " output { type filter hook output priority filter; policy accept; }\n"
     << "add rule " << t << " output oifname @links ct state established,related accept\n"

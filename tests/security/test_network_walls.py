@@ -85,6 +85,36 @@ def test_host_services_metadata_and_private_ranges_are_closed(c, net_daemon, net
         loop.close()
 
 
+def test_the_resolver_port_is_closed_to_the_host_over_udp_only(net_daemon):
+    """The resolver's UDP port answers sandboxes only; the same number over TCP is not
+    sbxd's, and a host program listening there (another daemon's API, say) is reached."""
+    with open(f"{net_daemon.data}/network/resolver-port") as f:
+        port = int(f.read())
+    query = bytes.fromhex("abcd01000001000000000000") + b"\x07example\x03com\x00" + bytes.fromhex("00010001")
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.settimeout(1)
+    try:
+        u.sendto(query, ("127.0.0.1", port))
+        with pytest.raises(socket.timeout):
+            u.recvfrom(512)
+    finally:
+        u.close()
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port))
+    srv.listen(1)
+    srv.settimeout(5)
+    try:
+        cl = socket.create_connection(("127.0.0.1", port), timeout=5)
+        conn, _ = srv.accept()
+        cl.sendall(b"ping")
+        assert conn.recv(4) == b"ping"
+        conn.close()
+        cl.close()
+    finally:
+        srv.close()
+
+
 def test_sandboxes_cannot_reach_each_other(c):
     with c.create(image="default") as a, c.create(image="default", network={"allow": ["0.0.0.0/0"]}) as b:
         a.exec("nohup python3 -m http.server 8000 >/dev/null 2>&1 &")
