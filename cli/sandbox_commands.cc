@@ -46,7 +46,7 @@ void CreateCommand::Add(CLI::App& app) {
   create->add_option("--image", image, "image to start from (default: default)");
   create->add_option("--from", from, "named snapshot to start from");
   create->add_option("--ttl", ttl, "seconds until it stops by itself (default 3600)");
-  create->add_option("--ttl-action", ttl_action, "what the TTL does: stop (default) or pause");
+  create->add_option("--ttl-action", ttl_action, "what the TTL does: stop (default), pause or delete");
   create->add_option("--idle-timeout", idle, "pause it after this many idle seconds (0: never)");
   create->add_flag("--no-env", no_env, "inject none of the daemon's secrets");
   create->add_flag("--new-privs", new_privs,
@@ -140,7 +140,7 @@ void SandboxCommands::Add(CLI::App& app) {
   update = app.add_subcommand("update", "change a sandbox's TTL, idle timeout, auto-resume or public ports");
   update->add_option("id", up_id, "sandbox id, name or unique id prefix")->required();
   update->add_option("--ttl", up_ttl, "seconds from now until its TTL acts");
-  update->add_option("--ttl-action", up_ttl_action, "stop or pause");
+  update->add_option("--ttl-action", up_ttl_action, "stop, pause or delete");
   update->add_option("--idle-timeout", up_idle, "pause it after this many idle seconds (0: never)");
   update->add_option("--auto-resume", up_auto_resume, "true or false: a call on it while paused resumes it");
   update->add_option("--public", up_public, "true or false: its ports need no credentials");

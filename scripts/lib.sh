@@ -73,8 +73,19 @@ build_ts_sdk() {
 }
 
 # The third-party clients the integration tests drive (tests/node/package.json, pinned by
-# its lock file): the Model Context Protocol's TypeScript client.
+# its lock file): the Model Context Protocol's TypeScript client and E2B's SDK. E2B's
+# needs Node.js 20.18.1 or newer (Debian 12 has 18): when the machine's is older, the npm
+# registry's `node` package, cached in $SBX_CACHE_DIR/node, goes first on the PATH.
 install_test_clients() {
-  log "installing the test clients (tests/node)"
+  if ! node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a >= 22 || (a === 20 && b >= 18) ? 0 : 1)' 2>/dev/null; then
+    local dir="$SBX_CACHE_DIR/node"
+    if [ ! -x "$dir/node_modules/.bin/node" ]; then
+      log "installing Node.js 20 from the npm registry into $dir"
+      mkdir -p "$dir"
+      npm install --prefix "$dir" --no-audit --no-fund --loglevel=error node@20.19.5 >/dev/null
+    fi
+    export PATH="$dir/node_modules/.bin:$PATH"
+  fi
+  log "installing the test clients (tests/node, with Node.js $(node --version))"
   (cd "$ROOT/tests/node" && npm ci --no-audit --no-fund --loglevel=error)
 }

@@ -41,6 +41,12 @@ struct RouteInfo {
   bool large_body() const { return body == Body::kFile; }
 };
 
+// The E2B-compatible routes (e2b_routes.cc): their errors are E2B's shape, and they take
+// the key as X-API-KEY too.
+bool IsE2bRoute(std::string_view pattern);
+// An error as E2B's API answers it: {"code": HTTP status, "message"}.
+Response E2bError(const Error& e);
+
 // Every route the server answers; the OpenAPI document must list exactly these and
 // ProxyRoutes().
 const std::vector<RouteInfo>& Routes();
@@ -150,6 +156,16 @@ class Api {
   Handler ReadDiskFile(Request& req);
   Handler WriteDiskFile(Request& req);
   Handler DiskExec(Request& req);
+  // e2b_routes.cc: the E2B-compatible control plane
+  Handler E2bCreate(Request& req);
+  Handler E2bList(Request& req);
+  Handler E2bGet(Request& req);
+  Handler E2bKill(Request& req);
+  Handler E2bTimeout(Request& req);
+  Handler E2bPause(Request& req);
+  Handler E2bConnect(Request& req);
+  // A sandbox as E2B's create and connect answer it (with its access token).
+  nlohmann::json E2bSandboxJson(const core::SandboxView& v) const;
   // Who calls: the admin key, a sandbox's scoped token (for that sandbox), or nobody.
   struct Caller {
     enum Kind { kNone, kAdmin, kSandbox } kind = kNone;

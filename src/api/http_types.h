@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "api/http_request.h"
 
@@ -21,6 +22,7 @@ struct Response {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // more header fields (not streamed answers)
   // A streamed (chunked) response: called with a sink instead of sending `body`. It may
   // return a non-empty Response instead if it fails before writing anything.
   std::function<boost::asio::awaitable<std::optional<Response>>(ChunkSink)> stream;

@@ -70,6 +70,18 @@ const std::vector<RouteInfo>& Routes() {
       {"GET", "/v1/images",                                 Body::kNone, Access::kAdmin, &Api::ListImages},
       {"POST", "/v1/images/{name}",                         Body::kFile, Access::kAdmin, &Api::ImportImage},
       {"DELETE", "/v1/images/{name}",                       Body::kNone, Access::kAdmin, &Api::DeleteImage},
+      // E2B's API, as its SDKs call it (e2b_routes.cc).
+      {"POST", "/v2/sandboxes",                             Body::kJson, Access::kAdmin, &Api::E2bCreate},
+      {"POST", "/sandboxes",                                Body::kJson, Access::kAdmin, &Api::E2bCreate},
+      {"GET", "/v2/sandboxes",                              Body::kNone, Access::kAdmin, &Api::E2bList},
+      {"GET", "/sandboxes",                                 Body::kNone, Access::kAdmin, &Api::E2bList},
+      {"GET", "/sandboxes/{id}",                            Body::kNone, Access::kAdmin, &Api::E2bGet},
+      {"DELETE", "/sandboxes/{id}",                         Body::kNone, Access::kAdmin, &Api::E2bKill},
+      {"POST", "/sandboxes/{id}/timeout",                   Body::kJson, Access::kAdmin, &Api::E2bTimeout},
+      {"POST", "/sandboxes/{id}/pause",                     Body::kJson, Access::kAdmin, &Api::E2bPause},
+      {"POST", "/sandboxes/{id}/resume",                    Body::kJson, Access::kAdmin, &Api::E2bConnect},
+      {"POST", "/sandboxes/{id}/connect",                   Body::kJson, Access::kAdmin, &Api::E2bConnect},
+      {"POST", "/v2/sandboxes/{id}/connect",                Body::kJson, Access::kAdmin, &Api::E2bConnect},
   };
   return kRoutes;
 }
@@ -121,8 +133,10 @@ Api::Caller Api::Authorize(const Request& req) const {
   if (!req.via_sandbox.empty()) return {Caller::kSandbox, req.via_sandbox};
   std::string h = req.Header("authorization");
   const std::string prefix = "Bearer ";
-  if (h.size() <= prefix.size() || h.compare(0, prefix.size(), prefix) != 0) return {};
-  std::string presented = h.substr(prefix.size());
+  std::string presented;
+  if (h.size() > prefix.size() && h.compare(0, prefix.size(), prefix) == 0) presented = h.substr(prefix.size());
+  else if (h.empty()) presented = req.Header("x-api-key");  // E2B's SDKs send the key so
+  if (presented.empty()) return {};
   if (presented.rfind("sbt_", 0) == 0) {
     auto id = manager_->SandboxOfToken(presented);
     if (id) return {Caller::kSandbox, *id};
@@ -147,7 +161,8 @@ Status Api::ResolveRefs(Request& req, const Caller& caller) const {
     if (own.ok() && !own->rec.name.empty() && ref->second == own->rec.name) ref->second = caller.sandbox;
     return OkStatus();
   }
-  if (req.pattern.rfind("/v1/sandboxes/{id}", 0) == 0) id = manager_->ResolveSandbox(ref->second);
+  if (req.pattern.rfind("/v1/sandboxes/{id}", 0) == 0 || IsE2bRoute(req.pattern))
+    id = manager_->ResolveSandbox(ref->second);
   else if (req.pattern.rfind("/v1/disks/{id}", 0) == 0 && disks_ != nullptr) id = disks_->Resolve(ref->second);
   else return OkStatus();
   if (id.ok()) {
@@ -161,18 +176,20 @@ Status Api::ResolveRefs(Request& req, const Caller& caller) const {
 
 std::optional<Response> Api::Refusal(const RouteInfo& route, Request& req) const {
   if (route.access == Access::kPublic) return std::nullopt;
+  auto refuse = [&](const Error& e) { return IsE2bRoute(route.pattern) ? E2bError(e) : ErrorResponse(e); };
   Caller caller = Authorize(req);
   req.admin = caller.kind == Caller::kAdmin;
   if (caller.kind == Caller::kNone)
-    return ErrorResponse(Code::kUnauthenticated, "a valid API key is required (Authorization: Bearer KEY)");
+    return refuse(MakeError(Code::kUnauthenticated,
+                            "a valid API key is required (Authorization: Bearer KEY, or X-API-KEY: KEY)"));
   // An id, a name or a unique prefix of an id names a sandbox or a disk: the handlers
   // (and the check below) see its id.
-  if (Status st = ResolveRefs(req, caller); !st.ok()) return ErrorResponse(st.error());
+  if (Status st = ResolveRefs(req, caller); !st.ok()) return refuse(st.error());
   if (caller.kind == Caller::kSandbox) {
     // A sandbox's token reads that sandbox and nothing else: it creates, execs and
     // deletes nothing.
     bool own = route.access == Access::kOwnSandbox && req.params["id"] == caller.sandbox;
-    if (!own) return ErrorResponse(Code::kPermissionDenied, "a sandbox token may only read its own sandbox");
+    if (!own) return refuse(MakeError(Code::kPermissionDenied, "a sandbox token may only read its own sandbox"));
   }
   return std::nullopt;
 }
@@ -187,7 +204,10 @@ asio::awaitable<Response> Api::Handle(Request& req) {
   if (auto refused = Refusal(*route, req)) co_return std::move(*refused);
   for (const auto& [k, v] : req.params) {
     if (pat.rfind("/v1/secrets/", 0) == 0) continue;  // environment names; checked by the manager
-    if (!ValidName(v)) co_return Bad("invalid " + k + ": ids and names match [a-z0-9][a-z0-9._-]{0,62}");
+    if (!ValidName(v)) {
+      auto e = MakeError(Code::kInvalidArgument, "invalid " + k + ": ids and names match [a-z0-9][a-z0-9._-]{0,62}");
+      co_return IsE2bRoute(pat) ? E2bError(e) : ErrorResponse(e);
+    }
   }
   // Any API call on a sandbox is activity for its idle policy.
   // (Not a stats reading: `sbx stats` polls every sandbox each second.)
@@ -196,7 +216,8 @@ asio::awaitable<Response> Api::Handle(Request& req) {
     co_return co_await (this->*route->handler)(req);
   } catch (const std::exception& e) {
     SBX_LOG(kError) << "handler for " << req.method << " " << req.path << " threw: " << e.what();
-    co_return ErrorResponse(Code::kInternal, "internal error");
+    auto internal = MakeError(Code::kInternal, "internal error");
+    co_return IsE2bRoute(pat) ? E2bError(internal) : ErrorResponse(internal);
   }
 }
 

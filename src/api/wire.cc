@@ -91,6 +91,7 @@ asio::awaitable<bool> WriteResponse(Stream& stream, const Response& r, bool keep
   res.set(http::field::server, "sbxd/" SBX_VERSION);
   res.set(http::field::content_type, r.content_type);
   res.keep_alive(keep_alive);
+  for (const auto& [name, value] : r.headers) res.set(name, value);
   res.body() = r.body;
   res.prepare_payload();
   error_code ec;

@@ -58,8 +58,8 @@ Status SandboxManager::ValidateCreate(const CreateRequest& req) const {
   int64_t ttl = req.ttl_seconds.value_or(opts_.default_ttl_seconds);
   if (ttl < 1 || ttl > opts_.max_ttl_seconds)
     return MakeError(Code::kInvalidArgument, "ttl_seconds must be between 1 and " + std::to_string(opts_.max_ttl_seconds));
-  if (req.ttl_action != "stop" && req.ttl_action != "pause")
-    return MakeError(Code::kInvalidArgument, "ttl_action must be \"stop\" or \"pause\"");
+  if (req.ttl_action != "stop" && req.ttl_action != "pause" && req.ttl_action != "delete")
+    return MakeError(Code::kInvalidArgument, "ttl_action must be \"stop\", \"pause\" or \"delete\"");
   if (req.idle_timeout_seconds < 0 || req.idle_timeout_seconds > opts_.max_ttl_seconds)
     return MakeError(Code::kInvalidArgument, "idle_timeout_seconds must be between 0 (off) and " +
                                                  std::to_string(opts_.max_ttl_seconds));

@@ -1,6 +1,7 @@
 // Policy, applied about once a second (Tick): sandboxes whose init died are marked error,
-// those past their TTL are stopped or paused, and idle ones are paused.
+// those past their TTL are stopped, paused or deleted, and idle ones are paused.
 #include "base/log.h"
+#include "core/processes.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
@@ -56,10 +57,15 @@ void SandboxManager::Tick() {
     Status st = rt->Stop(id, inst);
     if (!st.ok()) SBX_LOG(kError) << st.error().message;
   }
+  std::vector<std::string> to_delete;
   for (const auto& id : expired) {
     Lock lock(table_.mu);
     EntryPtr e = table_.Get(id);
     if (!e || !table_.RequireState(*e, {State::kRunning}).ok()) continue;
+    if (e->rec.ttl_action == "delete") {
+      to_delete.push_back(id);  // Delete takes the table's lock itself
+      continue;
+    }
     if (e->rec.ttl_action == "pause") {
       SBX_LOG(kInfo) << "sandbox " << id << " reached its TTL; pausing it";
       Status st = PauseLocked(e, "freeze");
@@ -69,6 +75,12 @@ void SandboxManager::Tick() {
     SBX_LOG(kInfo) << "sandbox " << id << " reached its TTL; stopping it";
     Status st = StopLocked(e, "");
     if (!st.ok()) SBX_LOG(kError) << st.error().message;
+  }
+  for (const auto& id : to_delete) {
+    SBX_LOG(kInfo) << "sandbox " << id << " reached its TTL; deleting it";
+    Status st = Delete(id);
+    if (!st.ok() && st.error().code != Code::kNotFound) SBX_LOG(kError) << st.error().message;
+    if (st.ok() && processes_) processes_->Forget(id);
   }
   for (const auto& id : idle) {
     Lock lock(table_.mu);

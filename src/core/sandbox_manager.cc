@@ -153,8 +153,8 @@ Result<std::vector<SandboxView>> SandboxManager::List(const ListFilter& f) {
 Result<SandboxView> SandboxManager::Update(const std::string& id, const UpdateRequest& req) {
   if (req.ttl_seconds && (*req.ttl_seconds < 1 || *req.ttl_seconds > opts_.max_ttl_seconds))
     return MakeError(Code::kInvalidArgument, "ttl_seconds must be between 1 and " + std::to_string(opts_.max_ttl_seconds));
-  if (req.ttl_action && *req.ttl_action != "stop" && *req.ttl_action != "pause")
-    return MakeError(Code::kInvalidArgument, "ttl_action must be \"stop\" or \"pause\"");
+  if (req.ttl_action && *req.ttl_action != "stop" && *req.ttl_action != "pause" && *req.ttl_action != "delete")
+    return MakeError(Code::kInvalidArgument, "ttl_action must be \"stop\", \"pause\" or \"delete\"");
   if (req.idle_timeout_seconds && (*req.idle_timeout_seconds < 0 || *req.idle_timeout_seconds > opts_.max_ttl_seconds))
     return MakeError(Code::kInvalidArgument, "idle_timeout_seconds must be between 0 (off) and " +
                                                  std::to_string(opts_.max_ttl_seconds));

@@ -82,6 +82,19 @@ std::optional<std::string> Secrets::IdOfToken(const std::string& token) const {
   return id;
 }
 
+std::string Secrets::AccessTokenFor(const std::string& id) const {
+  if (key_.empty()) return "";
+  return "sba_" + HmacSha256Hex(key_, "access-token:" + id).substr(0, 48);
+}
+
+bool Secrets::CheckAccessToken(const std::string& id, const std::string& token) const {
+  std::string want = AccessTokenFor(id);
+  if (want.empty() || want.size() != token.size()) return false;
+  unsigned char diff = 0;  // constant time
+  for (size_t i = 0; i < want.size(); ++i) diff |= want[i] ^ token[i];
+  return diff == 0;
+}
+
 std::string Secrets::PortGrant(const std::string& id, int port, int64_t expires) const {
   if (key_.empty()) return "";
   std::string e = std::to_string(expires);

@@ -38,6 +38,12 @@ class Secrets {
   // The sandbox id a token names, if it is genuine (whether that sandbox still exists is
   // the caller's question).
   std::optional<std::string> IdOfToken(const std::string& token) const;
+  // The access token of sandbox `id` that the E2B-compatible front hands out
+  // (envdAccessToken): it may run commands and use files in that sandbox only. Never in
+  // the sandbox's environment ("" when off).
+  std::string AccessTokenFor(const std::string& id) const;
+  // True if `token` is AccessTokenFor(id) (compared in constant time).
+  bool CheckAccessToken(const std::string& id, const std::string& token) const;
   // A grant to reach `port` of sandbox `id` through the port proxy until `expires` (Unix
   // seconds): "EXPIRES.SIGNATURE" (an HMAC of the three with the same key), for signed
   // port URLs ("" when off).

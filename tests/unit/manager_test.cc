@@ -241,6 +241,21 @@ TEST_F(ManagerTest, TtlStopsOnTheDrivenClockAndNotBefore) {
   EXPECT_DOUBLE_EQ(manager_->Get(v->rec.id)->billed_seconds, 60.0);
 }
 
+TEST_F(ManagerTest, TtlActionDeleteDeletesTheSandbox) {
+  CreateRequest c;
+  c.ttl_seconds = 60;
+  c.ttl_action = "delete";
+  auto v = manager_->Create(c);
+  ASSERT_TRUE(v.ok()) << v.error().message;
+  now_ += 59'999;
+  manager_->Tick();
+  EXPECT_EQ(manager_->Get(v->rec.id)->rec.state, "running");
+  now_ += 1;
+  manager_->Tick();
+  EXPECT_EQ(manager_->Get(v->rec.id).error().code, Code::kNotFound);
+  manager_->Tick();  // nothing left to delete: no error
+}
+
 TEST_F(ManagerTest, PauseStopsBillingAndTheTtlClockAndResumeRestartsThem) {
   CreateRequest c;
   c.ttl_seconds = 100;

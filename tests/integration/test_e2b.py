@@ -1,0 +1,122 @@
+"""The E2B-compatible control plane driven by E2B's own SDK (`e2b` from the npm registry,
+pinned in tests/node, installed by scripts/test.sh): a user sets E2B_API_KEY, E2B_API_URL
+and E2B_SANDBOX_URL and changes nothing else. What the SDK saw is checked against sbx's
+own API."""
+import json
+import os
+import secrets
+import shutil
+import subprocess
+from datetime import datetime
+
+import pytest
+
+from conftest import ROOT
+
+NODE_DIR = os.path.join(ROOT, "tests", "node")
+
+
+def e2b(daemon, scenario, **env):
+    assert shutil.which("node"), "Node.js is required (scripts/test.sh installs it)"
+    assert os.path.isdir(os.path.join(NODE_DIR, "node_modules", "e2b")), \
+        "run `npm ci` in tests/node first: scripts/test.sh does"
+    env = dict(os.environ, E2B_API_KEY=daemon.key, E2B_API_URL=daemon.url, E2B_SANDBOX_URL=daemon.url, **env)
+    p = subprocess.run(["node", os.path.join(NODE_DIR, "e2b_client.mjs"), scenario], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert "uncaught" not in out, out["uncaught"]
+    return out
+
+
+def when(s):
+    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+def test_the_sdk_creates_lists_pauses_connects_and_kills(daemon):
+    tag = secrets.token_hex(4)
+    out = e2b(daemon, "lifecycle", RUN_TAG=tag)
+    sid = out["id"]
+    c = out["created"]
+    assert c["sandboxId"] == sid and c["state"] == "running" and c["envdVersion"] == "0.6.4", c
+    assert c["metadata"] == {"suite": "e2b", "run": tag}
+    # base is sbxd's default image (busybox for the test daemons); the timeout is the TTL.
+    assert c["templateId"] == "busybox" and c["cpuCount"] >= 1 and c["memoryMB"] > 0, c
+    assert 110 <= when(c["endAt"]) - when(c["startedAt"]) <= 130, c
+    # Pages of one (limit 1) and still one sandbox of this run.
+    assert out["listed"] == [sid]
+    assert when(out["afterTimeout"]["endAt"]) - when(c["endAt"]) > 400
+    assert out["pause"] is True and out["pauseAgain"] is False
+    assert out["paused"]["state"] == "paused" and out["pausedListed"] == [sid]
+    assert out["connected"]["sandboxId"] == sid and out["connected"]["info"]["state"] == "running"
+    assert out["kill"] is True and out["killAgain"] is False
+    for gone in (out["gone"], out["connectGone"]):
+        assert gone["ok"] is False and gone["error"] == "SandboxNotFoundError", gone
+    status, body = daemon.raw("GET", f"/v1/sandboxes/{sid}")
+    assert status == 404, body
+
+
+def test_what_the_sdk_made_is_an_sbx_sandbox(daemon):
+    """The front makes sbx's own sandboxes: the env and metadata the SDK gave are there,
+    and the access token it was handed is neither SBX_TOKEN nor in the environment."""
+    status, body = daemon.raw("POST", "/v2/sandboxes", body={"templateID": "busybox", "timeout": 300,
+                                                              "envVars": {"GREETING": "hi"},
+                                                              "metadata": {"made-by": "e2b"}},
+                              headers={"X-API-KEY": daemon.key}, auth=False)
+    assert status == 201, body
+    assert set(body) == {"sandboxID", "templateID", "clientID", "envdVersion", "envdAccessToken", "domain"}, body
+    sid, token = body["sandboxID"], body["envdAccessToken"]
+    try:
+        sb = daemon.client().get(sid)
+        assert sb.data["metadata"] == {"made-by": "e2b"}
+        env = sb.exec("env").stdout
+        assert "GREETING=hi" in env and token not in env
+        assert sb.exec("echo -n $SBX_TOKEN").stdout != token
+        # The same token on every read of it (connect after a restart gets it too).
+        status, got = daemon.raw("GET", f"/sandboxes/{sid}", headers={"X-API-KEY": daemon.key}, auth=False)
+        assert status == 200 and got["envdAccessToken"] == token, got
+        # It is not an API key: nothing of the control plane takes it.
+        status, got = daemon.raw("GET", f"/sandboxes/{sid}", headers={"X-API-KEY": token}, auth=False)
+        assert status == 401 and got == {"code": 401, "message": got["message"]}, got
+    finally:
+        daemon.raw("DELETE", f"/v1/sandboxes/{sid}")
+
+
+def test_refusals_come_back_as_the_sdk_expects(daemon):
+    before = {s["id"] for s in daemon.sandboxes()}
+    out = e2b(daemon, "refusals")
+    for k in ("wrongKey", "wrongKeyList"):
+        assert out[k]["ok"] is False and out[k]["error"] == "AuthenticationError", out[k]
+    assert out["noTemplate"]["ok"] is False and "404" in out["noTemplate"]["message"], out["noTemplate"]
+    assert out["badTemplate"]["ok"] is False and "400" in out["badTemplate"]["message"], out["badTemplate"]
+    assert out["mcp"]["ok"] is False and "mcp is not supported" in out["mcp"]["message"], out["mcp"]
+    for k in ("missing", "missingTimeout"):
+        assert out[k]["ok"] is False and out[k]["error"] == "SandboxNotFoundError", out[k]
+    # Nothing was made, and nothing that was there went.
+    assert {s["id"] for s in daemon.sandboxes()} == before
+
+
+def test_errors_have_e2bs_shape(daemon):
+    h = {"X-API-KEY": daemon.key}
+    status, body = daemon.raw("GET", "/sandboxes/sb-0000000000000000", headers=h, auth=False)
+    assert status == 404 and set(body) == {"code", "message"} and body["code"] == 404, body
+    status, body = daemon.raw("DELETE", "/sandboxes/sb-0000000000000000", headers=h, auth=False)
+    assert status == 404 and body["code"] == 404, body
+    status, body = daemon.raw("GET", "/v2/sandboxes", auth=False)
+    assert status == 401 and body["code"] == 401, body
+    status, body = daemon.raw("POST", "/v2/sandboxes", body={"templateID": "busybox", "bogus": 1}, headers=h, auth=False)
+    assert status == 400 and "bogus" in body["message"], body
+    status, body = daemon.raw("POST", "/v2/sandboxes", body="{", headers=h, auth=False)
+    assert status == 400 and body["code"] == 400, body
+    status, body = daemon.raw("GET", "/v2/sandboxes?limit=x", headers=h, auth=False)
+    assert status == 400 and body["code"] == 400, body
+    # sbx's own routes keep their shape, and take the key as X-API-KEY too.
+    status, body = daemon.raw("GET", "/v1/sandboxes/sb-0000000000000000", headers=h, auth=False)
+    assert status == 404 and body["error"]["code"] == "not_found", body
+
+
+def test_a_timeout_kills_the_sandbox(daemon):
+    out = e2b(daemon, "expiry")
+    assert out["afterExpiry"]["ok"] is False and out["afterExpiry"]["error"] == "SandboxNotFoundError", out
+    status, body = daemon.raw("GET", f"/v1/sandboxes/{out['id']}")
+    assert status == 404, body

@@ -1,0 +1,85 @@
+// E2B's own SDK (the `e2b` package, pinned in package.json) against sbxd's E2B-compatible
+// front: node e2b_client.mjs SCENARIO. The environment carries what a user sets to
+// switch: E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL. Prints one JSON object of what
+// the SDK returned and threw, for tests/integration/test_e2b.py to check.
+import { Sandbox } from "e2b";
+
+const out = {};
+
+// What a call threw, as the SDK's error class and message (or what it returned).
+async function attempt(fn) {
+  try {
+    return { ok: true, value: await fn() };
+  } catch (e) {
+    return { ok: false, error: e.constructor.name, message: String(e.message) };
+  }
+}
+
+function info(i) {
+  return {
+    sandboxId: i.sandboxId, templateId: i.templateId, name: i.name, metadata: i.metadata, state: i.state,
+    startedAt: i.startedAt.toISOString(), endAt: i.endAt.toISOString(), cpuCount: i.cpuCount,
+    memoryMB: i.memoryMB, envdVersion: i.envdVersion,
+  };
+}
+
+async function lifecycle() {
+  const sbx = await Sandbox.create({ metadata: { suite: "e2b", run: process.env.RUN_TAG }, envs: { GREETING: "hi" },
+                                     timeoutMs: 120_000 });
+  out.id = sbx.sandboxId;
+  out.created = info(await sbx.getInfo());
+  const listed = [];
+  const pages = Sandbox.list({ query: { metadata: { run: process.env.RUN_TAG } }, limit: 1 });
+  while (pages.hasNext) listed.push(...(await pages.nextItems()).map((s) => s.sandboxId));
+  out.listed = listed;
+  await sbx.setTimeout(600_000);
+  out.afterTimeout = info(await Sandbox.getInfo(sbx.sandboxId));
+  out.pause = await sbx.pause();
+  out.pauseAgain = await Sandbox.pause(sbx.sandboxId);
+  out.paused = info(await Sandbox.getInfo(sbx.sandboxId));
+  out.pausedListed = (await Sandbox.list({ query: { state: ["paused"], metadata: { run: process.env.RUN_TAG } } })
+    .nextItems()).map((s) => s.sandboxId);
+  const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 300_000 });
+  out.connected = { sandboxId: again.sandboxId, info: info(await again.getInfo()) };
+  out.kill = await sbx.kill();
+  out.killAgain = await Sandbox.kill(sbx.sandboxId);
+  out.gone = await attempt(() => Sandbox.getInfo(sbx.sandboxId));
+  out.connectGone = await attempt(() => Sandbox.connect(sbx.sandboxId));
+}
+
+async function refusals() {
+  out.wrongKey = await attempt(() => Sandbox.create({ apiKey: "e2b_not_the_key" }));
+  out.wrongKeyList = await attempt(() => Sandbox.list({ apiKey: "e2b_not_the_key" }).nextItems());
+  out.noTemplate = await attempt(() => Sandbox.create("no-such-template"));
+  out.badTemplate = await attempt(() => Sandbox.create("NOT..valid"));
+  out.mcp = await attempt(() => Sandbox.create({ mcp: { tool: {} } }));
+  out.missing = await attempt(() => Sandbox.getInfo("sb-0000000000000000"));
+  out.missingTimeout = await attempt(() => Sandbox.setTimeout("sb-0000000000000000", 10_000));
+}
+
+// A sandbox whose timeout passes is killed, as E2B's are.
+async function expiry() {
+  const sbx = await Sandbox.create({ timeoutMs: 2_000 });
+  out.id = sbx.sandboxId;
+  const deadline = Date.now() + 30_000;
+  let last;
+  while (Date.now() < deadline) {
+    last = await attempt(() => Sandbox.getInfo(sbx.sandboxId));
+    if (!last.ok) break;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  out.afterExpiry = last;
+}
+
+const scenarios = { lifecycle, refusals, expiry };
+const name = process.argv[2];
+if (!scenarios[name]) {
+  console.error(`unknown scenario ${name}; one of ${Object.keys(scenarios).join(", ")}`);
+  process.exit(2);
+}
+try {
+  await scenarios[name]();
+} catch (e) {
+  out.uncaught = { error: e.constructor.name, message: String(e.message), stack: String(e.stack) };
+}
+console.log(JSON.stringify(out));
