@@ -176,7 +176,9 @@ Response E2bError(const Error& e) {
 }
 
 bool IsE2bRoute(std::string_view pattern) {
-  return pattern.rfind("/sandboxes", 0) == 0 || pattern.rfind("/v2/sandboxes", 0) == 0;
+  for (const char* prefix : {"/sandboxes", "/v2/sandboxes", "/health", "/process.", "/filesystem.", "/files"})
+    if (pattern.rfind(prefix, 0) == 0) return true;
+  return false;
 }
 
 json Api::E2bSandboxJson(const core::SandboxView& v) const {

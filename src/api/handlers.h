@@ -29,7 +29,9 @@ class Api;
 enum class Body { kNone, kJson, kRaw, kFile };
 // Who may call a route: anyone, the admin key only, or the admin key and the token of
 // the sandbox the route names ({id}).
-enum class Access { kPublic, kAdmin, kOwnSandbox };
+// kE2bSandbox: the E2B data plane's routes, matched only for requests that carry
+// E2b-Sandbox-Id, and allowed with that sandbox's access token (X-Access-Token).
+enum class Access { kPublic, kAdmin, kOwnSandbox, kE2bSandbox };
 
 struct RouteInfo {
   const char* method;
@@ -44,6 +46,8 @@ struct RouteInfo {
 // The E2B-compatible routes (e2b_routes.cc): their errors are E2B's shape, and they take
 // the key as X-API-KEY too.
 bool IsE2bRoute(std::string_view pattern);
+// The E2B data plane's routes (e2b_envd.cc).
+bool IsEnvdRoute(const RouteInfo& r);
 // An error as E2B's API answers it: {"code": HTTP status, "message"}.
 Response E2bError(const Error& e);
 
@@ -164,6 +168,10 @@ class Api {
   Handler E2bTimeout(Request& req);
   Handler E2bPause(Request& req);
   Handler E2bConnect(Request& req);
+  // e2b_envd.cc: the E2B-compatible data plane
+  Handler EnvdHealth(Request& req);
+  Handler EnvdStart(Request& req);
+  Handler EnvdSignal(Request& req);
   // A sandbox as E2B's create and connect answer it (with its access token).
   nlohmann::json E2bSandboxJson(const core::SandboxView& v) const;
   // Who calls: the admin key, a sandbox's scoped token (for that sandbox), or nobody.

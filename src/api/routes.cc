@@ -82,6 +82,10 @@ const std::vector<RouteInfo>& Routes() {
       {"POST", "/sandboxes/{id}/resume",                    Body::kJson, Access::kAdmin, &Api::E2bConnect},
       {"POST", "/sandboxes/{id}/connect",                   Body::kJson, Access::kAdmin, &Api::E2bConnect},
       {"POST", "/v2/sandboxes/{id}/connect",                Body::kJson, Access::kAdmin, &Api::E2bConnect},
+      // E2B's data plane, for requests that carry E2b-Sandbox-Id (e2b_envd.cc).
+      {"GET", "/health",                                    Body::kNone, Access::kE2bSandbox, &Api::EnvdHealth},
+      {"POST", "/process.Process/Start",                    Body::kRaw, Access::kE2bSandbox, &Api::EnvdStart},
+      {"POST", "/process.Process/SendSignal",               Body::kJson, Access::kE2bSandbox, &Api::EnvdSignal},
   };
   return kRoutes;
 }
@@ -110,8 +114,9 @@ std::optional<std::string> Api::SandboxOfPeer(int fd) const { return manager_->S
 
 const RouteInfo* Api::Match(Request& req) const {
   auto segs = Split(req.path);
+  const bool envd = !req.Header("e2b-sandbox-id").empty();
   for (const auto& r : Routes()) {
-    if (req.method != r.method) continue;
+    if (req.method != r.method || IsEnvdRoute(r) != envd) continue;
     auto pat = Split(r.pattern);
     if (pat.size() != segs.size()) continue;
     std::map<std::string, std::string> params;
@@ -176,6 +181,18 @@ Status Api::ResolveRefs(Request& req, const Caller& caller) const {
 
 std::optional<Response> Api::Refusal(const RouteInfo& route, Request& req) const {
   if (route.access == Access::kPublic) return std::nullopt;
+  if (route.access == Access::kE2bSandbox) {
+    // The token first (it is an HMAC of the id): nobody without it learns whether the
+    // sandbox exists. One that is gone answers 502, as E2B's proxy does.
+    std::string id = req.Header("e2b-sandbox-id");
+    if (!ValidName(id) || !manager_->secrets().CheckAccessToken(id, req.Header("x-access-token")))
+      return E2bError(MakeError(Code::kUnauthenticated, "a valid X-Access-Token for sandbox " +
+                                                            (ValidName(id) ? id : std::string("?")) + " is required"));
+    if (!manager_->Get(id).ok())
+      return Json(502, {{"code", 502}, {"message", "sandbox " + id + " was not found"}, {"sandboxId", id}});
+    req.params["id"] = id;
+    return std::nullopt;
+  }
   auto refuse = [&](const Error& e) { return IsE2bRoute(route.pattern) ? E2bError(e) : ErrorResponse(e); };
   Caller caller = Authorize(req);
   req.admin = caller.kind == Caller::kAdmin;

@@ -120,3 +120,28 @@ def test_a_timeout_kills_the_sandbox(daemon):
     assert out["afterExpiry"]["ok"] is False and out["afterExpiry"]["error"] == "SandboxNotFoundError", out
     status, body = daemon.raw("GET", f"/v1/sandboxes/{out['id']}")
     assert status == 404, body
+
+
+def test_commands_run_through_the_data_plane(daemon):
+    out = e2b(daemon, "commands")
+    assert out["running"] is True
+    # /bin/bash -l -c, the sandbox's env and the call's, the cwd asked for; root unless a
+    # user is named (E2B's SDK names none by default; sbx's default user is root).
+    assert out["run"] == {"stdout": "hello\nhi bar\n/tmp\nroot\n", "stderr": "oops\n", "exitCode": 0}, out["run"]
+    assert out["asUser"] == "user\n"
+    f = out["failing"]
+    assert f["ok"] is False and f["error"] == "CommandExitError" and f["exitCode"] == 3, f
+    assert f["message"] == "exit status 3", f
+    assert f["stdout"] == "partial\n", f
+    # Background output arrives as it is made (three lines 0.3 s apart), not at the end.
+    b = out["background"]
+    assert b["stdout"] == "1\n2\n3\n" and len(b["chunks"]) == 3 and b["spreadMs"] >= 400, b
+    # handle.kill(): SendSignal; a pid that runs nothing is false.
+    assert out["kill"] is True and out["killUnknown"] is False, out
+    assert out["killedWait"]["ok"] is False and out["killedWait"]["error"] == "CommandExitError", out["killedWait"]
+    assert out["killedWait"]["message"] in ("signal: killed", "exit status 137"), out["killedWait"]
+    assert out["timeout"]["ok"] is False and out["timeout"]["error"] == "TimeoutError", out["timeout"]
+    assert out["timeoutMs"] < 10_000 and out["sleepsLeft"] == "0", out
+    assert out["big"] == 3_000_000
+    assert out["runningAfterKill"] is False
+    assert out["afterKill"]["ok"] is False, out["afterKill"]

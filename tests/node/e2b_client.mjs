@@ -71,7 +71,48 @@ async function expiry() {
   out.afterExpiry = last;
 }
 
-const scenarios = { lifecycle, refusals, expiry };
+// Commands through the data plane (E2B runs each as /bin/bash -l -c: the default image).
+async function commands() {
+  const sbx = await Sandbox.create("default", { envs: { GREETING: "hi" }, timeoutMs: 300_000 });
+  out.id = sbx.sandboxId;
+  out.token = sbx.envdAccessToken;
+  try {
+    out.running = await sbx.isRunning();
+    const r = await sbx.commands.run("echo hello; echo oops >&2; echo $GREETING $FOO; pwd; id -un",
+                                     { envs: { FOO: "bar" }, cwd: "/tmp" });
+    out.run = { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
+    out.asUser = (await sbx.commands.run("id -un", { user: "user" })).stdout;
+    out.failing = await attempt(() => sbx.commands.run("echo partial; exit 3"));
+    if (!out.failing.ok) {
+      const e = await sbx.commands.run("echo partial; exit 3").catch((err) => err);
+      out.failing.exitCode = e.exitCode;
+      out.failing.stdout = e.stdout;
+    }
+    const seen = [];
+    const h = await sbx.commands.run("for i in 1 2 3; do echo $i; sleep 0.3; done", {
+      background: true, onStdout: (d) => seen.push({ d, t: Date.now() }),
+    });
+    out.backgroundPid = h.pid;
+    const done = await h.wait();
+    out.background = { stdout: done.stdout, chunks: seen.map((s) => s.d), spreadMs: seen.length ? seen[seen.length - 1].t - seen[0].t : 0 };
+    const sleeper = await sbx.commands.run("sleep 60", { background: true });
+    out.kill = await sleeper.kill();
+    out.killedWait = await attempt(() => sleeper.wait());
+    out.killUnknown = await sbx.commands.kill(999999);
+    const t0 = Date.now();
+    out.timeout = await attempt(() => sbx.commands.run("sleep 30; echo never", { timeoutMs: 1_500 }));
+    out.timeoutMs = Date.now() - t0;
+    // The timeout killed it (argv[0] of each process: no sleep left).
+    out.sleepsLeft = (await sbx.commands.run("sleep 1; grep -al '^sleep' /proc/[0-9]*/cmdline | wc -l")).stdout.trim();
+    out.big = (await sbx.commands.run("head -c 3000000 /dev/zero | tr '\\0' x")).stdout.length;
+  } finally {
+    await sbx.kill();
+  }
+  out.runningAfterKill = await sbx.isRunning();
+  out.afterKill = await attempt(() => sbx.commands.run("echo still"));
+}
+
+const scenarios = { lifecycle, refusals, expiry, commands };
 const name = process.argv[2];
 if (!scenarios[name]) {
   console.error(`unknown scenario ${name}; one of ${Object.keys(scenarios).join(", ")}`);

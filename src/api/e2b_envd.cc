@@ -1,0 +1,265 @@
+// The E2B-compatible data plane (E2B calls its in-sandbox daemon "envd"): requests that
+// carry E2b-Sandbox-Id go to that sandbox, authorised by its access token (X-Access-Token,
+// routes.cc). Commands are sbx's background processes (core::ProcessTable), streamed as
+// Connect-RPC server streams with JSON messages. docs/e2b.md has the mapping.
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "api/errors.h"
+#include "api/handler_util.h"
+#include "api/handlers.h"
+#include "base/base64.h"
+
+namespace sbx::api {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+// Connect's envelope: a flags byte, a 4-byte big-endian length, the message.
+constexpr uint8_t kEndStream = 0x02;
+constexpr uint8_t kCompressed = 0x01;
+
+std::string Envelope(uint8_t flags, const json& msg) {
+  std::string body = msg.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string out(5, '\0');
+  out[0] = static_cast<char>(flags);
+  auto n = static_cast<uint32_t>(body.size());
+  for (int i = 0; i < 4; ++i) out[1 + i] = static_cast<char>((n >> (24 - 8 * i)) & 0xff);
+  return out + body;
+}
+
+// The one message of a server-streaming request's body.
+Result<json> ReadEnvelope(const std::string& body) {
+  if (body.size() < 5) return MakeError(Code::kInvalidArgument, "the request is not a Connect envelope");
+  if (static_cast<uint8_t>(body[0]) & kCompressed)
+    return MakeError(Code::kInvalidArgument, "compressed Connect messages are not supported");
+  uint32_t n = 0;
+  for (int i = 1; i <= 4; ++i) n = (n << 8) | static_cast<uint8_t>(body[i]);
+  if (body.size() != 5 + static_cast<size_t>(n))
+    return MakeError(Code::kInvalidArgument, "the Connect envelope's length does not match its body");
+  json j = json::parse(body.substr(5), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return MakeError(Code::kInvalidArgument, "the message is not a JSON object");
+  return j;
+}
+
+// Connect's name for an sbx error code (an end-of-stream error).
+const char* ConnectCode(Code c) {
+  switch (c) {
+    case Code::kInvalidArgument: return "invalid_argument";
+    case Code::kUnauthenticated: return "unauthenticated";
+    case Code::kPermissionDenied: return "permission_denied";
+    case Code::kNotFound: return "not_found";
+    case Code::kAlreadyExists: return "already_exists";
+    case Code::kFailedPrecondition: return "failed_precondition";
+    case Code::kResourceExhausted: return "resource_exhausted";
+    case Code::kUnavailable: return "unavailable";
+    case Code::kDeadlineExceeded: return "deadline_exceeded";
+    default: return "internal";
+  }
+}
+
+// A unary call's error as Connect answers it: its HTTP status and {"code", "message"}
+// with Connect's code name (the SDK tells a missing process by not_found).
+Response ConnectError(const Error& e) {
+  static const std::pair<Code, int> kStatus[] = {
+      {Code::kInvalidArgument, 400}, {Code::kUnauthenticated, 401}, {Code::kPermissionDenied, 403},
+      {Code::kNotFound, 404},        {Code::kAlreadyExists, 409},   {Code::kFailedPrecondition, 400},
+      {Code::kResourceExhausted, 429}, {Code::kUnavailable, 503},  {Code::kDeadlineExceeded, 504}};
+  int status = 500;
+  for (const auto& [code, s] : kStatus)
+    if (code == e.code) status = s;
+  return Json(status, {{"code", ConnectCode(e.code)}, {"message", e.message}});
+}
+
+std::string EndOfStream(const std::optional<Error>& e) {
+  if (!e) return Envelope(kEndStream, json::object());
+  return Envelope(kEndStream, {{"error", {{"code", ConnectCode(e->code)}, {"message", e->message}}}});
+}
+
+// The process events of a Start stream, each in its envelope.
+std::string StartEvent(int64_t pid) { return Envelope(0, {{"event", {{"start", {{"pid", pid}}}}}}); }
+
+std::string DataEvent(int stream, const std::string& data) {
+  return Envelope(0, {{"event", {{"data", {{stream == 1 ? "stdout" : "stderr", Base64Encode(data)}}}}}});
+}
+
+std::string KeepaliveEvent() { return Envelope(0, {{"event", {{"keepalive", json::object()}}}}); }
+
+// Its status as envd words it (Go's): "exit status 3", "signal: killed"; a command that
+// failed carries it as its error too (the SDK's CommandExitError message).
+std::string EndEvent(const core::ProcessInfo& i) {
+  std::string status = "unknown";
+  if (i.exit_code) status = "exit status " + std::to_string(*i.exit_code);
+  else if (i.signal == SIGKILL) status = "signal: killed";
+  else if (i.signal == SIGTERM) status = "signal: terminated";
+  else if (i.signal) status = "signal: " + std::to_string(i.signal);
+  json end = {{"exited", i.exit_code.has_value()}, {"exitCode", i.exit_code ? *i.exit_code : -1}, {"status", status}};
+  if (!i.error.empty()) end["error"] = i.error;
+  else if (!i.exit_code || *i.exit_code != 0) end["error"] = status;
+  return Envelope(0, {{"event", {{"end", end}}}});
+}
+
+// The user of `Authorization: Basic base64(user:)`: empty when none is named.
+Result<std::string> BasicUser(const std::string& header) {
+  if (header.empty()) return std::string();
+  const std::string prefix = "Basic ";
+  if (header.rfind(prefix, 0) != 0) return MakeError(Code::kInvalidArgument, "Authorization must be Basic base64(user:)");
+  SBX_ASSIGN_OR_RETURN(std::string plain, Base64Decode(header.substr(prefix.size())));
+  return plain.substr(0, plain.find(':'));
+}
+
+}  // namespace
+
+bool IsEnvdRoute(const RouteInfo& r) { return r.access == Access::kE2bSandbox; }
+
+asio::awaitable<Response> Api::EnvdHealth(Request& req) {
+  Response r;
+  r.status = 204;
+  co_return r;
+}
+
+// process.Process/Start: the command as a background process of the sandbox; the stream
+// is its start (pid), its output (base64) and its end, with keep-alives while quiet. A
+// Connect-Timeout-Ms that passes kills the command, as E2B's timeoutMs does.
+asio::awaitable<Response> Api::EnvdStart(Request& req) {
+  const std::string id = req.params["id"];
+  std::string ctype = req.Header("content-type");
+  if (ctype != "application/connect+json") {
+    Response r = E2bError(MakeError(Code::kInvalidArgument, "only application/connect+json is spoken here"));
+    r.status = 415;
+    co_return r;
+  }
+  auto msg = ReadEnvelope(req.body);
+  if (!msg.ok()) co_return E2bError(msg.error());
+  const json& m = *msg;
+  if (!m.contains("process") || !m["process"].is_object())
+    co_return E2bError(MakeError(Code::kInvalidArgument, "process is required"));
+  const json& p = m["process"];
+  core::ExecRequest e;
+  if (!p.contains("cmd") || !p["cmd"].is_string() || p["cmd"].get<std::string>().empty())
+    co_return E2bError(MakeError(Code::kInvalidArgument, "process.cmd is required"));
+  e.argv.push_back(p["cmd"].get<std::string>());
+  if (p.contains("args")) {
+    if (!p["args"].is_array()) co_return E2bError(MakeError(Code::kInvalidArgument, "process.args must be an array"));
+    for (const auto& a : p["args"]) {
+      if (!a.is_string()) co_return E2bError(MakeError(Code::kInvalidArgument, "process.args must be strings"));
+      e.argv.push_back(a.get<std::string>());
+    }
+  }
+  if (p.contains("envs")) {
+    if (!p["envs"].is_object()) co_return E2bError(MakeError(Code::kInvalidArgument, "process.envs must be an object"));
+    for (const auto& [k, v] : p["envs"].items()) {
+      if (!v.is_string()) co_return E2bError(MakeError(Code::kInvalidArgument, "process.envs values must be strings"));
+      e.env[k] = v.get<std::string>();
+    }
+  }
+  if (p.contains("cwd") && p["cwd"].is_string()) e.cwd = p["cwd"].get<std::string>();
+  if (m.contains("pty") && !m["pty"].is_null())
+    co_return E2bError(MakeError(Code::kInvalidArgument, "pty is not supported by sbx's E2B front yet"));
+  bool keep_stdin = m.contains("stdin") && m["stdin"].is_boolean() && m["stdin"].get<bool>();
+  auto user = BasicUser(req.Header("authorization"));
+  if (!user.ok()) co_return E2bError(user.error());
+  e.user = *user;
+  int64_t deadline_ms = 0;
+  if (std::string t = req.Header("connect-timeout-ms"); !t.empty()) {
+    if (t.size() > 10 || t.find_first_not_of("0123456789") != std::string::npos)
+      co_return E2bError(MakeError(Code::kInvalidArgument, "Connect-Timeout-Ms must be a number of milliseconds"));
+    deadline_ms = std::stoll(t);
+  }
+  manager_->Touch(id);
+  auto ex = co_await asio::this_coro::executor;
+  auto started = co_await processes_->Start(ex, id, std::move(e));
+  if (!started.ok()) co_return E2bError(started.error());
+  const int64_t pid = started->pid;
+  if (!keep_stdin) (void)processes_->Stdin(id, pid, "", true);
+  Response r;
+  r.content_type = "application/connect+json";
+  core::ProcessTable* table = processes_.get();
+  int64_t keepalive_ms = manager_->keepalive_ms();
+  auto deadline = deadline_ms > 0 ? std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms)
+                                  : std::chrono::steady_clock::time_point::max();
+  r.stream = [table, id, pid, keepalive_ms, deadline](ChunkSink sink) -> asio::awaitable<std::optional<Response>> {
+    // (Each message is made before its co_await: GCC mishandles braced temporaries in one.)
+    std::string first = StartEvent(pid);
+    if (!co_await sink(first)) co_return std::nullopt;
+    uint64_t next = 0;
+    auto quiet_since = std::chrono::steady_clock::now();
+    while (true) {
+      auto rd = table->Read(id, pid, next, 256 * 1024);
+      if (!rd.ok()) {
+        std::string end = EndOfStream(rd.error());
+        co_await sink(end);
+        co_return std::nullopt;
+      }
+      std::string out;
+      for (const auto& c : rd->chunks) {
+        next = c.seq + 1;
+        out += DataEvent(c.stream, c.data);
+      }
+      if (rd->chunks.empty() && !rd->info.running) {
+        out += EndEvent(rd->info);
+        out += EndOfStream(std::nullopt);
+        co_await sink(out);
+        co_return std::nullopt;
+      }
+      auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        (void)table->Signal(id, pid, SIGKILL);
+        out += EndOfStream(MakeError(Code::kDeadlineExceeded, "the command's timeout passed; it was killed"));
+        co_await sink(out);
+        co_return std::nullopt;
+      }
+      if (!out.empty()) {
+        if (!co_await sink(out)) co_return std::nullopt;  // the client went: the command runs on
+        quiet_since = now;
+        continue;
+      }
+      if (now - quiet_since >= std::chrono::milliseconds(keepalive_ms)) {
+        std::string ka = KeepaliveEvent();
+        if (!co_await sink(ka)) co_return std::nullopt;
+        quiet_since = now;
+      }
+      auto wait = std::chrono::milliseconds(keepalive_ms) -
+                  std::chrono::duration_cast<std::chrono::milliseconds>(now - quiet_since);
+      if (deadline != std::chrono::steady_clock::time_point::max())
+        wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
+      co_await table->WaitOutput(id, pid, next, std::max(wait, std::chrono::milliseconds(1)));
+    }
+  };
+  co_return r;
+}
+
+// process.Process/SendSignal (unary, JSON): SIGKILL or SIGTERM to a command by its pid
+// (`handle.kill()`, `commands.kill(pid)`); an unknown pid is not_found.
+asio::awaitable<Response> Api::EnvdSignal(Request& req) {
+  const std::string id = req.params["id"];
+  json j = json::parse(req.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    co_return ConnectError(MakeError(Code::kInvalidArgument, "the body is not a JSON object"));
+  const json* pid = nullptr;
+  if (j.contains("process") && j["process"].is_object() && j["process"].contains("pid")) pid = &j["process"]["pid"];
+  int64_t n = 0;
+  if (pid && pid->is_number_integer()) n = pid->get<int64_t>();
+  else if (pid && pid->is_string() && !pid->get<std::string>().empty() && pid->get<std::string>().size() < 10 &&
+           pid->get<std::string>().find_first_not_of("0123456789") == std::string::npos)
+    n = std::stoll(pid->get<std::string>());
+  if (n <= 0) co_return ConnectError(MakeError(Code::kInvalidArgument, "process.pid is required (tags are not supported)"));
+  int sig = 0;
+  const json s = j.value("signal", json());
+  if (s == "SIGNAL_SIGKILL" || s == 9) sig = SIGKILL;
+  else if (s == "SIGNAL_SIGTERM" || s == 15) sig = SIGTERM;
+  else co_return ConnectError(MakeError(Code::kInvalidArgument, "signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM"));
+  manager_->Touch(id);
+  if (auto info = processes_->Get(id, n); !info.ok() || !info->running)
+    co_return ConnectError(MakeError(Code::kNotFound, "no running process " + std::to_string(n)));
+  if (auto st = processes_->Signal(id, n, sig); !st.ok()) co_return ConnectError(st.error());
+  co_return Json(200, json::object());
+}
+
+}  // namespace sbx::api

@@ -1,0 +1,41 @@
+"""E2B's data plane takes one credential: the named sandbox's own access token. Not
+another sandbox's, not its SBX_TOKEN, not the API key; a start with a wrong one runs
+nothing; a gone sandbox is 502 and its paths are no routes without E2b-Sandbox-Id."""
+
+
+def test_the_data_plane_takes_only_the_sandboxs_own_token(daemon):
+    h = {"X-API-KEY": daemon.key}
+    made = []
+    try:
+        for _ in range(2):
+            status, body = daemon.raw("POST", "/v2/sandboxes", body={"templateID": "busybox", "timeout": 300}, headers=h,
+                                      auth=False)
+            assert status == 201, body
+            made.append(body)
+        a, b = made
+
+        def health(sid, token):
+            return daemon.raw("GET", "/health", headers={"E2b-Sandbox-Id": sid, "X-Access-Token": token}, auth=False)
+
+        assert health(a["sandboxID"], a["envdAccessToken"])[0] == 204
+        for sid, token in ((a["sandboxID"], b["envdAccessToken"]), (a["sandboxID"], ""), (a["sandboxID"], daemon.key),
+                           (a["sandboxID"], daemon.client().get(a["sandboxID"]).exec("echo -n $SBX_TOKEN").stdout)):
+            status, body = health(sid, token)
+            assert status == 401 and body["code"] == 401, (token, body)
+        # A start with another's token runs nothing there.
+        env = b"\x00" + len(b'{"process":{"cmd":"/bin/touch","args":["/tmp/ran"]}}').to_bytes(4, "big") + \
+            b'{"process":{"cmd":"/bin/touch","args":["/tmp/ran"]}}'
+        status, body = daemon.raw("POST", "/process.Process/Start", body=env, auth=False,
+                                  headers={"E2b-Sandbox-Id": a["sandboxID"], "X-Access-Token": b["envdAccessToken"],
+                                           "Content-Type": "application/connect+json"})
+        assert status == 401, body
+        assert daemon.client().get(a["sandboxID"]).exec("test -e /tmp/ran; echo $?").stdout == "1\n"
+        # Without E2b-Sandbox-Id the data plane's paths are not routes at all.
+        assert daemon.raw("GET", "/health", auth=False)[0] == 404
+        # A sandbox that is gone answers 502, as E2B's proxy does.
+        daemon.raw("DELETE", f"/v1/sandboxes/{b['sandboxID']}")
+        status, body = health(b["sandboxID"], b["envdAccessToken"])
+        assert status == 502 and body["code"] == 502, body
+    finally:
+        for m in made:
+            daemon.raw("DELETE", f"/v1/sandboxes/{m['sandboxID']}")
