@@ -118,7 +118,13 @@ Result<std::string> BasicUser(const std::string& header) {
 
 bool IsEnvdRoute(const RouteInfo& r) { return r.access == Access::kE2bSandbox; }
 
+// 204 while the sandbox runs; a paused or stopped one answers 502 as E2B's does (its
+// envd is not there), so that isRunning() is false.
 asio::awaitable<Response> Api::EnvdHealth(Request& req) {
+  const std::string& id = req.params["id"];
+  auto v = manager_->Get(id);
+  if (!v.ok() || v->rec.state != "running")
+    co_return Json(502, {{"code", 502}, {"message", "sandbox " + id + " is not running"}, {"sandboxId", id}});
   Response r;
   r.status = 204;
   co_return r;
@@ -131,51 +137,51 @@ asio::awaitable<Response> Api::EnvdStart(Request& req) {
   const std::string id = req.params["id"];
   std::string ctype = req.Header("content-type");
   if (ctype != "application/connect+json") {
-    Response r = E2bError(MakeError(Code::kInvalidArgument, "only application/connect+json is spoken here"));
+    Response r = ConnectError(MakeError(Code::kInvalidArgument, "only application/connect+json is spoken here"));
     r.status = 415;
     co_return r;
   }
   auto msg = ReadEnvelope(req.body);
-  if (!msg.ok()) co_return E2bError(msg.error());
+  if (!msg.ok()) co_return ConnectError(msg.error());
   const json& m = *msg;
   if (!m.contains("process") || !m["process"].is_object())
-    co_return E2bError(MakeError(Code::kInvalidArgument, "process is required"));
+    co_return ConnectError(MakeError(Code::kInvalidArgument, "process is required"));
   const json& p = m["process"];
   core::ExecRequest e;
   if (!p.contains("cmd") || !p["cmd"].is_string() || p["cmd"].get<std::string>().empty())
-    co_return E2bError(MakeError(Code::kInvalidArgument, "process.cmd is required"));
+    co_return ConnectError(MakeError(Code::kInvalidArgument, "process.cmd is required"));
   e.argv.push_back(p["cmd"].get<std::string>());
   if (p.contains("args")) {
-    if (!p["args"].is_array()) co_return E2bError(MakeError(Code::kInvalidArgument, "process.args must be an array"));
+    if (!p["args"].is_array()) co_return ConnectError(MakeError(Code::kInvalidArgument, "process.args must be an array"));
     for (const auto& a : p["args"]) {
-      if (!a.is_string()) co_return E2bError(MakeError(Code::kInvalidArgument, "process.args must be strings"));
+      if (!a.is_string()) co_return ConnectError(MakeError(Code::kInvalidArgument, "process.args must be strings"));
       e.argv.push_back(a.get<std::string>());
     }
   }
   if (p.contains("envs")) {
-    if (!p["envs"].is_object()) co_return E2bError(MakeError(Code::kInvalidArgument, "process.envs must be an object"));
+    if (!p["envs"].is_object()) co_return ConnectError(MakeError(Code::kInvalidArgument, "process.envs must be an object"));
     for (const auto& [k, v] : p["envs"].items()) {
-      if (!v.is_string()) co_return E2bError(MakeError(Code::kInvalidArgument, "process.envs values must be strings"));
+      if (!v.is_string()) co_return ConnectError(MakeError(Code::kInvalidArgument, "process.envs values must be strings"));
       e.env[k] = v.get<std::string>();
     }
   }
   if (p.contains("cwd") && p["cwd"].is_string()) e.cwd = p["cwd"].get<std::string>();
   if (m.contains("pty") && !m["pty"].is_null())
-    co_return E2bError(MakeError(Code::kInvalidArgument, "pty is not supported by sbx's E2B front yet"));
+    co_return ConnectError(MakeError(Code::kInvalidArgument, "pty is not supported by sbx's E2B front yet"));
   bool keep_stdin = m.contains("stdin") && m["stdin"].is_boolean() && m["stdin"].get<bool>();
   auto user = BasicUser(req.Header("authorization"));
-  if (!user.ok()) co_return E2bError(user.error());
+  if (!user.ok()) co_return ConnectError(user.error());
   e.user = *user;
   int64_t deadline_ms = 0;
   if (std::string t = req.Header("connect-timeout-ms"); !t.empty()) {
     if (t.size() > 10 || t.find_first_not_of("0123456789") != std::string::npos)
-      co_return E2bError(MakeError(Code::kInvalidArgument, "Connect-Timeout-Ms must be a number of milliseconds"));
+      co_return ConnectError(MakeError(Code::kInvalidArgument, "Connect-Timeout-Ms must be a number of milliseconds"));
     deadline_ms = std::stoll(t);
   }
   manager_->Touch(id);
   auto ex = co_await asio::this_coro::executor;
   auto started = co_await processes_->Start(ex, id, std::move(e));
-  if (!started.ok()) co_return E2bError(started.error());
+  if (!started.ok()) co_return ConnectError(started.error());
   const int64_t pid = started->pid;
   if (!keep_stdin) (void)processes_->Stdin(id, pid, "", true);
   Response r;

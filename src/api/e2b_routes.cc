@@ -76,11 +76,9 @@ json ListedJson(const core::SandboxView& v) {
   return out;
 }
 
-// Only the listed states (E2B: running, paused): a sandbox in error or being deleted is
-// in neither.
-bool Listable(const storage::SandboxRecord& r) {
-  return r.state == "running" || r.state == "creating" || r.state == "paused" || r.state == "stopped";
-}
+// Every sandbox but one being deleted: E2B's two states hold them all (one in error, its
+// init gone, is paused: a connect starts it again, a kill deletes it).
+bool Listable(const storage::SandboxRecord& r) { return r.state != "deleting"; }
 
 // "k=v&k2=v2" (each part percent-encoded), as the SDK sends metadata filters.
 std::map<std::string, std::string> ParsePairs(const std::string& s) {
@@ -131,9 +129,11 @@ Result<core::CreateRequest> DecodeE2bCreate(const std::string& body, bool* is_sn
   // At its timeout an E2B sandbox is killed, or paused with autoPause (its memory kept
   // unless autoPauseMemory is false: then only its files, as sbx's stop keeps them).
   c.ttl_action = !auto_pause ? "delete" : keep_memory ? "pause" : "stop";
+  // E2B resumes a paused sandbox on use only when asked to (sbx's own default is on).
+  c.auto_resume = false;
   if (j.contains("autoResume") && !j["autoResume"].is_null()) {
     if (!j["autoResume"].is_object()) return MakeError(Code::kInvalidArgument, "autoResume must be an object");
-    SBX_ASSIGN_OR_RETURN(c.auto_resume, GetBool(j["autoResume"], "enabled", true));
+    SBX_ASSIGN_OR_RETURN(c.auto_resume, GetBool(j["autoResume"], "enabled", false));
   }
   for (const char* unsupported : {"mcp", "iam"})
     if (j.contains(unsupported) && !j[unsupported].is_null())
@@ -205,7 +205,8 @@ asio::awaitable<Response> Api::E2bCreate(Request& req) {
 asio::awaitable<Response> Api::E2bList(Request& req) {
   core::ListFilter f;
   std::set<std::string> states;
-  std::string tpl, after, order = "asc";
+  std::string tpl, order = "asc";
+  int64_t after_ms = -1;
   size_t limit = 0, offset = 0;
   for (const auto& [k, v] : req.query) {
     if (k == "metadata") f.metadata = ParsePairs(v);
@@ -220,7 +221,10 @@ asio::awaitable<Response> Api::E2bList(Request& req) {
         i = comma + 1;
       }
     } else if (k == "template") tpl = v;
-    else if (k == "startedAfter") after = v;
+    else if (k == "startedAfter") {
+      after_ms = ParseTimeMs(v);
+      if (after_ms < 0) co_return E2bError(MakeError(Code::kInvalidArgument, "startedAfter must be an RFC 3339 time"));
+    }
     else if (k == "order") {
       if (v != "asc" && v != "desc") co_return E2bError(MakeError(Code::kInvalidArgument, "order must be asc or desc"));
       order = v;
@@ -241,7 +245,7 @@ asio::awaitable<Response> Api::E2bList(Request& req) {
     if (!Listable(v.rec)) continue;
     if (!states.empty() && !states.count(StateOf(v.rec))) continue;
     if (!tpl.empty() && TemplateOf(v.rec) != tpl) continue;
-    if (!after.empty() && FormatRfc3339(v.rec.created_ms) <= after) continue;
+    if (after_ms >= 0 && v.rec.created_ms <= after_ms) continue;
     picked.push_back(&v);
   }
   std::stable_sort(picked.begin(), picked.end(), [&](const core::SandboxView* a, const core::SandboxView* b) {
@@ -305,13 +309,21 @@ asio::awaitable<Response> Api::E2bPause(Request& req) {
   co_return NoContent();
 }
 
-// Connect (and the older resume): a paused sandbox runs again, a stopped one starts;
-// `timeout`, when given, is its new timeout from now.
+// Connect (and the older resume): a paused sandbox runs again (`memory: false`, the SDK's
+// onResume "reboot": it boots afresh with its files), a stopped one starts. `timeout`,
+// when given, is its timeout from now, except that a running sandbox's is only ever moved
+// later (E2B's rule: a connect never shortens a sandbox's life).
 asio::awaitable<Response> Api::E2bConnect(Request& req) {
   auto j = ParseObject(req.body, {"timeout", "memory", "autoPause"});
   if (!j.ok()) co_return E2bError(j.error());
   auto t = GetInt(*j, "timeout");
   if (!t.ok()) co_return E2bError(t.error());
+  auto memory = GetBool(*j, "memory", true);
+  if (!memory.ok()) co_return E2bError(memory.error());
+  // Checked before anything changes.
+  if (*t && (**t < 1 || **t > manager_->max_ttl_seconds()))
+    co_return E2bError(MakeError(Code::kInvalidArgument,
+                                 "timeout must be between 1 and " + std::to_string(manager_->max_ttl_seconds())));
   std::string id = req.params["id"];
   auto cur = manager_->Get(id);
   if (!cur.ok()) co_return E2bError(cur.error());
@@ -320,14 +332,21 @@ asio::awaitable<Response> Api::E2bConnect(Request& req) {
     co_return E2bError(MakeError(Code::kFailedPrecondition, "sandbox " + id + " is already running"));
   std::string state = cur->rec.state;
   int status = state == "running" ? 200 : 201;
-  std::function<Result<core::SandboxView>()> fn = [this, &id, &state]() -> Result<core::SandboxView> {
+  const bool reboot = !*memory;
+  std::function<Result<core::SandboxView>()> fn = [this, &id, &state, reboot]() -> Result<core::SandboxView> {
+    if (state == "paused" && reboot) {
+      auto stopped = manager_->Stop(id);
+      if (!stopped.ok()) return stopped.error();
+      return manager_->Start(id);
+    }
     if (state == "paused") return manager_->Resume(id);
     if (state == "stopped" || state == "error") return manager_->Start(id);
     return manager_->Get(id);
   };
   auto v = co_await RunBlocking(pool_, &fn);
   if (!v.ok()) co_return E2bError(v.error());
-  if (*t) {
+  const bool only_later = state == "running";
+  if (*t && (!only_later || v->rec.expires_ms <= 0 || v->rec.expires_ms < manager_->now_ms() + **t * 1000)) {
     core::UpdateRequest u;
     u.ttl_seconds = **t;
     auto up = manager_->Update(id, u);

@@ -140,7 +140,9 @@ Api::Caller Api::Authorize(const Request& req) const {
   const std::string prefix = "Bearer ";
   std::string presented;
   if (h.size() > prefix.size() && h.compare(0, prefix.size(), prefix) == 0) presented = h.substr(prefix.size());
-  else if (h.empty()) presented = req.Header("x-api-key");  // E2B's SDKs send the key so
+  // E2B's SDKs send the key as X-API-KEY: taken on their routes only, so that nothing
+  // else (the port proxy forwards what it does not know) learns to carry it.
+  else if (h.empty() && IsE2bRoute(req.pattern)) presented = req.Header("x-api-key");
   if (presented.empty()) return {};
   if (presented.rfind("sbt_", 0) == 0) {
     auto id = manager_->SandboxOfToken(presented);

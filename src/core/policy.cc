@@ -77,10 +77,14 @@ void SandboxManager::Tick() {
     if (!st.ok()) SBX_LOG(kError) << st.error().message;
   }
   for (const auto& id : to_delete) {
-    SBX_LOG(kInfo) << "sandbox " << id << " reached its TTL; deleting it";
-    Status st = Delete(id);
-    if (!st.ok() && st.error().code != Code::kNotFound) SBX_LOG(kError) << st.error().message;
-    if (st.ok() && processes_) processes_->Forget(id);
+    // Checked again as it is marked: a TTL moved on since (a timeout, a connect) keeps it.
+    Status st = Delete(id, /*only_if_expired=*/true);
+    if (st.ok()) {
+      SBX_LOG(kInfo) << "sandbox " << id << " reached its TTL; deleting it";
+      if (processes_) processes_->Forget(id);
+    } else if (st.error().code != Code::kNotFound && st.error().code != Code::kFailedPrecondition) {
+      SBX_LOG(kError) << st.error().message;
+    }
   }
   for (const auto& id : idle) {
     Lock lock(table_.mu);

@@ -101,7 +101,10 @@ class SandboxManager {
   Result<SandboxView> Resume(const std::string& id);
 
   // teardown.cc. Delete answers at once; the teardown runs on a background thread.
-  Status Delete(const std::string& id);
+  // `only_if_expired`: only a running sandbox whose TTL deletes it and has passed (checked
+  // under the lock that marks it, so that a TTL moved on meanwhile keeps it);
+  // kFailedPrecondition otherwise.
+  Status Delete(const std::string& id, bool only_if_expired = false);
   void DrainTeardowns();  // waits until every queued teardown has finished
 
   // captures.cc. A snapshot captures a sandbox's files (running: frozen only for the
@@ -183,6 +186,8 @@ class SandboxManager {
   const TypeTable& types() const { return types_; }
   uint64_t output_cap() const { return opts_.output_cap; }
   int64_t keepalive_ms() const { return opts_.keepalive_ms; }
+  int64_t max_ttl_seconds() const { return opts_.max_ttl_seconds; }
+  int64_t now_ms() const { return opts_.now_ms(); }  // the manager's clock (tests drive it)
 
   struct Counts {
     int running = 0, stopped = 0, error = 0, creating = 0, deleting = 0, paused = 0;

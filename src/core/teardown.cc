@@ -7,10 +7,13 @@
 
 namespace sbx::core {
 
-Status SandboxManager::Delete(const std::string& id) {
+Status SandboxManager::Delete(const std::string& id, bool only_if_expired) {
   {
     Lock lock(table_.mu);
     SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));
+    if (only_if_expired && !(e->is(State::kRunning) && e->rec.ttl_action == "delete" && e->rec.expires_ms > 0 &&
+                             e->rec.expires_ms <= Now()))
+      return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is no longer due to be deleted");
     metering_.Close(e->rec);
     std::string prev = e->rec.state;
     e->set_state(State::kDeleting);

@@ -110,8 +110,11 @@ def test_errors_have_e2bs_shape(daemon):
     assert status == 400 and body["code"] == 400, body
     status, body = daemon.raw("GET", "/v2/sandboxes?limit=x", headers=h, auth=False)
     assert status == 400 and body["code"] == 400, body
-    # sbx's own routes keep their shape, and take the key as X-API-KEY too.
+    # sbx's own routes keep their shape, and take the key as a Bearer only (the port
+    # proxy forwards an X-API-KEY header into the sandbox: nobody should send one there).
     status, body = daemon.raw("GET", "/v1/sandboxes/sb-0000000000000000", headers=h, auth=False)
+    assert status == 401 and body["error"]["code"] == "unauthorized", body
+    status, body = daemon.raw("GET", "/v1/sandboxes/sb-0000000000000000")
     assert status == 404 and body["error"]["code"] == "not_found", body
 
 
@@ -145,3 +148,38 @@ def test_commands_run_through_the_data_plane(daemon):
     assert out["big"] == 3_000_000
     assert out["runningAfterKill"] is False
     assert out["afterKill"]["ok"] is False, out["afterKill"]
+
+
+def test_connect_timeout_health_and_filters_follow_e2bs_rules(daemon):
+    h = {"X-API-KEY": daemon.key}
+    status, sb = daemon.raw("POST", "/v2/sandboxes", body={"templateID": "busybox", "timeout": 3600}, headers=h,
+                            auth=False)
+    assert status == 201, sb
+    sid, token = sb["sandboxID"], sb["envdAccessToken"]
+    envd = {"E2b-Sandbox-Id": sid, "X-Access-Token": token}
+    try:
+        end = daemon.raw("GET", f"/sandboxes/{sid}", headers=h, auth=False)[1]["endAt"]
+        # A connect never shortens a running sandbox's life; a longer timeout moves it on.
+        status, body = daemon.raw("POST", f"/v2/sandboxes/{sid}/connect", body={"timeout": 60}, headers=h, auth=False)
+        assert status == 200 and body["envdAccessToken"] == token, body
+        assert daemon.raw("GET", f"/sandboxes/{sid}", headers=h, auth=False)[1]["endAt"] == end
+        assert daemon.raw("GET", "/health", headers=envd, auth=False)[0] == 204
+        # Paused: its data plane is not there (isRunning is false), and nothing resumes it
+        # but a connect; a bad timeout changes nothing.
+        assert daemon.raw("POST", f"/sandboxes/{sid}/pause", headers=h, auth=False)[0] == 204
+        assert daemon.raw("GET", "/health", headers=envd, auth=False)[0] == 502
+        for bad in (0, -5, 10**12):
+            status, body = daemon.raw("POST", f"/v2/sandboxes/{sid}/connect", body={"timeout": bad}, headers=h, auth=False)
+            assert status == 400 and body["code"] == 400, body
+        assert daemon.raw("GET", f"/sandboxes/{sid}", headers=h, auth=False)[1]["state"] == "paused"
+        status, body = daemon.raw("POST", f"/v2/sandboxes/{sid}/connect", body={"timeout": 120}, headers=h, auth=False)
+        assert status == 201, body
+        assert daemon.raw("GET", "/health", headers=envd, auth=False)[0] == 204
+        # startedAfter is a time, checked as one.
+        assert daemon.raw("GET", "/v2/sandboxes?startedAfter=yesterday", headers=h, auth=False)[0] == 400
+        listed = daemon.raw("GET", "/v2/sandboxes?startedAfter=2000-01-01T00:00:00.000Z", headers=h, auth=False)[1]
+        assert sid in [s["sandboxID"] for s in listed]
+        listed = daemon.raw("GET", "/v2/sandboxes?startedAfter=2999-01-01T00:00:00Z", headers=h, auth=False)[1]
+        assert listed == []
+    finally:
+        daemon.raw("DELETE", f"/v1/sandboxes/{sid}")
