@@ -167,9 +167,13 @@ Status CgroupDir::Kill() {
 
 Status CgroupDir::Freeze() {
   if (mode_ == CgroupMode::kV1) {
+    // v1 asks each task to freeze only when FROZEN is written: one that could not stop
+    // then (in the kernel, under load) leaves the group FREEZING until a write retries
+    // it. So the write is repeated every 100 ms, for up to 5 s in all.
     std::string f = Dir("freezer") + "/freezer.state";
-    SBX_RETURN_IF_ERROR(fs::WriteFile(f, "FROZEN", false));
-    for (int i = 0; i < 5000; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; std::chrono::steady_clock::now() - start < std::chrono::seconds(5); ++i) {
+      if (i % 500 == 0) SBX_RETURN_IF_ERROR(fs::WriteFile(f, "FROZEN", false));
       auto s = fs::ReadFile(f);
       if (!s.ok()) return s.error();
       if (s->rfind("FROZEN", 0) == 0) return OkStatus();
