@@ -199,8 +199,9 @@ std::optional<Response> Api::Refusal(const RouteInfo& route, Request& req) const
   Caller caller = Authorize(req);
   req.admin = caller.kind == Caller::kAdmin;
   if (caller.kind == Caller::kNone)
-    return refuse(MakeError(Code::kUnauthenticated,
-                            "a valid API key is required (Authorization: Bearer KEY, or X-API-KEY: KEY)"));
+    return refuse(MakeError(Code::kUnauthenticated, IsE2bRoute(route.pattern)
+                                                        ? "a valid API key is required (X-API-KEY: KEY)"
+                                                        : "a valid API key is required (Authorization: Bearer KEY)"));
   // An id, a name or a unique prefix of an id names a sandbox or a disk: the handlers
   // (and the check below) see its id.
   if (Status st = ResolveRefs(req, caller); !st.ok()) return refuse(st.error());
