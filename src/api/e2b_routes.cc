@@ -31,8 +31,6 @@ constexpr const char* kBaseTemplate = "base";
 // E2B's API gives a sandbox 15 s when a create names no timeout.
 constexpr int64_t kDefaultTimeoutSeconds = 15;
 
-Response E2bJson(int status, const json& j) { return Json(status, j); }
-
 Response NoContent() {
   Response r;
   r.status = 204;
@@ -172,7 +170,7 @@ Result<core::CreateRequest> DecodeE2bCreate(const std::string& body, bool* is_sn
 }  // namespace
 
 Response E2bError(const Error& e) {
-  return E2bJson(HttpStatus(e.code), {{"code", HttpStatus(e.code)}, {"message", e.message}});
+  return Json(HttpStatus(e.code), {{"code", HttpStatus(e.code)}, {"message", e.message}});
 }
 
 bool IsE2bRoute(std::string_view pattern) {
@@ -199,7 +197,7 @@ asio::awaitable<Response> Api::E2bCreate(Request& req) {
   std::function<Result<core::SandboxView>()> fn = [this, &c] { return manager_->Create(c); };
   auto v = co_await RunBlocking(pool_, &fn);
   if (!v.ok()) co_return E2bError(v.error());
-  co_return E2bJson(201, E2bSandboxJson(*v));
+  co_return Json(201, E2bSandboxJson(*v));
 }
 
 asio::awaitable<Response> Api::E2bList(Request& req) {
@@ -254,7 +252,7 @@ asio::awaitable<Response> Api::E2bList(Request& req) {
   json arr = json::array();
   size_t end = limit > 0 ? std::min(picked.size(), offset + limit) : picked.size();
   for (size_t i = offset; i < end; ++i) arr.push_back(ListedJson(*picked[i]));
-  Response r = E2bJson(200, arr);
+  Response r = Json(200, arr);
   if (end < picked.size()) r.headers.emplace_back("x-next-token", std::to_string(end));
   co_return r;
 }
@@ -264,7 +262,7 @@ asio::awaitable<Response> Api::E2bGet(Request& req) {
   if (!v.ok()) co_return E2bError(v.error());
   json out = ListedJson(*v);
   out["envdAccessToken"] = manager_->secrets().AccessTokenFor(v->rec.id);
-  co_return E2bJson(200, out);
+  co_return Json(200, out);
 }
 
 asio::awaitable<Response> Api::E2bKill(Request& req) {
@@ -352,7 +350,7 @@ asio::awaitable<Response> Api::E2bConnect(Request& req) {
     auto up = manager_->Update(id, u);
     if (!up.ok()) co_return E2bError(up.error());
   }
-  co_return E2bJson(status, E2bSandboxJson(*v));
+  co_return Json(status, E2bSandboxJson(*v));
 }
 
 }  // namespace sbx::api
