@@ -403,3 +403,28 @@ def net_daemon(net_lab):
         yield d
     finally:
         d.destroy()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test that failed on a connect that timed out (a SYN nobody answered) gets what
+    can explain it beside its report: the host's firewall rules that drop by port, the
+    listeners' accept queues, and the kernel's counts of dropped SYNs."""
+    outcome = yield
+    rep = outcome.get_result()
+    if not rep.failed or "Errno 110" not in str(rep.longrepr):
+        return
+    lines = []
+    nft = shutil.which("nft", path="/usr/sbin:/sbin:/usr/bin")
+    if nft:
+        rules = subprocess.run([nft, "list", "ruleset"], capture_output=True, text=True).stdout
+        lines += [l.strip() for l in rules.splitlines() if l.startswith("table") or ("dport" in l and "drop" in l)]
+    ss = subprocess.run(["ss", "-ltn"], capture_output=True, text=True).stdout
+    lines += ss.splitlines()
+    try:
+        with open("/proc/net/netstat") as f:
+            head, values = f.readline().split(), f.readline().split()
+        lines += [f"{k} {v}" for k, v in zip(head, values) if k in ("ListenOverflows", "ListenDrops", "TCPReqQFullDrop")]
+    except OSError:
+        pass
+    rep.sections.append(("why the connect timed out", "\n".join(lines)))

@@ -6,6 +6,8 @@
 #include <map>
 #include <sstream>
 
+#include "base/fs.h"
+
 namespace sbx::net {
 
 namespace {
@@ -24,6 +26,27 @@ std::string Elements(const std::vector<Cidr>& cidrs, bool v6) {
 }
 
 std::string Quoted(const std::string& s) { return "\"" + s + "\""; }
+
+// What a table's comment can carry: nft's user data holds 256 bytes, and a quote or
+// backslash would end or escape the string.
+bool Commentable(const std::string& s) {
+  return !s.empty() && s.size() < 200 && s.find_first_of("\"\\\n") == std::string::npos;
+}
+
+// The comment of a table as `nft list table` prints it (empty if it has none).
+std::string CommentOf(const std::string& listing) {
+  std::istringstream in(listing);
+  std::string line;
+  std::getline(in, line);  // "table inet NAME {"
+  while (std::getline(in, line)) {
+    const auto at = line.find_first_not_of(" \t");
+    if (at == std::string::npos) continue;
+    if (line.compare(at, 9, "comment \"") != 0) return "";  // the comment comes first
+    const auto end = line.rfind('"');
+    return end > at + 9 ? line.substr(at + 9, end - at - 9) : "";
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -49,6 +72,11 @@ Status Firewall::Run(const std::string& cmds) {
     return MakeError(Code::kInternal, "nftables: " + err.substr(0, 2000));
   }
   return OkStatus();
+}
+
+Result<std::string> Firewall::Output(const std::string& cmds) {
+  SBX_RETURN_IF_ERROR(Run(cmds));
+  return std::string(nft_ctx_get_output_buffer(ctx_));
 }
 
 // A link's chain `sN` (its outbound traffic) and sets: allowN and denyN (the rules'
@@ -132,7 +160,9 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
   const std::string subnet = o_.subnet.ToString();
   const std::string port = std::to_string(o_.resolver_port);
   std::ostringstream c;
-  c << "add table " << t << "\ndelete table " << t << "\nadd table " << t << "\n"
+  c << "add table " << t << "\ndelete table " << t << "\nadd table " << t;
+  if (Commentable(o_.owner)) c << " { comment " << Quoted(o_.owner) << "; }";
+  c << "\n"
     << "add set " << t << " links { type ifname; }\n"
     << "add map " << t << " out { type ifname : verdict; }\n"
     << "add map " << t << " in { type ifname : verdict; }\n"
@@ -227,6 +257,31 @@ Status Firewall::Learn(int slot, const std::vector<std::pair<Address, uint32_t>>
   MutexLock lock(mu_);
   return Run("add element " + set + " { " + plain + " }\ndelete element " + set + " { " + plain + " }\nadd element " +
              set + " { " + timed + " }\n");
+}
+
+Result<std::vector<std::string>> Firewall::DropOrphans() {
+  MutexLock lock(mu_);
+  SBX_ASSIGN_OR_RETURN(std::string tables, Output("list tables inet\n"));
+  std::vector<std::string> links;
+  if (auto l = fs::ListDir("/sys/class/net"); l.ok()) links = *l;
+  std::vector<std::string> dropped;
+  std::istringstream in(tables);
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string head = "table inet sbx_";
+    if (line.rfind(head, 0) != 0) continue;
+    const std::string name = line.substr(head.size() - 4);
+    if (name == o_.table || name.size() != 9) continue;
+    auto listing = Output("list table inet " + name + "\n");
+    if (!listing.ok()) continue;  // gone meanwhile
+    const std::string owner = CommentOf(*listing);
+    if (owner.empty() || owner[0] != '/' || fs::Exists(owner)) continue;
+    const std::string prefix = "sx" + name.substr(4) + "-";
+    if (std::any_of(links.begin(), links.end(), [&](const std::string& l) { return l.rfind(prefix, 0) == 0; }))
+      continue;
+    if (Run("delete table inet " + name + "\n").ok()) dropped.push_back(name);
+  }
+  return dropped;
 }
 
 Status Firewall::Drop() {

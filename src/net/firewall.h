@@ -32,6 +32,9 @@ struct FirewallOptions {
   // The host forwarded nothing before sbxd turned forwarding on: forward nothing that is
   // not a sandbox's, as before.
   bool forward_only_sandboxes = false;
+  // The folder holding this sbxd's state: the table's comment, so that another sbxd can
+  // tell the table is an orphan once the folder is gone.
+  std::string owner;
 };
 
 // One sandbox's link, as the firewall sees it.
@@ -65,6 +68,11 @@ class Firewall {
   Status Learn(int slot, const std::vector<std::pair<Address, uint32_t>>& addrs, bool deny, uint32_t min_ttl);
   // Drops the table (sbxd with no sandboxes' links, and tests).
   Status Drop();
+  // Drops other sbxds' tables that are orphans: the state folder their comment names is
+  // gone and no link of theirs is left (an sbxd killed and its folder removed leaves its
+  // table, whose rules would go on applying to ports and addresses that are others' now).
+  // A table without that comment, or with a link left, is kept. Returns the tables dropped.
+  Result<std::vector<std::string>> DropOrphans();
 
   const FirewallOptions& options() const { return o_; }
 
@@ -72,6 +80,8 @@ class Firewall {
   std::string LinkCommands(const LinkRules& l) const;
   std::string RemoveCommands(int slot, const std::string& host_if, const Address& sandbox, bool limited) const;
   Status Run(const std::string& cmds) SBX_REQUIRES(mu_);
+  // Run, and what nft printed.
+  Result<std::string> Output(const std::string& cmds) SBX_REQUIRES(mu_);
 
   FirewallOptions o_;
   Mutex mu_;

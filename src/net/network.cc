@@ -49,7 +49,13 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& o) {
   fo.resolver_port = n->resolver_port_;
   fo.max_conns = o.max_conns;
   fo.forward_only_sandboxes = was.rfind('0', 0) == 0;
+  fo.owner = o.state_dir;
   n->firewall_ = std::make_unique<Firewall>(fo);
+  if (auto gone = n->firewall_->DropOrphans(); !gone.ok()) {
+    SBX_LOG(kWarn) << "looking for orphaned firewall tables: " << gone.error().message;
+  } else {
+    for (const auto& t : *gone) SBX_LOG(kInfo) << "dropped the firewall table " << t << " of an sbxd whose folder is gone";
+  }
   // The walls before forwarding: no moment when a link passes unfiltered. (An earlier
   // sbxd's table stays in force until this one's, with the sandboxes' rules, replaces it
   // at Install; only a host without it gets the empty one here.)

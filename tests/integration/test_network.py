@@ -318,6 +318,46 @@ def test_restart_and_kill_keep_rules_and_leave_nothing(lab):
     assert host_links(d.instance) == []
 
 
+def test_an_orphaned_table_is_dropped_and_no_other(tmp_path):
+    """An sbxd killed and its folder removed leaves its firewall table, whose rules would
+    go on applying to ports and addresses that are others' now. The next sbxd to start
+    drops such a table (its comment names a folder that is gone, and no link of its is
+    left), and keeps a table whose folder is there, one with a link left, and one
+    without a comment (nothing says whose it is)."""
+    n = os.getpid() % 10000
+    gone, kept, linked, plain = (f"sbx_{k}{n:04d}" for k in "wxyz")
+    made = []
+
+    def table(name, comment=None):
+        body = f' {{ comment "{comment}"; }}' if comment else ""
+        subprocess.run(["nft", f"add table inet {name}{body}"], check=True)
+        made.append(name)
+
+    link = f"sxy{n:04d}-1"
+    try:
+        table(gone, str(tmp_path / "removed" / "network"))
+        table(kept, str(tmp_path))
+        table(linked, str(tmp_path / "removed-too" / "network"))
+        table(plain)
+        subprocess.run(["ip", "link", "add", link, "type", "veth", "peer", "name", f"sxy{n:04d}-p"], check=True)
+        d = Daemon("orphans")
+        try:
+            mine = subprocess.run(["nft", "list", "table", "inet", f"sbx_{d.instance[:5]}"],
+                                  capture_output=True, text=True, check=True).stdout
+            assert mine.splitlines()[1].strip() == f'comment "{os.path.join(d.data, "network")}"', mine
+            assert "dropped the firewall table " + gone in d.log()
+        finally:
+            d.destroy()
+        left = subprocess.run(["nft", "list", "tables", "inet"], capture_output=True, text=True, check=True).stdout
+        assert gone not in left
+        for name in (kept, linked, plain):
+            assert name in left, (name, left)
+    finally:
+        subprocess.run(["ip", "link", "del", link], capture_output=True)
+        for name in made:
+            subprocess.run(["nft", "delete", "table", "inet", name], capture_output=True)
+
+
 def test_pip_installs_from_a_package_index_on_the_network(c, lab):
     """A realistic one: pip in a sandbox installs sympy from a "simple" package index that
     the lab serves (the default image's offline wheelhouse, published there)."""
