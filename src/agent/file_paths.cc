@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/frame_io.h"
+#include "agent/users.h"
 
 namespace sbx::agent {
 
@@ -82,6 +83,10 @@ json EntryJson(const std::string& name, const std::string& path, const struct st
           {"type", type},
           {"size", static_cast<int64_t>(st.st_size)},
           {"mode", st.st_mode & 07777},
+          {"uid", st.st_uid},
+          {"gid", st.st_gid},
+          {"owner", UserNameOf(st.st_uid)},
+          {"group", GroupNameOf(st.st_gid)},
           {"mtime_ms", static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000}};
 }
 

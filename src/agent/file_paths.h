@@ -37,7 +37,8 @@ Status MkdirAll(int root, const std::string& path);
 // `dir` + "/" + `name`, without doubling the root's slash.
 std::string Join(const std::string& dir, const std::string& name);
 
-// An entry: {"name","path","type","size","mode","mtime_ms"}.
+// An entry: {"name","path","type","size","mode","uid","gid","owner","group","mtime_ms"}
+// (owner and group: names in the sandbox's /etc/passwd and /etc/group, "" if none).
 nlohmann::json EntryJson(const std::string& name, const std::string& path, const struct stat& st);
 // The target of the link `name` in `dfd` ("" if none).
 std::string ReadLinkAt(int dfd, const std::string& name);

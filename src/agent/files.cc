@@ -1,6 +1,7 @@
 #include "agent/files.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "agent/file_archive.h"
 #include "agent/file_paths.h"
 #include "agent/frame_io.h"
+#include "agent/users.h"
 #include "base/unique_fd.h"
 
 namespace sbx::agent {
@@ -212,7 +214,7 @@ void Write(int sock, FrameDecoder* in, int root, const json& req) {
   struct stat st;
   if (::fstatat(pfd->get(), base.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
     return SendError(sock, MakeError(Code::kInvalidArgument, path + " is a folder"));
-  std::string tmp = ".sbx-upload-" + RandomSuffix();
+  std::string tmp = kUploadPrefix + RandomSuffix();
   UniqueFd fd(::openat(pfd->get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) return SendError(sock, Errno(errno, "create " + path));
   struct Cleanup {
@@ -249,6 +251,53 @@ void Write(int sock, FrameDecoder* in, int root, const json& req) {
   SendJson(sock, {{"size", size}, {"path", Join(sp->first, base)}});
 }
 
+// `p` (absolute) without ".", ".." and doubled slashes, as Go's filepath.Clean makes it:
+// the names an E2B client is answered with. (Resolution is in the root whatever the path
+// says, so this changes no file reached.)
+std::string CleanPath(const std::string& p) {
+  std::vector<std::string> parts;
+  size_t at = 0;
+  while (at <= p.size()) {
+    size_t slash = p.find('/', at);
+    if (slash == std::string::npos) slash = p.size();
+    std::string part = p.substr(at, slash - at);
+    at = slash + 1;
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+      continue;
+    }
+    parts.push_back(part);
+  }
+  std::string out;
+  for (const auto& part : parts) out += "/" + part;
+  return out.empty() ? "/" : out;
+}
+
+// The request's "user" (a name or uid of the sandbox): this handler process takes that
+// user's ids and groups for good before it touches a file, so the kernel checks every
+// access as that user's and what it makes is that user's. With "home_relative", a path
+// that is not absolute is taken from that user's home (root's without a user).
+Status BecomeUser(json* req) {
+  const std::string user = req->contains("user") ? (*req)["user"].get<std::string>() : "";
+  const bool relative = req->value("home_relative", false);
+  if (user.empty() && !relative) return OkStatus();
+  SBX_ASSIGN_OR_RETURN(Identity id, LookUpUser(user.empty() ? "0" : user));
+  if (relative) {
+    for (const char* k : {"path", "from", "to"}) {
+      if (!req->contains(k) || !(*req)[k].is_string()) continue;
+      std::string p = (*req)[k];
+      if (!p.empty() && p[0] != '/') p = Join(id.home, p);
+      (*req)[k] = CleanPath(p);
+    }
+  }
+  if (user.empty() || (id.uid == 0 && id.gid == 0)) return OkStatus();
+  if (::setgroups(id.groups.size(), id.groups.data()) != 0 || ::setresgid(id.gid, id.gid, id.gid) != 0 ||
+      ::setresuid(id.uid, id.uid, id.uid) != 0)
+    return Errno(errno, "become user " + user);
+  return OkStatus();
+}
+
 }  // namespace
 
 void ServeFileOp(int sock, FrameDecoder* in, const std::string& request, int root_fd) {
@@ -257,6 +306,7 @@ void ServeFileOp(int sock, FrameDecoder* in, const std::string& request, int roo
     return SendError(sock, MakeError(Code::kInvalidArgument, "a file request needs an op"));
   std::string op = req["op"];
   try {
+    if (Status st = BecomeUser(&req); !st.ok()) return SendError(sock, st.error());
     Result<json> r = MakeError(Code::kInvalidArgument, "unknown file op " + op);
     if (op == "read") return Read(sock, root_fd, req);
     if (op == "write") return Write(sock, in, root_fd, req);

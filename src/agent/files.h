@@ -24,8 +24,11 @@
 //                                            "overflow", "error" lines) until sbxd hangs up, or
 //                                            kDataEnd once the folder itself is gone
 //                                            (file_watch.cc)
-// An entry is {"name","path","type":"file"|"dir"|"symlink"|"other","size","mode",
-// "mtime_ms"[,"target"]}. Failures answer kError {"message","code"} with the API's codes.
+// Any request may carry "user" (a name or uid of the sandbox: the op runs with that user's
+// ids and groups, so the kernel checks each access as theirs and what it makes is theirs)
+// and "home_relative" (a path that is not absolute is taken from that user's home).
+// An entry is {"name","path","type":"file"|"dir"|"symlink"|"other","size","mode","uid",
+// "gid","owner","group","mtime_ms"[,"target"]}. Failures answer kError {"message","code"} with the API's codes.
 // A write goes to a hidden temporary file beside the target, renamed over it only when the
 // whole body has arrived: an aborted upload never leaves a partial file under the name.
 // Written files get the mode asked for without setuid, setgid or sticky bits.

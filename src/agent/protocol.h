@@ -45,6 +45,9 @@ constexpr uint32_t kProtocolVersion = 1;
 constexpr uint32_t kUserProtocolVersion = 2;
 constexpr uint32_t kHeaderSize = 8;
 constexpr uint32_t kMaxPayload = 1 << 20;
+// An upload is written to a hidden file of this prefix beside its target, renamed over it
+// once whole (files.h): a watch of the folder sees that name come and go.
+constexpr const char* kUploadPrefix = ".sbx-upload-";
 
 enum class FrameType : uint8_t {
   kExec = 1,

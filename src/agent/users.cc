@@ -104,4 +104,25 @@ Result<Identity> LookUpUser(const std::string& user) {
   return FindUser(user, ReadSmallFile("/etc/passwd"), ReadSmallFile("/etc/group"));
 }
 
+std::string NameOfId(uint32_t id, std::string_view table) {
+  std::string name;
+  EachLine(table, 3, [&](const std::vector<std::string_view>& f) {
+    uint32_t v = 0;
+    if (!ParseId(f[2], &v) || v != id) return false;
+    name = std::string(f[0]);
+    return true;
+  });
+  return name;
+}
+
+std::string UserNameOf(uid_t uid) {
+  static const std::string passwd = ReadSmallFile("/etc/passwd");
+  return NameOfId(uid, passwd);
+}
+
+std::string GroupNameOf(gid_t gid) {
+  static const std::string group = ReadSmallFile("/etc/group");
+  return NameOfId(gid, group);
+}
+
 }  // namespace sbx::agent

@@ -28,4 +28,11 @@ Result<Identity> FindUser(const std::string& user, std::string_view passwd, std:
 // The same against the sandbox's /etc/passwd and /etc/group (missing files are empty).
 Result<Identity> LookUpUser(const std::string& user);
 
+// The name of a uid (a gid) in `passwd` (`group`); "" when no line has it.
+std::string NameOfId(uint32_t id, std::string_view table);
+// The same against the sandbox's files, read once per process (a handler serves one
+// request: a listing of thousands of entries reads them once).
+std::string UserNameOf(uid_t uid);
+std::string GroupNameOf(gid_t gid);
+
 }  // namespace sbx::agent

@@ -9,6 +9,7 @@
 
 #include "agent/client.h"
 #include "api/decode.h"
+#include "api/file_ops.h"
 #include "api/handler_util.h"
 #include "api/handlers.h"
 #include "base/ids.h"
@@ -55,10 +56,11 @@ asio::awaitable<Result<json>> Begin(agent::Conn* conn, const agent::DialerPtr& a
   co_return j;
 }
 
-// Streams the agent's kData frames (after its first answer, and `first` if not empty) to
-// the client.
+
+}  // namespace
+
 Response StreamData(std::shared_ptr<agent::Conn> conn, std::shared_ptr<core::AgentLease> lease,
-                    const char* content_type, std::string first = "") {
+                    const char* content_type, std::string first) {
   Response r;
   r.content_type = content_type;
   r.stream = [conn, lease, first](ChunkSink sink) -> asio::awaitable<std::optional<Response>> {
@@ -79,7 +81,6 @@ Response StreamData(std::shared_ptr<agent::Conn> conn, std::shared_ptr<core::Age
   return r;
 }
 
-// Sends the body file as kData frames and kDataEnd, then takes the agent's final answer.
 asio::awaitable<Result<json>> Upload(agent::Conn* conn, const std::string* body_file, const std::string* body) {
   UniqueFd fd;
   if (!body_file->empty()) {
@@ -114,7 +115,20 @@ asio::awaitable<Result<json>> Upload(agent::Conn* conn, const std::string* body_
   co_return j;
 }
 
-}  // namespace
+asio::awaitable<Result<FileOp>> Api::StartFileOp(const std::string& id, json op) {
+  auto lease = co_await manager_->AcquireAgent(id);
+  if (!lease.ok()) co_return lease.error();
+  FileOp f;
+  f.lease = *lease;
+  const std::string kind = op.value("op", "");
+  if (kind == "write" || kind == "archive_put") op["max_bytes"] = f.lease->disk_bytes();
+  auto ex = co_await asio::this_coro::executor;
+  f.conn = std::make_shared<agent::Conn>(ex);
+  auto first = co_await Begin(f.conn.get(), f.lease->addr(), &op);
+  if (!first.ok()) co_return first.error();
+  f.first = std::move(*first);
+  co_return f;
+}
 
 asio::awaitable<Response> Api::Files(Request& req) {
   const std::string& pat = req.pattern;
@@ -173,15 +187,17 @@ asio::awaitable<Response> Api::Files(Request& req) {
       }
     }
   }
-  auto lease = co_await manager_->AcquireAgent(id);
-  if (!lease.ok()) co_return ErrorResponse(lease.error());
-  std::shared_ptr<core::AgentLease> held = *lease;
-  std::string kind = op["op"];
-  if (kind == "write" || kind == "archive_put") op["max_bytes"] = held->disk_bytes();
-  auto ex = co_await asio::this_coro::executor;
-  auto conn = std::make_shared<agent::Conn>(ex);
-  auto first = co_await Begin(conn.get(), held->addr(), &op);
-  if (!first.ok()) co_return ErrorResponse(first.error());
+  // Who the operation runs as in the sandbox (its agent's root by default).
+  if (auto u = req.query.find("user"); u != req.query.end()) {
+    if (u->second.empty() || u->second.size() > 256) co_return Bad("user must be a user name or uid of the sandbox");
+    op["user"] = u->second;
+  }
+  const std::string kind = op["op"];
+  auto started = co_await StartFileOp(id, op);
+  if (!started.ok()) co_return ErrorResponse(started.error());
+  std::shared_ptr<agent::Conn> conn = started->conn;
+  std::shared_ptr<core::AgentLease> held = started->lease;
+  const json* first = &started->first;
   if (kind == "read") co_return StreamData(conn, held, "application/octet-stream");
   if (kind == "archive_get") co_return StreamData(conn, held, "application/x-tar");
   if (kind == "watch") {

@@ -17,6 +17,7 @@
 #include "api/http_types.h"
 #include "base/run_blocking.h"
 #include "core/processes.h"
+#include "api/file_ops.h"
 #include "core/sandbox_manager.h"
 #include "layers/images.h"
 
@@ -143,6 +144,8 @@ class Api {
   Handler ExecInSandbox(Request& req);
   // file_routes.cc: every files and archive route
   Handler Files(Request& req);
+  // One file operation in sandbox `id`'s agent, begun (file_ops.h).
+  boost::asio::awaitable<Result<FileOp>> StartFileOp(const std::string& id, nlohmann::json op);
   // process_routes.cc: every background-process route
   Handler Processes(Request& req);
   // template_routes.cc: named snapshots and images
@@ -172,6 +175,11 @@ class Api {
   Handler EnvdHealth(Request& req);
   Handler EnvdStart(Request& req);
   Handler EnvdSignal(Request& req);
+  // e2b_files.cc: the E2B data plane's files
+  Handler EnvdFilesystem(Request& req);
+  Handler EnvdWatchDir(Request& req);
+  Handler EnvdGetFile(Request& req);
+  Handler EnvdPostFile(Request& req);
   // A sandbox as E2B's create and connect answer it (with its access token).
   nlohmann::json E2bSandboxJson(const core::SandboxView& v) const;
   // Who calls: the admin key, a sandbox's scoped token (for that sandbox), or nobody.

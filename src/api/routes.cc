@@ -86,6 +86,14 @@ const std::vector<RouteInfo>& Routes() {
       {"GET", "/health",                                    Body::kNone, Access::kE2bSandbox, &Api::EnvdHealth},
       {"POST", "/process.Process/Start",                    Body::kRaw, Access::kE2bSandbox, &Api::EnvdStart},
       {"POST", "/process.Process/SendSignal",               Body::kJson, Access::kE2bSandbox, &Api::EnvdSignal},
+      {"POST", "/filesystem.Filesystem/Stat",               Body::kJson, Access::kE2bSandbox, &Api::EnvdFilesystem},
+      {"POST", "/filesystem.Filesystem/ListDir",            Body::kJson, Access::kE2bSandbox, &Api::EnvdFilesystem},
+      {"POST", "/filesystem.Filesystem/MakeDir",            Body::kJson, Access::kE2bSandbox, &Api::EnvdFilesystem},
+      {"POST", "/filesystem.Filesystem/Move",               Body::kJson, Access::kE2bSandbox, &Api::EnvdFilesystem},
+      {"POST", "/filesystem.Filesystem/Remove",             Body::kJson, Access::kE2bSandbox, &Api::EnvdFilesystem},
+      {"POST", "/filesystem.Filesystem/WatchDir",           Body::kRaw, Access::kE2bSandbox, &Api::EnvdWatchDir},
+      {"GET", "/files",                                     Body::kNone, Access::kE2bSandbox, &Api::EnvdGetFile},
+      {"POST", "/files",                                    Body::kFile, Access::kE2bSandbox, &Api::EnvdPostFile},
   };
   return kRoutes;
 }

@@ -230,7 +230,9 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       break;
     }
     uint64_t limit = limits.small_body_bytes;
-    if (route && req.admin)
+    // The admin's, and an E2B access token's (checked above: it may write its sandbox's
+    // files), bodies may be full size.
+    if (route && (req.admin || route->access == Access::kE2bSandbox))
       limit = route->large_body() ? limits.max_upload_bytes : limits.max_body_bytes;
     if (!early && hp.content_length() && *hp.content_length() > limit)
       early = ErrorResponse(

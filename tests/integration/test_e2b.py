@@ -7,6 +7,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import time
 from datetime import datetime
 
 import pytest
@@ -147,6 +148,48 @@ def test_commands_run_through_the_data_plane(daemon):
     assert out["timeoutMs"] < 10_000 and out["sleepsLeft"] == "0", out
     assert out["big"] == 3_000_000
     assert out["runningAfterKill"] is False
+    assert out["afterKill"]["ok"] is False, out["afterKill"]
+
+
+def test_files_through_the_data_plane(daemon):
+    out = e2b(daemon, "files")
+    # A multipart upload (the SDK's default) and an octet-stream one, read back as text and
+    # as exact bytes; an empty file reads as "".
+    assert out["write"] == {"name": "hello.txt", "type": "file", "path": "/tmp/e2b/hello.txt"}, out["write"]
+    assert out["read"] == "hello from e2b\n"
+    assert out["octet"]["path"] == "/tmp/e2b/bin.dat"
+    assert out["binary"] == {"length": 200_000, "same": True}, out["binary"]
+    assert out["readEmpty"] == ""
+    # Several files in one multipart body; a path that is not absolute is from the home of
+    # the user (root's: sbx's default user is root).
+    assert [f["path"] for f in out["many"]] == ["/tmp/e2b/a.txt", "/root/rel.txt"], out["many"]
+    assert out["readRel"] == "R"
+    listed = {e["name"]: e for e in out["list"]}
+    assert set(listed) == {"hello.txt", "bin.dat", "empty.txt", "a.txt"}, listed
+    h = listed["hello.txt"]
+    assert h["type"] == "file" and h["path"] == "/tmp/e2b/hello.txt" and h["size"] == 15, h
+    assert h["permissions"] == "-rw-r--r--" and h["owner"] == "root" and h["group"] == "root", h
+    assert abs(h["modified"] / 1000 - time.time()) < 300, h
+    assert out["exists"] is True and out["existsNot"] is False
+    assert out["makeDir"] is True and out["makeDirAgain"] is False
+    assert out["rename"]["path"] == "/tmp/e2b/d/a2.txt" and out["rename"]["type"] == "file", out["rename"]
+    assert sorted(out["deep"]) == ["/tmp/e2b/d/a2.txt", "/tmp/e2b/d/e"], out["deep"]
+    assert out["info"]["type"] == "dir" and out["info"]["permissions"].startswith("d"), out["info"]
+    assert out["afterRemove"] is False and out["removeMissing"]["ok"] is True
+    for missing in ("readMissing", "infoMissing", "listMissing"):
+        assert out[missing]["ok"] is False and out[missing]["error"] == "FileNotFoundError", (missing, out[missing])
+    # As `user`: from /home/user, owned by user, and refused where user may not write or read.
+    assert out["userWrite"]["path"] == "/home/user/notes.txt", out["userWrite"]
+    assert out["userInfo"]["owner"] == "user" and out["userInfo"]["path"] == "/home/user/notes.txt", out["userInfo"]
+    for denied in ("userDenied", "userCannotRead"):
+        assert out[denied]["ok"] is False and "ermission denied" in out[denied]["message"], (denied, out[denied])
+    # The watch: the write, the rename (old name, then the new one created), the removal.
+    ev = out["events"]
+    assert ev[:2] == ["create:watched.txt", "write:watched.txt"], ev  # not the upload's hidden file
+    assert "rename:watched.txt" in ev and "create:moved.txt" in ev, ev
+    assert not any(".sbx-upload-" in e for e in ev), ev
+    assert "remove:moved.txt" in ev and ev.index("rename:watched.txt") < ev.index("remove:moved.txt"), ev
+    assert out["seen"] == "hello from e2b\nRuser 644\n", out["seen"]
     assert out["afterKill"]["ok"] is False, out["afterKill"]
 
 

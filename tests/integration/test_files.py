@@ -88,6 +88,33 @@ def test_write_read_stat_list_move_remove(daemon, client):
             sb.files.remove("/data/nothing")
 
 
+def test_file_calls_run_as_the_user_named(daemon, client):
+    """user= makes a file call run as that sandbox user: the kernel checks each access as
+    theirs, and what it makes (files, folders) is theirs; names and uids alike."""
+    with client.create(image="default") as sb:
+        f = sb.files
+        f.write("/home/user/notes/a.txt", "mine", user="user")
+        f.mkdir("/home/user/made", user="1000")
+        for p in ("/home/user/notes", "/home/user/notes/a.txt", "/home/user/made"):
+            st = f.stat(p)
+            assert (st["uid"], st["gid"], st["owner"], st["group"]) == (1000, 1000, "user", "user"), (p, st)
+        assert f.read("/home/user/notes/a.txt", user="user") == "mine"
+        # Where the user may not go, the kernel says no (and nothing is made).
+        for call in (lambda: f.write("/root/planted", "x", user="user"), lambda: f.read("/etc/shadow", user="user"),
+                     lambda: f.list("/root", user="user"), lambda: f.remove("/etc/passwd", user="user"),
+                     lambda: f.mkdir("/opt/x", user="user"), lambda: f.move("/etc/passwd", "/etc/moved", user="user")):
+            with pytest.raises(sbx.SbxError) as e:
+                call()
+            assert e.value.status == 403 and "ermission denied" in str(e.value), e.value
+        assert not f.exists("/root/planted") and f.exists("/etc/passwd") and not f.exists("/opt/x")
+        # Root (the default) still reads what the user may not, and owns what it writes.
+        assert f.read("/etc/shadow").startswith("root:")
+        f.write("/tmp/r.txt", "r")
+        assert f.stat("/tmp/r.txt")["owner"] == "root"
+        with pytest.raises(sbx.NotFoundError):
+            f.read("/etc/passwd", user="nosuchuser")
+
+
 def test_bad_requests_are_clear_and_change_nothing(daemon, client):
     with client.create(image="busybox") as sb:
         sid = sb.id

@@ -112,7 +112,62 @@ async function commands() {
   out.afterKill = await attempt(() => sbx.commands.run("echo still"));
 }
 
-const scenarios = { lifecycle, refusals, expiry, commands };
+// Files through the data plane: the SDK's multipart and octet-stream uploads, reads as
+// text and bytes, the filesystem calls, a watch, paths from the user's home, another user.
+async function files() {
+  const sbx = await Sandbox.create("default", { timeoutMs: 300_000 });
+  out.id = sbx.sandboxId;
+  const entry = (e) => ({ name: e.name, type: e.type, path: e.path, size: e.size, permissions: e.permissions,
+                          owner: e.owner, group: e.group, modified: e.modifiedTime ? e.modifiedTime.getTime() : null });
+  try {
+    out.write = await sbx.files.write("/tmp/e2b/hello.txt", "hello from e2b\n");
+    out.read = await sbx.files.read("/tmp/e2b/hello.txt");
+    // Binary and larger than one read: 200 kB of every byte value, as octet-stream.
+    const bytes = new Uint8Array(200_000).map((_, i) => (i * 7 + (i >> 8)) & 255);
+    out.octet = await sbx.files.write("/tmp/e2b/bin.dat", bytes, { useOctetStream: true });
+    const back = await sbx.files.read("/tmp/e2b/bin.dat", { format: "bytes" });
+    out.binary = { length: back.length, same: back.length === bytes.length && back.every((b, i) => b === bytes[i]) };
+    out.empty = await sbx.files.write("/tmp/e2b/empty.txt", "");
+    out.readEmpty = await sbx.files.read("/tmp/e2b/empty.txt");
+    out.many = await sbx.files.write([{ path: "/tmp/e2b/a.txt", data: "A" }, { path: "rel.txt", data: "R" }]);
+    out.readRel = await sbx.files.read("rel.txt");
+    out.list = (await sbx.files.list("/tmp/e2b")).map(entry);
+    out.exists = await sbx.files.exists("/tmp/e2b/a.txt");
+    out.existsNot = await sbx.files.exists("/tmp/e2b/nope");
+    out.makeDir = await sbx.files.makeDir("/tmp/e2b/d/e");
+    out.makeDirAgain = await sbx.files.makeDir("/tmp/e2b/d/e");
+    out.rename = entry(await sbx.files.rename("/tmp/e2b/a.txt", "/tmp/e2b/d/a2.txt"));
+    out.deep = (await sbx.files.list("/tmp/e2b/d", { depth: 2 })).map((e) => e.path);
+    out.info = entry(await sbx.files.getInfo("/tmp/e2b/d"));
+    await sbx.files.remove("/tmp/e2b/d");
+    out.afterRemove = await sbx.files.exists("/tmp/e2b/d");
+    out.removeMissing = await attempt(() => sbx.files.remove("/tmp/e2b/none"));
+    out.readMissing = await attempt(() => sbx.files.read("/tmp/e2b/none"));
+    out.infoMissing = await attempt(() => sbx.files.getInfo("/tmp/e2b/none"));
+    out.listMissing = await attempt(() => sbx.files.list("/tmp/e2b/none"));
+    // Another user: paths from their home, files theirs, and the kernel checks as them.
+    out.userWrite = await sbx.files.write("notes.txt", "mine", { user: "user" });
+    out.userInfo = entry(await sbx.files.getInfo("notes.txt", { user: "user" }));
+    out.userDenied = await attempt(() => sbx.files.write("/root/x.txt", "no", { user: "user" }));
+    out.userCannotRead = await attempt(() => sbx.files.read("/etc/shadow", { user: "user" }));
+    // A watch sees a write, a rename and a removal, named within the folder.
+    const events = [];
+    const w = await sbx.files.watchDir("/tmp/e2b", (e) => events.push(`${e.type}:${e.name}`));
+    await sbx.files.write("/tmp/e2b/watched.txt", "w", { useOctetStream: true });
+    await sbx.files.rename("/tmp/e2b/watched.txt", "/tmp/e2b/moved.txt");
+    await sbx.files.remove("/tmp/e2b/moved.txt");
+    const until = Date.now() + 10_000;
+    while (Date.now() < until && !events.some((e) => e === "remove:moved.txt")) await new Promise((r) => setTimeout(r, 100));
+    await w.stop();
+    out.events = events;
+    out.seen = (await sbx.commands.run("cat /tmp/e2b/hello.txt /root/rel.txt; stat -c '%U %a' /home/user/notes.txt")).stdout;
+  } finally {
+    await sbx.kill();
+  }
+  out.afterKill = await attempt(() => sbx.files.read("/tmp/e2b/hello.txt"));
+}
+
+const scenarios = { lifecycle, refusals, expiry, commands, files };
 const name = process.argv[2];
 if (!scenarios[name]) {
   console.error(`unknown scenario ${name}; one of ${Object.keys(scenarios).join(", ")}`);

@@ -30,6 +30,25 @@ def test_the_data_plane_takes_only_the_sandboxs_own_token(daemon):
                                            "Content-Type": "application/connect+json"})
         assert status == 401, body
         assert daemon.client().get(a["sandboxID"]).exec("test -e /tmp/ran; echo $?").stdout == "1\n"
+        # Nor do its files: no write, no read, no listing with another's token.
+        other = {"E2b-Sandbox-Id": a["sandboxID"], "X-Access-Token": b["envdAccessToken"]}
+        status, body = daemon.raw("POST", "/files?path=/tmp/planted", body=b"x", auth=False,
+                                  headers=dict(other, **{"Content-Type": "application/octet-stream"}))
+        assert status == 401, body
+        assert daemon.client().get(a["sandboxID"]).exec("test -e /tmp/planted; echo $?").stdout == "1\n"
+        assert daemon.raw("GET", "/files?path=/etc/passwd", headers=other, auth=False)[0] == 401
+        for call, msg in (("ListDir", {"path": "/"}), ("Stat", {"path": "/etc"}), ("Remove", {"path": "/etc/passwd"})):
+            status, body = daemon.raw("POST", f"/filesystem.Filesystem/{call}", body=msg, auth=False,
+                                      headers=dict(other, **{"Content-Type": "application/json"}))
+            assert status == 401, (call, body)
+        assert daemon.client().get(a["sandboxID"]).exec("test -e /etc/passwd; echo $?").stdout == "0\n"
+        # Its own token writes its files, a body larger than the 64 KiB a token's API
+        # calls get, and the paths stay inside it.
+        own = {"E2b-Sandbox-Id": a["sandboxID"], "X-Access-Token": a["envdAccessToken"]}
+        status, body = daemon.raw("POST", "/files?path=../../../../tmp/big", body=b"y" * 300_000, auth=False,
+                                  headers=dict(own, **{"Content-Type": "application/octet-stream"}))
+        assert status == 200 and body[0]["path"] == "/tmp/big", body
+        assert daemon.client().get(a["sandboxID"]).exec("stat -c %s /tmp/big").stdout == "300000\n"
         # Without E2b-Sandbox-Id the data plane's paths are not routes at all.
         assert daemon.raw("GET", "/health", auth=False)[0] == 404
         # A sandbox that is gone answers 502, as E2B's proxy does.

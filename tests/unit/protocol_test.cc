@@ -157,6 +157,17 @@ TEST(Users, FindsNamesUidsAndGroups) {
   EXPECT_EQ(FindUser("4294967295", passwd, group).error().code, Code::kNotFound);  // (uid_t)-1 is no uid
 }
 
+TEST(Users, NamesOfIds) {
+  const char* passwd = "root:x:0:0:root:/root:/bin/bash\nbad:x:12x:1::/:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n";
+  const char* group = "root:x:0:\nstaff:x:50:\nuser:x:1000:\n";
+  EXPECT_EQ(NameOfId(0, passwd), "root");
+  EXPECT_EQ(NameOfId(1000, passwd), "user");
+  EXPECT_EQ(NameOfId(12, passwd), "");  // a malformed line names nobody
+  EXPECT_EQ(NameOfId(4321, passwd), "");
+  EXPECT_EQ(NameOfId(50, group), "staff");
+  EXPECT_EQ(NameOfId(0, ""), "");
+}
+
 TEST(Protocol, ExecRequestWithAUserSaysVersion2) {
   ExecRequest r;
   r.argv = {"id"};

@@ -19,9 +19,16 @@ if TYPE_CHECKING:
 __all__ = ["Files", "FileWatch"]
 
 
+def _as(query: List[Tuple[str, Any]], user: Optional[str]) -> List[Tuple[str, Any]]:
+    """The query, with the user a file call runs as (if one is named)."""
+    return query + ([("user", user)] if user is not None else [])
+
+
 class Files:
     """The files of a running sandbox: ``sb.files``. Paths are absolute inside the sandbox
-    and resolve inside its root (symlinks too). A paused sandbox is resumed first."""
+    and resolve inside its root (symlinks too). A paused sandbox is resumed first. Each
+    call takes ``user=`` (a user name or uid of the sandbox): it then runs as that user,
+    so the kernel checks each access as theirs and what it makes is theirs."""
 
     def __init__(self, sandbox: "Sandbox") -> None:
         self._sb = sandbox
@@ -29,15 +36,15 @@ class Files:
     def _api(self) -> "Api":
         return self._sb._client.api
 
-    def read_bytes(self, path: str) -> bytes:
-        return _get_bytes(self._api(), self._sb._path("/files"), [("path", path)],
+    def read_bytes(self, path: str, user: Optional[str] = None) -> bytes:
+        return _get_bytes(self._api(), self._sb._path("/files"), _as([("path", path)], user),
                           timeout=max(self._api().timeout, 600.0))
 
-    def read(self, path: str, encoding: str = "utf-8") -> str:
-        return self.read_bytes(path).decode(encoding)
+    def read(self, path: str, encoding: str = "utf-8", user: Optional[str] = None) -> str:
+        return self.read_bytes(path, user=user).decode(encoding)
 
     def write(self, path: str, data: Union[str, bytes, Any], mode: Optional[int] = None,
-              parents: bool = True) -> Answer:
+              parents: bool = True, user: Optional[str] = None) -> Answer:
         """Write a whole file (str, bytes or a binary file object). It appears under
         ``path`` only once complete; ``mode`` is its permission bits (e.g. 0o755)."""
         raw = data.encode() if isinstance(data, str) else data
@@ -46,34 +53,35 @@ class Files:
             query.append(("mode", "%o" % mode))
         if not parents:
             query.append(("parents", "false"))
-        return Answer(self._api()._call("PUT", self._sb._path("/files"), query=query, raw=raw,
+        return Answer(self._api()._call("PUT", self._sb._path("/files"), query=_as(query, user), raw=raw,
                                         content_type="application/octet-stream",
                                         timeout=max(self._api().timeout, 600.0)))
 
-    def list(self, path: str = "/", depth: int = 1) -> List[Dict[str, Any]]:
-        d = self._api().request("GET", self._sb._path("/files/list"), query=[("path", path), ("depth", depth)])
+    def list(self, path: str = "/", depth: int = 1, user: Optional[str] = None) -> List[Dict[str, Any]]:
+        d = self._api().request("GET", self._sb._path("/files/list"),
+                                query=_as([("path", path), ("depth", depth)], user))
         return list((d or {}).get("entries") or [])
 
-    def stat(self, path: str) -> Dict[str, Any]:
-        return dict(self._api().request("GET", self._sb._path("/files/stat"), query=[("path", path)]) or {})
+    def stat(self, path: str, user: Optional[str] = None) -> Dict[str, Any]:
+        return dict(self._api().request("GET", self._sb._path("/files/stat"), query=_as([("path", path)], user)) or {})
 
-    def exists(self, path: str) -> bool:
+    def exists(self, path: str, user: Optional[str] = None) -> bool:
         try:
-            self.stat(path)
+            self.stat(path, user=user)
             return True
         except NotFoundError:
             return False
 
-    def remove(self, path: str, recursive: bool = False) -> Answer:
+    def remove(self, path: str, recursive: bool = False, user: Optional[str] = None) -> Answer:
         q = [("path", path)] + ([("recursive", "true")] if recursive else [])
-        return Answer(self._api().request("DELETE", self._sb._path("/files"), query=q))
+        return Answer(self._api().request("DELETE", self._sb._path("/files"), query=_as(q, user)))
 
-    def mkdir(self, path: str, parents: bool = True) -> Answer:
-        return Answer(self._api().request("POST", self._sb._path("/files/mkdir"),
+    def mkdir(self, path: str, parents: bool = True, user: Optional[str] = None) -> Answer:
+        return Answer(self._api().request("POST", self._sb._path("/files/mkdir"), query=_as([], user),
                                           body={"path": path, "parents": parents}))
 
-    def move(self, src: str, dst: str, overwrite: bool = False) -> Answer:
-        return Answer(self._api().request("POST", self._sb._path("/files/move"),
+    def move(self, src: str, dst: str, overwrite: bool = False, user: Optional[str] = None) -> Answer:
+        return Answer(self._api().request("POST", self._sb._path("/files/move"), query=_as([], user),
                                           body={"from": src, "to": dst, "overwrite": overwrite}))
 
     def upload_dir(self, local_dir: str, remote_dir: str) -> Answer:

@@ -1,0 +1,32 @@
+// Connect-RPC's wire forms as the E2B front speaks them: JSON messages over HTTP/1.1,
+// unary calls as plain JSON, server streams in Connect's envelopes. Internal to the API.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "api/http_types.h"
+#include "base/result.h"
+
+namespace sbx::api {
+
+// Connect's envelope flags.
+constexpr uint8_t kCompressed = 0x01;
+constexpr uint8_t kEndStream = 0x02;
+
+// One message in its envelope: a flags byte, a 4-byte big-endian length, the message.
+std::string Envelope(uint8_t flags, const nlohmann::json& msg);
+// The one message of a server-streaming request's body.
+Result<nlohmann::json> ReadEnvelope(const std::string& body);
+// Connect's name for an sbx error code.
+const char* ConnectCode(Code c);
+// A unary call's error as Connect answers it: its HTTP status and {"code", "message"}.
+Response ConnectError(const Error& e);
+// The end-of-stream envelope, with the error that ended the stream if any.
+std::string EndOfStream(const std::optional<Error>& e);
+// The user of `Authorization: Basic base64(user:)`: empty when none is named.
+Result<std::string> BasicUser(const std::string& header);
+
+}  // namespace sbx::api

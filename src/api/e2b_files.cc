@@ -1,0 +1,438 @@
+// The E2B front's files (E2B's envd): filesystem.Filesystem's Connect calls and the plain
+// GET/POST /files. Each is one or two file operations in the sandbox's agent
+// (agent/files.h), as the user the call names and with paths that are not absolute taken
+// from that user's home, as envd does. docs/e2b.md has the mapping.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "api/e2b_connect.h"
+#include "api/handler_util.h"
+#include "api/handlers.h"
+#include "base/ids.h"
+#include "base/unique_fd.h"
+
+namespace sbx::api {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+// Go's FileMode.String() of an entry, as envd reports it: "drwxr-xr-x", "-rw-r--r--",
+// "Lrwxrwxrwx".
+std::string Permissions(const std::string& type, uint32_t mode) {
+  std::string s = type == "dir" ? "d" : type == "symlink" ? "L" : "-";
+  const char* rwx = "rwxrwxrwx";
+  for (int i = 0; i < 9; ++i) s += (mode & (0400u >> i)) ? rwx[i] : '-';
+  return s;
+}
+
+// An agent's entry as envd's EntryInfo (protobuf JSON: enum names, int64 as a string).
+json EntryInfo(const json& e) {
+  const std::string type = e.value("type", "");
+  const uint32_t mode = e.value("mode", 0u);
+  json out = {{"name", e.value("name", "")},
+              {"type", type == "file"      ? "FILE_TYPE_FILE"
+                       : type == "dir"     ? "FILE_TYPE_DIRECTORY"
+                       : type == "symlink" ? "FILE_TYPE_SYMLINK"
+                                           : "FILE_TYPE_UNSPECIFIED"},
+              {"path", e.value("path", "")},
+              {"size", std::to_string(e.value("size", int64_t{0}))},
+              {"mode", mode},
+              {"permissions", Permissions(type, mode)},
+              {"owner", e.value("owner", "")},
+              {"group", e.value("group", "")}};
+  if (e.contains("mtime_ms") && e["mtime_ms"].is_number_integer())
+    out["modifiedTime"] = FormatRfc3339(e["mtime_ms"].get<int64_t>());
+  if (type == "symlink") out["symlinkTarget"] = e.value("target", "");
+  return out;
+}
+
+// A unary call's JSON body.
+Result<json> UnaryBody(const Request& req) {
+  json j = json::parse(req.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return MakeError(Code::kInvalidArgument, "the body is not a JSON object");
+  return j;
+}
+
+Result<std::string> StringField(const json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_string() || j[key].get<std::string>().empty())
+    return MakeError(Code::kInvalidArgument, std::string(key) + " is required");
+  return j[key].get<std::string>();
+}
+
+// A file operation as an E2B call asks it: its user, and paths from that user's home.
+json Op(const char* op, const std::string& user) {
+  json j = {{"op", op}, {"home_relative", true}};
+  if (!user.empty()) j["user"] = user;
+  return j;
+}
+
+// One part of a multipart/form-data body: where its content lies, and its file name.
+struct Part {
+  size_t begin = 0, end = 0;
+  std::string field, filename;
+};
+
+// A parameter of a Content-Disposition or Content-Type value (`name="x"` or `name=x`).
+std::string Param(std::string_view v, const std::string& name) {
+  size_t at = 0;
+  while ((at = v.find(name + "=", at)) != std::string_view::npos) {
+    if (at > 0 && v[at - 1] != ';' && v[at - 1] != ' ') {
+      at += name.size();
+      continue;
+    }
+    std::string_view rest = v.substr(at + name.size() + 1);
+    if (!rest.empty() && rest[0] == '"') {
+      size_t close = rest.find('"', 1);
+      return std::string(rest.substr(1, close == std::string_view::npos ? std::string_view::npos : close - 1));
+    }
+    return std::string(rest.substr(0, rest.find(';')));
+  }
+  return "";
+}
+
+// The parts of a multipart body (RFC 7578), or why it is malformed.
+Result<std::vector<Part>> Parts(std::string_view body, const std::string& boundary) {
+  const std::string delim = "--" + boundary;
+  size_t pos = body.find(delim);
+  if (boundary.empty() || pos == std::string_view::npos)
+    return MakeError(Code::kInvalidArgument, "the multipart body has no boundary line");
+  std::vector<Part> parts;
+  while (true) {
+    pos += delim.size();
+    if (body.substr(pos, 2) == "--") return parts;
+    if (body.substr(pos, 2) != "\r\n") return MakeError(Code::kInvalidArgument, "a multipart boundary line is malformed");
+    pos += 2;
+    size_t head_end = body.find("\r\n\r\n", pos);
+    if (head_end == std::string_view::npos) return MakeError(Code::kInvalidArgument, "a multipart part has no end of headers");
+    Part p;
+    std::string_view head = body.substr(pos, head_end - pos + 2);
+    for (size_t line = 0; line < head.size();) {
+      size_t eol = head.find("\r\n", line);
+      std::string_view h = head.substr(line, eol - line);
+      line = eol + 2;
+      size_t colon = h.find(':');
+      if (colon == std::string_view::npos) continue;
+      std::string name(h.substr(0, colon));
+      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (name != "content-disposition") continue;
+      p.field = Param(h.substr(colon + 1), "name");
+      p.filename = Param(h.substr(colon + 1), "filename");
+    }
+    p.begin = head_end + 4;
+    size_t next = body.find("\r\n" + delim, p.begin);
+    if (next == std::string_view::npos) return MakeError(Code::kInvalidArgument, "a multipart part does not end");
+    p.end = next;
+    parts.push_back(std::move(p));
+    pos = next + 2;
+  }
+}
+
+// A request body held in a file, mapped for reading (or the in-memory body).
+class BodyView {
+ public:
+  BodyView(const std::string& file, const std::string& body) : text_(body) {
+    if (file.empty()) return;
+    fd_.Reset(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st;
+    if (!fd_.valid() || ::fstat(fd_.get(), &st) != 0) {
+      failed_ = true;
+      return;
+    }
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ == 0) {
+      text_ = {};
+      return;
+    }
+    void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_.get(), 0);
+    if (m == MAP_FAILED) {
+      failed_ = true;
+      return;
+    }
+    map_ = m;
+    text_ = std::string_view(static_cast<const char*>(m), size_);
+  }
+  ~BodyView() {
+    if (map_) ::munmap(map_, size_);
+  }
+  BodyView(const BodyView&) = delete;
+  BodyView& operator=(const BodyView&) = delete;
+  bool failed() const { return failed_; }
+  std::string_view text() const { return text_; }
+
+ private:
+  UniqueFd fd_;
+  void* map_ = nullptr;
+  size_t size_ = 0;
+  bool failed_ = false;
+  std::string_view text_;
+};
+
+// `data` into a new file under `dir` (a part of a multipart upload, sent on as a file).
+Result<std::string> SpoolPart(const std::string& dir, std::string_view data) {
+  std::string path = dir + "/part-" + RandomHex(8);
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd.valid()) return ErrnoError("store an uploaded part");
+  while (!data.empty()) {
+    ssize_t n = ::write(fd.get(), data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::unlink(path.c_str());
+      return ErrnoError("store an uploaded part");
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return path;
+}
+
+}  // namespace
+
+// filesystem.Filesystem/Stat, ListDir, MakeDir, Move, Remove: unary calls, each the file
+// operation of the same meaning (MakeDir and Move then stat what they made).
+asio::awaitable<Response> Api::EnvdFilesystem(Request& req) {
+  const std::string id = req.params["id"];
+  const std::string call = req.pattern.substr(std::string("/filesystem.Filesystem/").size());
+  auto body = UnaryBody(req);
+  if (!body.ok()) co_return ConnectError(body.error());
+  auto user = BasicUser(req.Header("authorization"));
+  if (!user.ok()) co_return ConnectError(user.error());
+  manager_->Touch(id);
+  auto stat = [&](const std::string& path) -> asio::awaitable<Result<json>> {
+    json op = Op("stat", *user);
+    op["path"] = path;
+    auto f = co_await StartFileOp(id, op);
+    if (!f.ok()) co_return f.error();
+    co_return EntryInfo(f->first);
+  };
+  if (call == "Stat") {
+    auto path = StringField(*body, "path");
+    if (!path.ok()) co_return ConnectError(path.error());
+    auto e = co_await stat(*path);
+    if (!e.ok()) co_return ConnectError(e.error());
+    co_return Json(200, {{"entry", *e}});
+  }
+  if (call == "ListDir") {
+    auto path = StringField(*body, "path");
+    if (!path.ok()) co_return ConnectError(path.error());
+    json op = Op("list", *user);
+    op["path"] = *path;
+    op["depth"] = 1;
+    if (body->contains("depth")) {
+      const json& d = (*body)["depth"];
+      if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > 64)
+        co_return ConnectError(MakeError(Code::kInvalidArgument, "depth must be between 1 and 64"));
+      op["depth"] = std::max<int64_t>(1, d.get<int64_t>());
+    }
+    auto f = co_await StartFileOp(id, op);
+    if (!f.ok()) co_return ConnectError(f.error());
+    json entries = json::array();
+    for (const auto& e : f->first.value("entries", json::array())) entries.push_back(EntryInfo(e));
+    co_return Json(200, {{"entries", entries}});
+  }
+  if (call == "MakeDir") {
+    auto path = StringField(*body, "path");
+    if (!path.ok()) co_return ConnectError(path.error());
+    json op = Op("mkdir", *user);
+    op["path"] = *path;
+    op["parents"] = true;
+    auto f = co_await StartFileOp(id, op);
+    if (!f.ok()) co_return ConnectError(f.error());
+    if (!f->first.value("created", false))
+      co_return ConnectError(MakeError(Code::kAlreadyExists, "directory " + *path + " already exists"));
+    auto e = co_await stat(*path);
+    if (!e.ok()) co_return ConnectError(e.error());
+    co_return Json(200, {{"entry", *e}});
+  }
+  if (call == "Move") {
+    auto from = StringField(*body, "source");
+    if (!from.ok()) co_return ConnectError(from.error());
+    auto to = StringField(*body, "destination");
+    if (!to.ok()) co_return ConnectError(to.error());
+    json op = Op("move", *user);
+    op["from"] = *from;
+    op["to"] = *to;
+    op["overwrite"] = true;  // envd renames over what is there, as rename(2) does
+    auto f = co_await StartFileOp(id, op);
+    if (!f.ok()) co_return ConnectError(f.error());
+    auto e = co_await stat(*to);
+    if (!e.ok()) co_return ConnectError(e.error());
+    co_return Json(200, {{"entry", *e}});
+  }
+  // Remove: recursive, and a path that is not there is no error (envd's RemoveAll).
+  auto path = StringField(*body, "path");
+  if (!path.ok()) co_return ConnectError(path.error());
+  json op = Op("remove", *user);
+  op["path"] = *path;
+  op["recursive"] = true;
+  auto f = co_await StartFileOp(id, op);
+  if (!f.ok() && f.error().code != Code::kNotFound) co_return ConnectError(f.error());
+  co_return Json(200, json::object());
+}
+
+// filesystem.Filesystem/WatchDir: a server stream of the folder's events (the agent's
+// inotify watch): a start event once the folder is watched, then create, write, remove
+// and rename events named relative to the folder, with keep-alives while quiet. A rename
+// is a rename event for the old name and a create event for the new one, as envd's.
+asio::awaitable<Response> Api::EnvdWatchDir(Request& req) {
+  const std::string id = req.params["id"];
+  Response r;
+  r.content_type = "application/connect+json";
+  auto fail = [&r](const Error& e) {
+    r.body = EndOfStream(e);  // a stream's error is its last message, under 200
+    return r;
+  };
+  auto msg = ReadEnvelope(req.body);
+  if (!msg.ok()) co_return fail(msg.error());
+  auto path = StringField(*msg, "path");
+  if (!path.ok()) co_return fail(path.error());
+  auto user = BasicUser(req.Header("authorization"));
+  if (!user.ok()) co_return fail(user.error());
+  json op = Op("watch", *user);
+  op["path"] = *path;
+  op["recursive"] = msg->value("recursive", false);
+  op["keepalive_ms"] = manager_->keepalive_ms();
+  manager_->Touch(id);
+  auto f = co_await StartFileOp(id, op);
+  if (!f.ok()) co_return fail(f.error());
+  std::shared_ptr<agent::Conn> conn = f->conn;
+  if (req.client_gone)
+    req.client_gone->OnFire([conn] {
+      asio::post(conn->socket().get_executor(), [conn] {
+        boost::system::error_code ignored;
+        conn->socket().close(ignored);
+      });
+    });
+  std::string root = f->first.value("path", *path);
+  if (root.size() > 1 && root.back() == '/') root.pop_back();
+  std::shared_ptr<core::AgentLease> lease = f->lease;
+  r.stream = [conn, lease, root](ChunkSink sink) -> asio::awaitable<std::optional<Response>> {
+    std::string first = Envelope(0, {{"start", json::object()}});  // WatchDirResponse's oneof
+    if (!co_await sink(first)) co_return std::nullopt;
+    auto name_of = [&root](const std::string& p) {
+      return p.rfind(root + "/", 0) == 0 ? p.substr(root.size() + 1) : p;
+    };
+    auto fs_event = [](const std::string& name, const char* type) {
+      return Envelope(0, {{"filesystem", {{"name", name}, {"type", type}}}});
+    };
+    std::string carry;
+    while (true) {
+      auto fr = co_await conn->Recv();
+      if (!fr.ok() || fr->type == agent::FrameType::kDataEnd) {
+        std::string end = EndOfStream(fr.ok() ? std::nullopt : std::optional<Error>(fr.error()));
+        co_await sink(end);
+        co_return std::nullopt;
+      }
+      carry += fr->payload;
+      std::string out;
+      for (size_t nl; (nl = carry.find('\n')) != std::string::npos; carry.erase(0, nl + 1)) {
+        json ev = json::parse(carry.substr(0, nl), nullptr, false);
+        if (!ev.is_object()) continue;
+        const std::string type = ev.value("type", "");
+        const std::string p = ev.value("path", "");
+        // An upload goes to a hidden file that is renamed over its name at the end
+        // (agent/files.h): the watcher sees the name made and written, as envd's would.
+        if (p.find("/" + std::string(agent::kUploadPrefix)) != std::string::npos) {
+          if (type == "rename" && ev.contains("to") && ev["to"].is_string()) {
+            out += fs_event(name_of(ev["to"]), "EVENT_TYPE_CREATE");
+            out += fs_event(name_of(ev["to"]), "EVENT_TYPE_WRITE");
+          }
+          continue;
+        }
+        if (type == "create") out += fs_event(name_of(p), "EVENT_TYPE_CREATE");
+        else if (type == "write") out += fs_event(name_of(p), "EVENT_TYPE_WRITE");
+        else if (type == "remove") out += fs_event(name_of(p), "EVENT_TYPE_REMOVE");
+        else if (type == "rename") {
+          out += fs_event(name_of(p), "EVENT_TYPE_RENAME");
+          if (ev.contains("to") && ev["to"].is_string()) out += fs_event(name_of(ev["to"]), "EVENT_TYPE_CREATE");
+        } else if (type == "keepalive") {
+          out += Envelope(0, {{"keepalive", json::object()}});
+        } else if (type == "error" || type == "overflow") {
+          out += EndOfStream(MakeError(Code::kInternal, ev.value("message", "the watch lost events (" + type + ")")));
+          co_await sink(out);
+          co_return std::nullopt;
+        }
+      }
+      if (!out.empty() && !co_await sink(out)) co_return std::nullopt;
+    }
+  };
+  co_return r;
+}
+
+// GET /files?path=P[&username=U]: the file's bytes.
+asio::awaitable<Response> Api::EnvdGetFile(Request& req) {
+  const std::string id = req.params["id"];
+  auto p = req.query.find("path");
+  if (p == req.query.end() || p->second.empty()) co_return E2bError(MakeError(Code::kInvalidArgument, "path is required"));
+  auto u = req.query.find("username");
+  json op = Op("read", u == req.query.end() ? "" : u->second);
+  op["path"] = p->second;
+  manager_->Touch(id);
+  auto f = co_await StartFileOp(id, op);
+  if (!f.ok()) co_return E2bError(f.error());
+  co_return StreamData(f->conn, f->lease, "application/octet-stream");
+}
+
+// POST /files?path=P[&username=U]: a body of application/octet-stream is the file at P;
+// a multipart/form-data body holds one or more "file" parts, each written to P or, without
+// it, to its file name. Answers [{"name","type":"file","path"}] per file written.
+asio::awaitable<Response> Api::EnvdPostFile(Request& req) {
+  const std::string id = req.params["id"];
+  const std::string ctype = req.Header("content-type");
+  auto u = req.query.find("username");
+  const std::string user = u == req.query.end() ? "" : u->second;
+  const std::string path = req.query.count("path") ? req.query.at("path") : "";
+  if (!req.Header("content-encoding").empty() && req.Header("content-encoding") != "identity")
+    co_return E2bError(MakeError(Code::kInvalidArgument, "compressed uploads (Content-Encoding: " +
+                                                             req.Header("content-encoding") + ") are not supported"));
+  manager_->Touch(id);
+  json written = json::array();
+  auto write = [&](const std::string& to, const std::string& file) -> asio::awaitable<Status> {
+    json op = Op("write", user);
+    op["path"] = to;
+    op["parents"] = true;
+    op["mode"] = 0644;
+    auto f = co_await StartFileOp(id, op);
+    if (!f.ok()) co_return f.error();
+    std::string none;
+    auto done = co_await Upload(f->conn.get(), &file, &none);
+    if (!done.ok()) co_return done.error();
+    std::string full = done->value("path", to);
+    written.push_back({{"name", full.substr(full.rfind('/') + 1)}, {"type", "file"}, {"path", full}});
+    co_return OkStatus();
+  };
+  if (ctype.rfind("multipart/form-data", 0) != 0) {
+    if (path.empty()) co_return E2bError(MakeError(Code::kInvalidArgument, "path is required"));
+    std::string file = req.body_file;
+    if (Status st = co_await write(path, file); !st.ok()) co_return E2bError(st.error());
+    co_return Json(200, written);
+  }
+  BodyView body(req.body_file, req.body);
+  if (body.failed()) co_return E2bError(MakeError(Code::kInternal, "cannot read the stored upload"));
+  auto parts = Parts(body.text(), Param(ctype, "boundary"));
+  if (!parts.ok()) co_return E2bError(parts.error());
+  for (const auto& part : *parts) {
+    if (part.field != "file") continue;
+    const std::string to = path.empty() ? part.filename : path;
+    if (to.empty()) co_return E2bError(MakeError(Code::kInvalidArgument, "a file part has no file name and no path was given"));
+    auto spooled = SpoolPart(tmp_dir_, body.text().substr(part.begin, part.end - part.begin));
+    if (!spooled.ok()) co_return E2bError(spooled.error());
+    Status st = co_await write(to, *spooled);
+    ::unlink(spooled->c_str());
+    if (!st.ok()) co_return E2bError(st.error());
+  }
+  if (written.empty()) co_return E2bError(MakeError(Code::kInvalidArgument, "the multipart body has no \"file\" part"));
+  co_return Json(200, written);
+}
+
+}  // namespace sbx::api
