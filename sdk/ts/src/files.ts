@@ -14,11 +14,25 @@ export interface FileEntry {
   mtime: string;
   /** A symlink's target. */
   target?: string;
+  uid: number;
+  gid: number;
+  /** The names of uid and gid in the sandbox's /etc/passwd and /etc/group ("" if none). */
+  owner: string;
+  group: string;
+}
+
+/**
+ * `user`: the sandbox user (a name or uid) a file call runs as. The kernel then checks
+ * each access as theirs, and what the call makes is theirs. Root by default.
+ */
+export interface AsUser {
+  user?: string;
 }
 
 /**
  * The files of a running sandbox: `sb.files`. Paths are absolute inside the sandbox and
- * resolve inside its root (symlinks too). A paused sandbox is resumed first.
+ * resolve inside its root (symlinks too). A paused sandbox is resumed first. Every call
+ * takes `{ user }` (see AsUser).
  */
 export class Files {
   constructor(
@@ -27,42 +41,43 @@ export class Files {
   ) {}
 
   /** A file's bytes. */
-  readBytes(path: string): Promise<Uint8Array> {
-    return this.http.bytes("GET", `${this.base}/files`, { query: { path }, timeoutSeconds: 600 });
+  readBytes(path: string, options: AsUser = {}): Promise<Uint8Array> {
+    return this.http.bytes("GET", `${this.base}/files`, { query: { path, user: options.user }, timeoutSeconds: 600 });
   }
 
   /** A file's text (UTF-8). */
-  async read(path: string): Promise<string> {
-    return new TextDecoder().decode(await this.readBytes(path));
+  async read(path: string, options: AsUser = {}): Promise<string> {
+    return new TextDecoder().decode(await this.readBytes(path, options));
   }
 
   /**
    * Writes a whole file; it appears under `path` only once complete. `mode` is its
    * permission bits (setuid, setgid and sticky are dropped); missing folders are made.
    */
-  async write(path: string, data: string | Uint8Array, options: { mode?: number } = {}): Promise<JsonObject> {
+  async write(path: string, data: string | Uint8Array, options: { mode?: number } & AsUser = {}): Promise<JsonObject> {
     const bytes = typeof data === "string" ? new TextEncoder().encode(data) : data;
     const query: Record<string, string> = { path };
     if (options.mode !== undefined) query.mode = options.mode.toString(8);
+    if (options.user !== undefined) query.user = options.user;
     return this.http.json<JsonObject>("PUT", `${this.base}/files`, { query, bytes, timeoutSeconds: 600 });
   }
 
   /** The entries of a folder, `depth` levels down (links are not followed). */
-  async list(path = "/", options: { depth?: number } = {}): Promise<FileEntry[]> {
+  async list(path = "/", options: { depth?: number } & AsUser = {}): Promise<FileEntry[]> {
     const d = await this.http.json<{ entries?: FileEntry[] }>("GET", `${this.base}/files/list`, {
-      query: { path, depth: options.depth ?? 1 },
+      query: { path, depth: options.depth ?? 1, user: options.user },
     });
     return d?.entries ?? [];
   }
 
   /** One path (a symlink is described, not followed). */
-  stat(path: string): Promise<FileEntry> {
-    return this.http.json<FileEntry>("GET", `${this.base}/files/stat`, { query: { path } });
+  stat(path: string, options: AsUser = {}): Promise<FileEntry> {
+    return this.http.json<FileEntry>("GET", `${this.base}/files/stat`, { query: { path, user: options.user } });
   }
 
-  async exists(path: string): Promise<boolean> {
+  async exists(path: string, options: AsUser = {}): Promise<boolean> {
     try {
-      await this.stat(path);
+      await this.stat(path, options);
       return true;
     } catch (e) {
       if (e instanceof NotFoundError) return false;
@@ -71,21 +86,23 @@ export class Files {
   }
 
   /** Deletes a file, link or empty folder (`recursive`: a whole folder). */
-  remove(path: string, options: { recursive?: boolean } = {}): Promise<JsonObject> {
+  remove(path: string, options: { recursive?: boolean } & AsUser = {}): Promise<JsonObject> {
     return this.http.json<JsonObject>("DELETE", `${this.base}/files`, {
-      query: { path, recursive: options.recursive ? "true" : undefined },
+      query: { path, recursive: options.recursive ? "true" : undefined, user: options.user },
     });
   }
 
-  mkdir(path: string, options: { parents?: boolean } = {}): Promise<JsonObject> {
+  mkdir(path: string, options: { parents?: boolean } & AsUser = {}): Promise<JsonObject> {
     return this.http.json<JsonObject>("POST", `${this.base}/files/mkdir`, {
+      query: { user: options.user },
       json: { path, parents: options.parents ?? true },
     });
   }
 
   /** Renames; refuses to replace an existing target unless `overwrite`. */
-  move(from: string, to: string, options: { overwrite?: boolean } = {}): Promise<JsonObject> {
+  move(from: string, to: string, options: { overwrite?: boolean } & AsUser = {}): Promise<JsonObject> {
     return this.http.json<JsonObject>("POST", `${this.base}/files/move`, {
+      query: { user: options.user },
       json: { from, to, overwrite: options.overwrite ?? false },
     });
   }

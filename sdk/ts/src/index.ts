@@ -14,7 +14,7 @@
 export { Client, DEFAULT_DATA_DIR, DEFAULT_TIMEOUT_SECONDS, DEFAULT_URL, type ClientOptions } from "./client.js";
 export { Disk } from "./disk.js";
 export { Sandbox, Snapshot } from "./sandbox.js";
-export { Files, FileWatch, type FileEntry, type FileEvent } from "./files.js";
+export { Files, FileWatch, type AsUser, type FileEntry, type FileEvent } from "./files.js";
 export { Process, Processes, type OutputEvent, type ProcessData } from "./processes.js";
 export { Terminal } from "./terminal.js";
 export {

@@ -139,3 +139,24 @@ test("user: exec and processes as another user of the sandbox", async () => {
   assert.equal(bad.exitCode, 127);
   assert.match(bad.stderr, /no user "nosuch"/);
 });
+
+test("user: file calls as another user of the sandbox", async () => {
+  const sb = await sandbox();
+  await sb.files.mkdir("/home/u", { user: "0" });
+  await sb.exec("chown 1234:1234 /home/u");
+  await sb.files.write("/home/u/a.txt", "mine", { user: "1234" });
+  await sb.files.mkdir("/home/u/d", { user: "1234" });
+  for (const p of ["/home/u/a.txt", "/home/u/d"]) {
+    const st = await sb.files.stat(p, { user: "1234" });
+    assert.deepEqual([st.uid, st.gid], [1234, 1234]);
+  }
+  assert.equal(await sb.files.read("/home/u/a.txt", { user: "1234" }), "mine");
+  assert.equal((await sb.files.stat("/etc/passwd")).owner, "root");
+  // Where that user may not write, the kernel says no, and nothing is made.
+  await assert.rejects(sb.files.write("/root/planted", "x", { user: "1234" }), /ermission denied/);
+  await assert.rejects(sb.files.move("/home/u/a.txt", "/etc/a.txt", { user: "1234" }), /ermission denied/);
+  await assert.rejects(sb.files.remove("/etc/passwd", { user: "1234" }), /ermission denied/);
+  assert.equal(await sb.files.exists("/root/planted"), false);
+  assert.equal(await sb.files.exists("/etc/passwd", { user: "1234" }), true);
+  assert.deepEqual((await sb.files.list("/home/u", { user: "1234" })).map((e) => e.name), ["a.txt", "d"]);
+});
