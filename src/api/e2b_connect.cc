@@ -74,4 +74,14 @@ Result<std::string> BasicUser(const std::string& header) {
   return plain.substr(0, plain.find(':'));
 }
 
+// An error of a streaming call before its stream began: Connect sends it as the stream's
+// only message, the end of stream, under 200 (a client maps other statuses to codes of
+// its own: a 404 would read as "unimplemented").
+Response StreamError(const Error& e) {
+  Response r;
+  r.content_type = "application/connect+json";
+  r.body = EndOfStream(e);
+  return r;
+}
+
 }  // namespace sbx::api

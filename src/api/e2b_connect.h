@@ -26,6 +26,9 @@ const char* ConnectCode(Code c);
 Response ConnectError(const Error& e);
 // The end-of-stream envelope, with the error that ended the stream if any.
 std::string EndOfStream(const std::optional<Error>& e);
+// An error of a streaming call before its stream began: the end of stream alone, under
+// 200 (a client maps other statuses to codes of its own: 404 reads as "unimplemented").
+Response StreamError(const Error& e);
 // The user of `Authorization: Basic base64(user:)`: empty when none is named.
 Result<std::string> BasicUser(const std::string& header);
 

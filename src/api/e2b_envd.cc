@@ -45,6 +45,92 @@ std::string EndEvent(const core::ProcessInfo& i) {
   return Envelope(0, {{"event", {{"end", end}}}});
 }
 
+// The pid of a request's process selector ({"process": {"pid"}}; tags are not kept).
+Result<int64_t> PidOf(const json& j) {
+  const json* pid = nullptr;
+  if (j.contains("process") && j["process"].is_object() && j["process"].contains("pid")) pid = &j["process"]["pid"];
+  int64_t n = 0;
+  if (pid && pid->is_number_integer()) n = pid->get<int64_t>();
+  else if (pid && pid->is_string() && !pid->get<std::string>().empty() && pid->get<std::string>().size() < 10 &&
+           pid->get<std::string>().find_first_not_of("0123456789") == std::string::npos)
+    n = std::stoll(pid->get<std::string>());
+  if (n <= 0) return MakeError(Code::kInvalidArgument, "process.pid is required (tags are not supported)");
+  return n;
+}
+
+// Connect-Timeout-Ms (0 when none is given).
+Result<int64_t> TimeoutMs(const Request& req) {
+  std::string t = req.Header("connect-timeout-ms");
+  if (t.empty()) return int64_t{0};
+  if (t.size() > 10 || t.find_first_not_of("0123456789") != std::string::npos)
+    return MakeError(Code::kInvalidArgument, "Connect-Timeout-Ms must be a number of milliseconds");
+  return std::stoll(t);
+}
+
+// A command's stream, as Start and Connect answer: its start (pid), its output from chunk
+// `since` on (base64), and its end, with keep-alives while quiet. When `deadline_ms` (the
+// call's Connect-Timeout-Ms) passes, the stream ends with deadline_exceeded, and with
+// `kill_at_deadline` (Start: E2B's timeoutMs) the command is killed too.
+Response CommandStream(core::ProcessTable* table, std::string id, int64_t pid, int64_t keepalive_ms,
+                       int64_t deadline_ms, uint64_t since, bool kill_at_deadline) {
+  Response r;
+  r.content_type = "application/connect+json";
+  auto deadline = deadline_ms > 0 ? std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms)
+                                  : std::chrono::steady_clock::time_point::max();
+  r.stream = [table, id, pid, keepalive_ms, deadline, since,
+              kill_at_deadline](ChunkSink sink) -> asio::awaitable<std::optional<Response>> {
+    // (Each message is made before its co_await: GCC mishandles braced temporaries in one.)
+    std::string first = StartEvent(pid);
+    if (!co_await sink(first)) co_return std::nullopt;
+    uint64_t next = since;
+    auto quiet_since = std::chrono::steady_clock::now();
+    while (true) {
+      auto rd = table->Read(id, pid, next, 256 * 1024);
+      if (!rd.ok()) {
+        std::string end = EndOfStream(rd.error());
+        co_await sink(end);
+        co_return std::nullopt;
+      }
+      std::string out;
+      for (const auto& c : rd->chunks) {
+        next = c.seq + 1;
+        out += DataEvent(c.stream, c.data);
+      }
+      if (rd->chunks.empty() && !rd->info.running) {
+        out += EndEvent(rd->info);
+        out += EndOfStream(std::nullopt);
+        co_await sink(out);
+        co_return std::nullopt;
+      }
+      auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        if (kill_at_deadline) (void)table->Signal(id, pid, SIGKILL);
+        out += EndOfStream(MakeError(Code::kDeadlineExceeded, kill_at_deadline
+                                                                  ? "the command's timeout passed; it was killed"
+                                                                  : "the connection's timeout passed"));
+        co_await sink(out);
+        co_return std::nullopt;
+      }
+      if (!out.empty()) {
+        if (!co_await sink(out)) co_return std::nullopt;  // the client went: the command runs on
+        quiet_since = now;
+        continue;
+      }
+      if (now - quiet_since >= std::chrono::milliseconds(keepalive_ms)) {
+        std::string ka = KeepaliveEvent();
+        if (!co_await sink(ka)) co_return std::nullopt;
+        quiet_since = now;
+      }
+      auto wait = std::chrono::milliseconds(keepalive_ms) -
+                  std::chrono::duration_cast<std::chrono::milliseconds>(now - quiet_since);
+      if (deadline != std::chrono::steady_clock::time_point::max())
+        wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
+      co_await table->WaitOutput(id, pid, next, std::max(wait, std::chrono::milliseconds(1)));
+    }
+  };
+  return r;
+}
+
 }  // namespace
 
 bool IsEnvdRoute(const RouteInfo& r) { return r.access == Access::kE2bSandbox; }
@@ -73,103 +159,46 @@ asio::awaitable<Response> Api::EnvdStart(Request& req) {
     co_return r;
   }
   auto msg = ReadEnvelope(req.body);
-  if (!msg.ok()) co_return ConnectError(msg.error());
+  if (!msg.ok()) co_return StreamError(msg.error());
   const json& m = *msg;
   if (!m.contains("process") || !m["process"].is_object())
-    co_return ConnectError(MakeError(Code::kInvalidArgument, "process is required"));
+    co_return StreamError(MakeError(Code::kInvalidArgument, "process is required"));
   const json& p = m["process"];
   core::ExecRequest e;
   if (!p.contains("cmd") || !p["cmd"].is_string() || p["cmd"].get<std::string>().empty())
-    co_return ConnectError(MakeError(Code::kInvalidArgument, "process.cmd is required"));
+    co_return StreamError(MakeError(Code::kInvalidArgument, "process.cmd is required"));
   e.argv.push_back(p["cmd"].get<std::string>());
   if (p.contains("args")) {
-    if (!p["args"].is_array()) co_return ConnectError(MakeError(Code::kInvalidArgument, "process.args must be an array"));
+    if (!p["args"].is_array()) co_return StreamError(MakeError(Code::kInvalidArgument, "process.args must be an array"));
     for (const auto& a : p["args"]) {
-      if (!a.is_string()) co_return ConnectError(MakeError(Code::kInvalidArgument, "process.args must be strings"));
+      if (!a.is_string()) co_return StreamError(MakeError(Code::kInvalidArgument, "process.args must be strings"));
       e.argv.push_back(a.get<std::string>());
     }
   }
   if (p.contains("envs")) {
-    if (!p["envs"].is_object()) co_return ConnectError(MakeError(Code::kInvalidArgument, "process.envs must be an object"));
+    if (!p["envs"].is_object()) co_return StreamError(MakeError(Code::kInvalidArgument, "process.envs must be an object"));
     for (const auto& [k, v] : p["envs"].items()) {
-      if (!v.is_string()) co_return ConnectError(MakeError(Code::kInvalidArgument, "process.envs values must be strings"));
+      if (!v.is_string()) co_return StreamError(MakeError(Code::kInvalidArgument, "process.envs values must be strings"));
       e.env[k] = v.get<std::string>();
     }
   }
   if (p.contains("cwd") && p["cwd"].is_string()) e.cwd = p["cwd"].get<std::string>();
   if (m.contains("pty") && !m["pty"].is_null())
-    co_return ConnectError(MakeError(Code::kInvalidArgument, "pty is not supported by sbx's E2B front yet"));
+    co_return StreamError(MakeError(Code::kInvalidArgument, "pty is not supported by sbx's E2B front yet"));
   bool keep_stdin = m.contains("stdin") && m["stdin"].is_boolean() && m["stdin"].get<bool>();
   auto user = BasicUser(req.Header("authorization"));
-  if (!user.ok()) co_return ConnectError(user.error());
+  if (!user.ok()) co_return StreamError(user.error());
   e.user = *user;
-  int64_t deadline_ms = 0;
-  if (std::string t = req.Header("connect-timeout-ms"); !t.empty()) {
-    if (t.size() > 10 || t.find_first_not_of("0123456789") != std::string::npos)
-      co_return ConnectError(MakeError(Code::kInvalidArgument, "Connect-Timeout-Ms must be a number of milliseconds"));
-    deadline_ms = std::stoll(t);
-  }
+  auto timeout = TimeoutMs(req);
+  if (!timeout.ok()) co_return StreamError(timeout.error());
+  const int64_t deadline_ms = *timeout;
   manager_->Touch(id);
   auto ex = co_await asio::this_coro::executor;
   auto started = co_await processes_->Start(ex, id, std::move(e));
-  if (!started.ok()) co_return ConnectError(started.error());
+  if (!started.ok()) co_return StreamError(started.error());
   const int64_t pid = started->pid;
   if (!keep_stdin) (void)processes_->Stdin(id, pid, "", true);
-  Response r;
-  r.content_type = "application/connect+json";
-  core::ProcessTable* table = processes_.get();
-  int64_t keepalive_ms = manager_->keepalive_ms();
-  auto deadline = deadline_ms > 0 ? std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms)
-                                  : std::chrono::steady_clock::time_point::max();
-  r.stream = [table, id, pid, keepalive_ms, deadline](ChunkSink sink) -> asio::awaitable<std::optional<Response>> {
-    // (Each message is made before its co_await: GCC mishandles braced temporaries in one.)
-    std::string first = StartEvent(pid);
-    if (!co_await sink(first)) co_return std::nullopt;
-    uint64_t next = 0;
-    auto quiet_since = std::chrono::steady_clock::now();
-    while (true) {
-      auto rd = table->Read(id, pid, next, 256 * 1024);
-      if (!rd.ok()) {
-        std::string end = EndOfStream(rd.error());
-        co_await sink(end);
-        co_return std::nullopt;
-      }
-      std::string out;
-      for (const auto& c : rd->chunks) {
-        next = c.seq + 1;
-        out += DataEvent(c.stream, c.data);
-      }
-      if (rd->chunks.empty() && !rd->info.running) {
-        out += EndEvent(rd->info);
-        out += EndOfStream(std::nullopt);
-        co_await sink(out);
-        co_return std::nullopt;
-      }
-      auto now = std::chrono::steady_clock::now();
-      if (now >= deadline) {
-        (void)table->Signal(id, pid, SIGKILL);
-        out += EndOfStream(MakeError(Code::kDeadlineExceeded, "the command's timeout passed; it was killed"));
-        co_await sink(out);
-        co_return std::nullopt;
-      }
-      if (!out.empty()) {
-        if (!co_await sink(out)) co_return std::nullopt;  // the client went: the command runs on
-        quiet_since = now;
-        continue;
-      }
-      if (now - quiet_since >= std::chrono::milliseconds(keepalive_ms)) {
-        std::string ka = KeepaliveEvent();
-        if (!co_await sink(ka)) co_return std::nullopt;
-        quiet_since = now;
-      }
-      auto wait = std::chrono::milliseconds(keepalive_ms) -
-                  std::chrono::duration_cast<std::chrono::milliseconds>(now - quiet_since);
-      if (deadline != std::chrono::steady_clock::time_point::max())
-        wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
-      co_await table->WaitOutput(id, pid, next, std::max(wait, std::chrono::milliseconds(1)));
-    }
-  };
-  co_return r;
+  co_return CommandStream(processes_.get(), id, pid, manager_->keepalive_ms(), deadline_ms, 0, true);
 }
 
 // process.Process/SendSignal (unary, JSON): SIGKILL or SIGTERM to a command by its pid
@@ -179,14 +208,9 @@ asio::awaitable<Response> Api::EnvdSignal(Request& req) {
   json j = json::parse(req.body, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     co_return ConnectError(MakeError(Code::kInvalidArgument, "the body is not a JSON object"));
-  const json* pid = nullptr;
-  if (j.contains("process") && j["process"].is_object() && j["process"].contains("pid")) pid = &j["process"]["pid"];
-  int64_t n = 0;
-  if (pid && pid->is_number_integer()) n = pid->get<int64_t>();
-  else if (pid && pid->is_string() && !pid->get<std::string>().empty() && pid->get<std::string>().size() < 10 &&
-           pid->get<std::string>().find_first_not_of("0123456789") == std::string::npos)
-    n = std::stoll(pid->get<std::string>());
-  if (n <= 0) co_return ConnectError(MakeError(Code::kInvalidArgument, "process.pid is required (tags are not supported)"));
+  auto pid = PidOf(j);
+  if (!pid.ok()) co_return ConnectError(pid.error());
+  const int64_t n = *pid;
   int sig = 0;
   const json s = j.value("signal", json());
   if (s == "SIGNAL_SIGKILL" || s == 9) sig = SIGKILL;
@@ -196,6 +220,67 @@ asio::awaitable<Response> Api::EnvdSignal(Request& req) {
   if (auto info = processes_->Get(id, n); !info.ok() || !info->running)
     co_return ConnectError(MakeError(Code::kNotFound, "no running process " + std::to_string(n)));
   if (auto st = processes_->Signal(id, n, sig); !st.ok()) co_return ConnectError(st.error());
+  co_return Json(200, json::object());
+}
+
+// process.Process/List (unary): the sandbox's running commands, as envd lists them
+// (`commands.list()`): the command, its arguments and working folder.
+asio::awaitable<Response> Api::EnvdList(Request& req) {
+  const std::string id = req.params["id"];
+  auto all = processes_->List(id);
+  if (!all.ok()) co_return ConnectError(all.error());
+  json out = json::array();
+  for (const auto& p : *all) {
+    if (!p.running || p.cmd.empty()) continue;
+    json args = json::array();
+    for (size_t i = 1; i < p.cmd.size(); ++i) args.push_back(p.cmd[i]);
+    json config = {{"cmd", p.cmd[0]}, {"args", args}, {"envs", json::object()}};
+    if (!p.cwd.empty()) config["cwd"] = p.cwd;
+    out.push_back({{"config", config}, {"pid", p.pid}});
+  }
+  co_return Json(200, {{"processes", out}});
+}
+
+// process.Process/Connect (server stream): a running command's output from now on, and
+// its end (`commands.connect(pid)`); the command's own timeout is not changed by it.
+asio::awaitable<Response> Api::EnvdConnect(Request& req) {
+  const std::string id = req.params["id"];
+  auto msg = ReadEnvelope(req.body);
+  if (!msg.ok()) co_return StreamError(msg.error());
+  auto pid = PidOf(*msg);
+  if (!pid.ok()) co_return StreamError(pid.error());
+  auto timeout = TimeoutMs(req);
+  if (!timeout.ok()) co_return StreamError(timeout.error());
+  auto info = processes_->Get(id, *pid);
+  if (!info.ok()) co_return StreamError(MakeError(Code::kNotFound, "no process " + std::to_string(*pid)));
+  manager_->Touch(id);
+  co_return CommandStream(processes_.get(), id, *pid, manager_->keepalive_ms(), *timeout, info->next_seq, false);
+}
+
+// process.Process/SendInput and CloseStdin (unary): bytes to a command's stdin (base64
+// in `input.stdin`), or its end (`commands.sendStdin`, `closeStdin`).
+asio::awaitable<Response> Api::EnvdInput(Request& req) {
+  const std::string id = req.params["id"];
+  const bool close = req.pattern == "/process.Process/CloseStdin";
+  json j = json::parse(req.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    co_return ConnectError(MakeError(Code::kInvalidArgument, "the body is not a JSON object"));
+  auto pid = PidOf(j);
+  if (!pid.ok()) co_return ConnectError(pid.error());
+  std::string data;
+  if (!close) {
+    const json in = j.value("input", json::object());
+    if (in.contains("pty")) co_return ConnectError(MakeError(Code::kInvalidArgument, "pty input is not supported"));
+    if (!in.contains("stdin") || !in["stdin"].is_string())
+      co_return ConnectError(MakeError(Code::kInvalidArgument, "input.stdin (base64) is required"));
+    auto bytes = Base64Decode(in["stdin"].get<std::string>());
+    if (!bytes.ok()) co_return ConnectError(MakeError(Code::kInvalidArgument, "input.stdin is not base64"));
+    data = std::move(*bytes);
+  }
+  manager_->Touch(id);
+  if (auto info = processes_->Get(id, *pid); !info.ok() || !info->running)
+    co_return ConnectError(MakeError(Code::kNotFound, "no running process " + std::to_string(*pid)));
+  if (auto st = processes_->Stdin(id, *pid, data, close); !st.ok()) co_return ConnectError(st.error());
   co_return Json(200, json::object());
 }
 

@@ -286,12 +286,7 @@ asio::awaitable<Response> Api::EnvdFilesystem(Request& req) {
 // is a rename event for the old name and a create event for the new one, as envd's.
 asio::awaitable<Response> Api::EnvdWatchDir(Request& req) {
   const std::string id = req.params["id"];
-  Response r;
-  r.content_type = "application/connect+json";
-  auto fail = [&r](const Error& e) {
-    r.body = EndOfStream(e);  // a stream's error is its last message, under 200
-    return r;
-  };
+  auto fail = [](const Error& e) { return StreamError(e); };
   auto msg = ReadEnvelope(req.body);
   if (!msg.ok()) co_return fail(msg.error());
   auto path = StringField(*msg, "path");
@@ -316,6 +311,8 @@ asio::awaitable<Response> Api::EnvdWatchDir(Request& req) {
   std::string root = f->first.value("path", *path);
   if (root.size() > 1 && root.back() == '/') root.pop_back();
   std::shared_ptr<core::AgentLease> lease = f->lease;
+  Response r;
+  r.content_type = "application/connect+json";
   r.stream = [conn, lease, root](ChunkSink sink) -> asio::awaitable<std::optional<Response>> {
     std::string first = Envelope(0, {{"start", json::object()}});  // WatchDirResponse's oneof
     if (!co_await sink(first)) co_return std::nullopt;

@@ -175,6 +175,9 @@ class Api {
   Handler EnvdHealth(Request& req);
   Handler EnvdStart(Request& req);
   Handler EnvdSignal(Request& req);
+  Handler EnvdList(Request& req);
+  Handler EnvdConnect(Request& req);
+  Handler EnvdInput(Request& req);
   // e2b_files.cc: the E2B data plane's files
   Handler EnvdFilesystem(Request& req);
   Handler EnvdWatchDir(Request& req);

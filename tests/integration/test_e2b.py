@@ -151,6 +151,24 @@ def test_commands_run_through_the_data_plane(daemon):
     assert out["afterKill"]["ok"] is False, out["afterKill"]
 
 
+def test_commands_list_stdin_and_connect(daemon):
+    out = e2b(daemon, "processes")
+    pids = out["pids"]
+    listed = {p["pid"]: p for p in out["listed"]}
+    # E2B's SDK runs each command as /bin/bash -l -c CMD; the working folder is kept.
+    assert listed[pids["sleeper"]] == {"pid": pids["sleeper"], "cmd": "/bin/bash", "args": ["-l", "-c", "sleep 30"],
+                                       "cwd": "/tmp"}, listed
+    assert pids["echo"] in listed
+    # Connected after "one" was answered: it sees "two" and the end, not what came before.
+    c = out["connected"]
+    assert c == {"stdout": "got:two\neof\n", "exitCode": 0, "seen": "got:two\neof\n"}, c
+    assert out["first"] == "got:one\ngot:two\neof\n"
+    for gone in ("stdinGone", "connectUnknown"):
+        assert out[gone]["ok"] is False, (gone, out[gone])
+    assert out["connectUnknown"]["error"] == "NotFoundError", out["connectUnknown"]
+    assert pids["sleeper"] not in out["listedAfter"] and pids["echo"] not in out["listedAfter"], out
+
+
 def test_files_through_the_data_plane(daemon):
     out = e2b(daemon, "files")
     # A multipart upload (the SDK's default) and an octet-stream one, read back as text and

@@ -167,7 +167,36 @@ async function files() {
   out.afterKill = await attempt(() => sbx.files.read("/tmp/e2b/hello.txt"));
 }
 
-const scenarios = { lifecycle, refusals, expiry, commands, files };
+// A background command's life through the other process calls: list, stdin, connect.
+async function processes() {
+  const sbx = await Sandbox.create("default", { timeoutMs: 300_000 });
+  out.id = sbx.sandboxId;
+  try {
+    // A line-by-line echo that reads its input to the end.
+    const h = await sbx.commands.run("while read l; do echo got:$l; done; echo eof", { background: true, stdin: true });
+    const sleeper = await sbx.commands.run("sleep 30", { background: true, cwd: "/tmp" });
+    out.listed = (await sbx.commands.list()).map((p) => ({ pid: p.pid, cmd: p.cmd, args: p.args, cwd: p.cwd }));
+    out.pids = { echo: h.pid, sleeper: sleeper.pid };
+    await sbx.commands.sendStdin(h.pid, "one\n");
+    // Another client connects to it and sees what comes from then on, and its end.
+    const seen = [];
+    await new Promise((r) => setTimeout(r, 500));
+    const again = await sbx.commands.connect(h.pid, { onStdout: (d) => seen.push(d) });
+    await sbx.commands.sendStdin(h.pid, "two\n");
+    await sbx.commands.closeStdin(h.pid);
+    const done = await again.wait();
+    out.connected = { stdout: done.stdout, exitCode: done.exitCode, seen: seen.join("") };
+    out.first = (await h.wait()).stdout;
+    out.stdinGone = await attempt(() => sbx.commands.sendStdin(h.pid, "late\n"));
+    out.connectUnknown = await attempt(() => sbx.commands.connect(999999));
+    await sleeper.kill();
+    out.listedAfter = (await sbx.commands.list()).map((p) => p.pid);
+  } finally {
+    await sbx.kill();
+  }
+}
+
+const scenarios = { lifecycle, refusals, expiry, commands, files, processes };
 const name = process.argv[2];
 if (!scenarios[name]) {
   console.error(`unknown scenario ${name}; one of ${Object.keys(scenarios).join(", ")}`);
