@@ -25,8 +25,10 @@ namespace {
 // The process events of a Start stream, each in its envelope.
 std::string StartEvent(int64_t pid) { return Envelope(0, {{"event", {{"start", {{"pid", pid}}}}}}); }
 
-std::string DataEvent(int stream, const std::string& data) {
-  return Envelope(0, {{"event", {{"data", {{stream == 1 ? "stdout" : "stderr", Base64Encode(data)}}}}}});
+// A terminal's output is one stream, `pty`.
+std::string DataEvent(int stream, bool tty, const std::string& data) {
+  const char* key = tty ? "pty" : stream == 1 ? "stdout" : "stderr";
+  return Envelope(0, {{"event", {{"data", {{key, Base64Encode(data)}}}}}});
 }
 
 std::string KeepaliveEvent() { return Envelope(0, {{"event", {{"keepalive", json::object()}}}}); }
@@ -56,6 +58,18 @@ Result<int64_t> PidOf(const json& j) {
     n = std::stoll(pid->get<std::string>());
   if (n <= 0) return MakeError(Code::kInvalidArgument, "process.pid is required (tags are not supported)");
   return n;
+}
+
+// A pty's size ({"size": {"cols", "rows"}}), 1 to 1000 each.
+Result<std::pair<int, int>> PtySize(const json& pty) {
+  const json size = pty.is_object() ? pty.value("size", json::object()) : json();
+  auto dim = [&](const char* k) -> int {
+    return size.is_object() && size.contains(k) && size[k].is_number_integer() ? size[k].get<int>() : 0;
+  };
+  const int cols = dim("cols"), rows = dim("rows");
+  if (cols < 1 || cols > 1000 || rows < 1 || rows > 1000)
+    return MakeError(Code::kInvalidArgument, "pty.size needs cols and rows between 1 and 1000");
+  return std::make_pair(cols, rows);
 }
 
 // Connect-Timeout-Ms (0 when none is given).
@@ -94,7 +108,7 @@ Response CommandStream(core::ProcessTable* table, std::string id, int64_t pid, i
       std::string out;
       for (const auto& c : rd->chunks) {
         next = c.seq + 1;
-        out += DataEvent(c.stream, c.data);
+        out += DataEvent(c.stream, rd->info.tty, c.data);
       }
       if (rd->chunks.empty() && !rd->info.running) {
         out += EndEvent(rd->info);
@@ -183,9 +197,15 @@ asio::awaitable<Response> Api::EnvdStart(Request& req) {
     }
   }
   if (p.contains("cwd") && p["cwd"].is_string()) e.cwd = p["cwd"].get<std::string>();
-  if (m.contains("pty") && !m["pty"].is_null())
-    co_return StreamError(MakeError(Code::kInvalidArgument, "pty is not supported by sbx's E2B front yet"));
-  bool keep_stdin = m.contains("stdin") && m["stdin"].is_boolean() && m["stdin"].get<bool>();
+  // A terminal (`sandbox.pty.create`): its size, and its input stays open.
+  if (m.contains("pty") && !m["pty"].is_null()) {
+    auto size = PtySize(m["pty"]);
+    if (!size.ok()) co_return StreamError(size.error());
+    e.tty = true;
+    e.cols = size->first;
+    e.rows = size->second;
+  }
+  bool keep_stdin = e.tty || (m.contains("stdin") && m["stdin"].is_boolean() && m["stdin"].get<bool>());
   auto user = BasicUser(req.Header("authorization"));
   if (!user.ok()) co_return StreamError(user.error());
   e.user = *user;
@@ -270,17 +290,36 @@ asio::awaitable<Response> Api::EnvdInput(Request& req) {
   std::string data;
   if (!close) {
     const json in = j.value("input", json::object());
-    if (in.contains("pty")) co_return ConnectError(MakeError(Code::kInvalidArgument, "pty input is not supported"));
-    if (!in.contains("stdin") || !in["stdin"].is_string())
-      co_return ConnectError(MakeError(Code::kInvalidArgument, "input.stdin (base64) is required"));
-    auto bytes = Base64Decode(in["stdin"].get<std::string>());
-    if (!bytes.ok()) co_return ConnectError(MakeError(Code::kInvalidArgument, "input.stdin is not base64"));
+    // A terminal's input (`pty`) goes to it as a command's stdin does.
+    const char* key = in.contains("pty") ? "pty" : "stdin";
+    if (!in.contains(key) || !in[key].is_string())
+      co_return ConnectError(MakeError(Code::kInvalidArgument, "input.stdin or input.pty (base64) is required"));
+    auto bytes = Base64Decode(in[key].get<std::string>());
+    if (!bytes.ok()) co_return ConnectError(MakeError(Code::kInvalidArgument, std::string("input.") + key + " is not base64"));
     data = std::move(*bytes);
   }
   manager_->Touch(id);
   if (auto info = processes_->Get(id, *pid); !info.ok() || !info->running)
     co_return ConnectError(MakeError(Code::kNotFound, "no running process " + std::to_string(*pid)));
   if (auto st = processes_->Stdin(id, *pid, data, close); !st.ok()) co_return ConnectError(st.error());
+  co_return Json(200, json::object());
+}
+
+// process.Process/Update (unary): a terminal's new size (`pty.resize`).
+asio::awaitable<Response> Api::EnvdUpdate(Request& req) {
+  const std::string id = req.params["id"];
+  json j = json::parse(req.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    co_return ConnectError(MakeError(Code::kInvalidArgument, "the body is not a JSON object"));
+  auto pid = PidOf(j);
+  if (!pid.ok()) co_return ConnectError(pid.error());
+  if (!j.contains("pty") || j["pty"].is_null()) co_return Json(200, json::object());  // nothing to change
+  auto size = PtySize(j["pty"]);
+  if (!size.ok()) co_return ConnectError(size.error());
+  manager_->Touch(id);
+  if (auto info = processes_->Get(id, *pid); !info.ok() || !info->running)
+    co_return ConnectError(MakeError(Code::kNotFound, "no running process " + std::to_string(*pid)));
+  if (auto st = processes_->Resize(id, *pid, size->first, size->second); !st.ok()) co_return ConnectError(st.error());
   co_return Json(200, json::object());
 }
 

@@ -178,6 +178,7 @@ class Api {
   Handler EnvdList(Request& req);
   Handler EnvdConnect(Request& req);
   Handler EnvdInput(Request& req);
+  Handler EnvdUpdate(Request& req);
   // e2b_files.cc: the E2B data plane's files
   Handler EnvdFilesystem(Request& req);
   Handler EnvdWatchDir(Request& req);

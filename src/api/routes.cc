@@ -90,6 +90,7 @@ const std::vector<RouteInfo>& Routes() {
       {"POST", "/process.Process/Connect",                  Body::kRaw, Access::kE2bSandbox, &Api::EnvdConnect},
       {"POST", "/process.Process/SendInput",                Body::kJson, Access::kE2bSandbox, &Api::EnvdInput},
       {"POST", "/process.Process/CloseStdin",               Body::kJson, Access::kE2bSandbox, &Api::EnvdInput},
+      {"POST", "/process.Process/Update",                   Body::kJson, Access::kE2bSandbox, &Api::EnvdUpdate},
       {"POST", "/filesystem.Filesystem/Stat",               Body::kJson, Access::kE2bSandbox, &Api::EnvdFilesystem},
       {"POST", "/filesystem.Filesystem/ListDir",            Body::kJson, Access::kE2bSandbox, &Api::EnvdFilesystem},
       {"POST", "/filesystem.Filesystem/MakeDir",            Body::kJson, Access::kE2bSandbox, &Api::EnvdFilesystem},

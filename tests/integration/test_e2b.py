@@ -169,6 +169,17 @@ def test_commands_list_stdin_and_connect(daemon):
     assert pids["sleeper"] not in out["listedAfter"] and pids["echo"] not in out["listedAfter"], out
 
 
+def test_a_terminal_through_the_data_plane(daemon):
+    out = e2b(daemon, "pty")
+    # A real terminal of the size asked for, with the SDK's TERM; a resize is seen by it.
+    assert out["first"] and out["size1"] and out["isTty"] and out["term"], out
+    assert out["size2"] is True, out
+    # `exit 7` ends it with that status (the SDK's CommandExitError for a non-zero one).
+    assert out["end"]["ok"] is False and out["end"]["error"] == "CommandExitError", out["end"]
+    assert out["end"]["message"] == "exit status 7", out["end"]
+    assert out["resizeGone"]["ok"] is False and out["badSize"]["ok"] is False, out
+
+
 def test_files_through_the_data_plane(daemon):
     out = e2b(daemon, "files")
     # A multipart upload (the SDK's default) and an octet-stream one, read back as text and

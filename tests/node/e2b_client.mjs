@@ -196,7 +196,39 @@ async function processes() {
   }
 }
 
-const scenarios = { lifecycle, refusals, expiry, commands, files, processes };
+// A terminal: sandbox.pty's create, input, resize and end.
+async function pty() {
+  const sbx = await Sandbox.create("default", { timeoutMs: 300_000 });
+  out.id = sbx.sandboxId;
+  const dec = new TextDecoder();
+  const enc = new TextEncoder();
+  let text = "";
+  const until = async (needle) => {
+    const end = Date.now() + 15_000;
+    while (Date.now() < end && !text.includes(needle)) await new Promise((r) => setTimeout(r, 50));
+    return text.includes(needle);
+  };
+  try {
+    const t = await sbx.pty.create({ cols: 100, rows: 30, onData: (d) => { text += dec.decode(d); } });
+    await sbx.pty.sendInput(t.pid, enc.encode("stty size; tty; echo term=$TERM\n"));
+    // (The terminal echoes the line typed: wait for what the commands printed.)
+    out.first = await until("term=xterm");
+    out.size1 = /\b30 100\b/.test(text);
+    out.isTty = /\/dev\/pts\/\d+/.test(text);
+    out.term = /term=xterm-256color/.test(text);
+    await sbx.pty.resize(t.pid, { cols: 120, rows: 40 });
+    await sbx.pty.sendInput(t.pid, enc.encode("stty size\n"));
+    out.size2 = await until("40 120");
+    await sbx.pty.sendInput(t.pid, enc.encode("exit 7\n"));
+    out.end = await attempt(() => t.wait());
+    out.resizeGone = await attempt(() => sbx.pty.resize(t.pid, { cols: 80, rows: 24 }));
+    out.badSize = await attempt(() => sbx.pty.create({ cols: 0, rows: 30 }));
+  } finally {
+    await sbx.kill();
+  }
+}
+
+const scenarios = { lifecycle, refusals, expiry, commands, files, processes, pty };
 const name = process.argv[2];
 if (!scenarios[name]) {
   console.error(`unknown scenario ${name}; one of ${Object.keys(scenarios).join(", ")}`);
