@@ -7,7 +7,7 @@
 source "$(dirname "$0")/lib.sh"
 SECONDS_EACH="${1:-30}"
 MODE="${2:-fixed}"
-declare -A RUNS=([http]=800000 [json]=300000 [agent_frames]=600000 [tar]=400000)
+declare -A RUNS=([http]=800000 [json]=300000 [agent_frames]=600000 [tar]=400000 [multipart]=400000)
 FUZZ_BUILD="$ROOT/build-fuzz"
 log "building the fuzz harnesses (build-fuzz/, clang)"
 cmake -S "$ROOT/fuzz" -B "$FUZZ_BUILD" -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -15,7 +15,7 @@ cmake --build "$FUZZ_BUILD" -j"$(nproc)" >/dev/null
 scratch=$(mktemp -d /var/tmp/sbx-fuzz-XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 rc=0
-for name in http json agent_frames tar; do
+for name in http json agent_frames tar multipart; do
   mkdir -p "$scratch/$name"
   log "fuzzing $name for ${SECONDS_EACH} s"
   set +e

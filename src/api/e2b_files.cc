@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "api/e2b_connect.h"
+#include "api/multipart.h"
 #include "api/handler_util.h"
 #include "api/handlers.h"
 #include "base/ids.h"
@@ -76,67 +77,6 @@ json Op(const char* op, const std::string& user) {
   json j = {{"op", op}, {"home_relative", true}};
   if (!user.empty()) j["user"] = user;
   return j;
-}
-
-// One part of a multipart/form-data body: where its content lies, and its file name.
-struct Part {
-  size_t begin = 0, end = 0;
-  std::string field, filename;
-};
-
-// A parameter of a Content-Disposition or Content-Type value (`name="x"` or `name=x`).
-std::string Param(std::string_view v, const std::string& name) {
-  size_t at = 0;
-  while ((at = v.find(name + "=", at)) != std::string_view::npos) {
-    if (at > 0 && v[at - 1] != ';' && v[at - 1] != ' ') {
-      at += name.size();
-      continue;
-    }
-    std::string_view rest = v.substr(at + name.size() + 1);
-    if (!rest.empty() && rest[0] == '"') {
-      size_t close = rest.find('"', 1);
-      return std::string(rest.substr(1, close == std::string_view::npos ? std::string_view::npos : close - 1));
-    }
-    return std::string(rest.substr(0, rest.find(';')));
-  }
-  return "";
-}
-
-// The parts of a multipart body (RFC 7578), or why it is malformed.
-Result<std::vector<Part>> Parts(std::string_view body, const std::string& boundary) {
-  const std::string delim = "--" + boundary;
-  size_t pos = body.find(delim);
-  if (boundary.empty() || pos == std::string_view::npos)
-    return MakeError(Code::kInvalidArgument, "the multipart body has no boundary line");
-  std::vector<Part> parts;
-  while (true) {
-    pos += delim.size();
-    if (body.substr(pos, 2) == "--") return parts;
-    if (body.substr(pos, 2) != "\r\n") return MakeError(Code::kInvalidArgument, "a multipart boundary line is malformed");
-    pos += 2;
-    size_t head_end = body.find("\r\n\r\n", pos);
-    if (head_end == std::string_view::npos) return MakeError(Code::kInvalidArgument, "a multipart part has no end of headers");
-    Part p;
-    std::string_view head = body.substr(pos, head_end - pos + 2);
-    for (size_t line = 0; line < head.size();) {
-      size_t eol = head.find("\r\n", line);
-      std::string_view h = head.substr(line, eol - line);
-      line = eol + 2;
-      size_t colon = h.find(':');
-      if (colon == std::string_view::npos) continue;
-      std::string name(h.substr(0, colon));
-      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      if (name != "content-disposition") continue;
-      p.field = Param(h.substr(colon + 1), "name");
-      p.filename = Param(h.substr(colon + 1), "filename");
-    }
-    p.begin = head_end + 4;
-    size_t next = body.find("\r\n" + delim, p.begin);
-    if (next == std::string_view::npos) return MakeError(Code::kInvalidArgument, "a multipart part does not end");
-    p.end = next;
-    parts.push_back(std::move(p));
-    pos = next + 2;
-  }
 }
 
 // A request body held in a file, mapped for reading (or the in-memory body).
@@ -416,10 +356,10 @@ asio::awaitable<Response> Api::EnvdPostFile(Request& req) {
   }
   BodyView body(req.body_file, req.body);
   if (body.failed()) co_return E2bError(MakeError(Code::kInternal, "cannot read the stored upload"));
-  auto parts = Parts(body.text(), Param(ctype, "boundary"));
+  auto parts = ParseMultipart(body.text(), HeaderParam(ctype, "boundary"));
   if (!parts.ok()) co_return E2bError(parts.error());
   for (const auto& part : *parts) {
-    if (part.field != "file") continue;
+    if (part.name != "file") continue;
     const std::string to = path.empty() ? part.filename : path;
     if (to.empty()) co_return E2bError(MakeError(Code::kInvalidArgument, "a file part has no file name and no path was given"));
     auto spooled = SpoolPart(tmp_dir_, body.text().substr(part.begin, part.end - part.begin));
