@@ -415,12 +415,19 @@ def pytest_runtest_makereport(item, call):
     if not rep.failed or "Errno 110" not in str(rep.longrepr):
         return
     lines = []
-    nft = shutil.which("nft", path="/usr/sbin:/sbin:/usr/bin")
-    if nft:
-        rules = subprocess.run([nft, "list", "ruleset"], capture_output=True, text=True).stdout
-        lines += [l.strip() for l in rules.splitlines() if l.startswith("table") or ("dport" in l and "drop" in l)]
-    ss = subprocess.run(["ss", "-ltn"], capture_output=True, text=True).stdout
-    lines += ss.splitlines()
+    for argv in (["nft", "list", "ruleset"], ["ss", "-ltn"]):
+        tool = shutil.which(argv[0], path="/usr/sbin:/sbin:/usr/bin:/bin")
+        if not tool:
+            lines.append(f"({argv[0]} is not installed)")
+            continue
+        try:
+            got = subprocess.run([tool] + argv[1:], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError) as e:
+            lines.append(f"({argv[0]}: {e})")
+            continue
+        if argv[0] == "nft":
+            got = "\n".join(l.strip() for l in got.splitlines() if l.startswith("table") or ("dport" in l and "drop" in l))
+        lines += got.splitlines()
     try:
         with open("/proc/net/netstat") as f:
             head, values = f.readline().split(), f.readline().split()

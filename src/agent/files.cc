@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -251,9 +253,10 @@ void Write(int sock, FrameDecoder* in, int root, const json& req) {
   SendJson(sock, {{"size", size}, {"path", Join(sp->first, base)}});
 }
 
-// `p` (absolute) without ".", ".." and doubled slashes, as Go's filepath.Clean makes it:
-// the names an E2B client is answered with. (Resolution is in the root whatever the path
-// says, so this changes no file reached.)
+// `p` (absolute) without ".", ".." and doubled slashes, as Go's filepath.Clean makes it
+// (so as envd does): the names an E2B client is answered with. Through a symlink,
+// `/a/link/../x` cleaned is `/a/x`, not where the kernel would go; either way the path
+// resolves inside the sandbox's root, as the user the call names.
 std::string CleanPath(const std::string& p) {
   std::vector<std::string> parts;
   size_t at = 0;
@@ -295,6 +298,10 @@ Status BecomeUser(json* req) {
   if (::setgroups(id.groups.size(), id.groups.data()) != 0 || ::setresgid(id.gid, id.gid, id.gid) != 0 ||
       ::setresuid(id.uid, id.uid, id.uid) != 0)
     return Errno(errno, "become user " + user);
+  // A change of ids clears the parent-death signal, and may leave the process dumpable
+  // (suid_dumpable): neither is wanted of a handler.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::prctl(PR_SET_DUMPABLE, 0);
   return OkStatus();
 }
 

@@ -84,4 +84,11 @@ Response StreamError(const Error& e) {
   return r;
 }
 
+bool SpeaksConnectJson(const Request& req, Response* refusal) {
+  if (req.Header("content-type") == "application/connect+json") return true;
+  *refusal = ConnectError(MakeError(Code::kInvalidArgument, "only application/connect+json is spoken here"));
+  refusal->status = 415;
+  return false;
+}
+
 }  // namespace sbx::api

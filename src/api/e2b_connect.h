@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "api/http_request.h"
 #include "api/http_types.h"
 #include "base/result.h"
 
@@ -29,6 +30,9 @@ std::string EndOfStream(const std::optional<Error>& e);
 // An error of a streaming call before its stream began: the end of stream alone, under
 // 200 (a client maps other statuses to codes of its own: 404 reads as "unimplemented").
 Response StreamError(const Error& e);
+// Whether a streaming call's body is Connect's JSON envelope (application/connect+json);
+// if not, `*refusal` is the 415 to answer.
+bool SpeaksConnectJson(const Request& req, Response* refusal);
 // The user of `Authorization: Basic base64(user:)`: empty when none is named.
 Result<std::string> BasicUser(const std::string& header);
 

@@ -166,12 +166,7 @@ asio::awaitable<Response> Api::EnvdHealth(Request& req) {
 // Connect-Timeout-Ms that passes kills the command, as E2B's timeoutMs does.
 asio::awaitable<Response> Api::EnvdStart(Request& req) {
   const std::string id = req.params["id"];
-  std::string ctype = req.Header("content-type");
-  if (ctype != "application/connect+json") {
-    Response r = ConnectError(MakeError(Code::kInvalidArgument, "only application/connect+json is spoken here"));
-    r.status = 415;
-    co_return r;
-  }
+  if (Response bad; !SpeaksConnectJson(req, &bad)) co_return bad;
   auto msg = ReadEnvelope(req.body);
   if (!msg.ok()) co_return StreamError(msg.error());
   const json& m = *msg;
@@ -265,6 +260,7 @@ asio::awaitable<Response> Api::EnvdList(Request& req) {
 // its end (`commands.connect(pid)`); the command's own timeout is not changed by it.
 asio::awaitable<Response> Api::EnvdConnect(Request& req) {
   const std::string id = req.params["id"];
+  if (Response bad; !SpeaksConnectJson(req, &bad)) co_return bad;
   auto msg = ReadEnvelope(req.body);
   if (!msg.ok()) co_return StreamError(msg.error());
   auto pid = PidOf(*msg);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
+#include <cctype>
 #include <boost/asio/this_coro.hpp>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -28,6 +29,9 @@ namespace asio = boost::asio;
 using nlohmann::json;
 
 namespace {
+
+// Files in one multipart upload, at most.
+constexpr size_t kMaxParts = 1000;
 
 // Go's FileMode.String() of an entry, as envd reports it: "drwxr-xr-x", "-rw-r--r--",
 // "Lrwxrwxrwx".
@@ -118,23 +122,6 @@ class BodyView {
   bool failed_ = false;
   std::string_view text_;
 };
-
-// `data` into a new file under `dir` (a part of a multipart upload, sent on as a file).
-Result<std::string> SpoolPart(const std::string& dir, std::string_view data) {
-  std::string path = dir + "/part-" + RandomHex(8);
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (!fd.valid()) return ErrnoError("store an uploaded part");
-  while (!data.empty()) {
-    ssize_t n = ::write(fd.get(), data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::unlink(path.c_str());
-      return ErrnoError("store an uploaded part");
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return path;
-}
 
 }  // namespace
 
@@ -227,6 +214,7 @@ asio::awaitable<Response> Api::EnvdFilesystem(Request& req) {
 asio::awaitable<Response> Api::EnvdWatchDir(Request& req) {
   const std::string id = req.params["id"];
   auto fail = [](const Error& e) { return StreamError(e); };
+  if (Response bad; !SpeaksConnectJson(req, &bad)) co_return bad;
   auto msg = ReadEnvelope(req.body);
   if (!msg.ok()) co_return fail(msg.error());
   auto path = StringField(*msg, "path");
@@ -235,6 +223,8 @@ asio::awaitable<Response> Api::EnvdWatchDir(Request& req) {
   if (!user.ok()) co_return fail(user.error());
   json op = Op("watch", *user);
   op["path"] = *path;
+  if (msg->contains("recursive") && !(*msg)["recursive"].is_boolean())
+    co_return fail(MakeError(Code::kInvalidArgument, "recursive must be true or false"));
   op["recursive"] = msg->value("recursive", false);
   op["keepalive_ms"] = manager_->keepalive_ms();
   manager_->Touch(id);
@@ -334,38 +324,41 @@ asio::awaitable<Response> Api::EnvdPostFile(Request& req) {
                                                              req.Header("content-encoding") + ") are not supported"));
   manager_->Touch(id);
   json written = json::array();
-  auto write = [&](const std::string& to, const std::string& file) -> asio::awaitable<Status> {
+  // One file: from the stored body (`file`), or from a slice of it (`data`).
+  auto write = [&](const std::string& to, const std::string& file, std::string_view data) -> asio::awaitable<Status> {
     json op = Op("write", user);
     op["path"] = to;
     op["parents"] = true;
     op["mode"] = 0644;
     auto f = co_await StartFileOp(id, op);
     if (!f.ok()) co_return f.error();
-    std::string none;
-    auto done = co_await Upload(f->conn.get(), &file, &none);
+    auto done = co_await Upload(f->conn.get(), &file, data);
     if (!done.ok()) co_return done.error();
     std::string full = done->value("path", to);
     written.push_back({{"name", full.substr(full.rfind('/') + 1)}, {"type", "file"}, {"path", full}});
     co_return OkStatus();
   };
-  if (ctype.rfind("multipart/form-data", 0) != 0) {
+  std::string media = ctype.substr(0, ctype.find(';'));
+  for (auto& ch : media) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  while (!media.empty() && media.back() == ' ') media.pop_back();
+  if (media != "multipart/form-data") {
     if (path.empty()) co_return E2bError(MakeError(Code::kInvalidArgument, "path is required"));
     std::string file = req.body_file;
-    if (Status st = co_await write(path, file); !st.ok()) co_return E2bError(st.error());
+    if (Status st = co_await write(path, file, {}); !st.ok()) co_return E2bError(st.error());
     co_return Json(200, written);
   }
   BodyView body(req.body_file, req.body);
   if (body.failed()) co_return E2bError(MakeError(Code::kInternal, "cannot read the stored upload"));
   auto parts = ParseMultipart(body.text(), HeaderParam(ctype, "boundary"));
   if (!parts.ok()) co_return E2bError(parts.error());
+  if (parts->size() > kMaxParts)
+    co_return E2bError(MakeError(Code::kInvalidArgument, "at most " + std::to_string(kMaxParts) + " files in one upload"));
   for (const auto& part : *parts) {
     if (part.name != "file") continue;
     const std::string to = path.empty() ? part.filename : path;
     if (to.empty()) co_return E2bError(MakeError(Code::kInvalidArgument, "a file part has no file name and no path was given"));
-    auto spooled = SpoolPart(tmp_dir_, body.text().substr(part.begin, part.end - part.begin));
-    if (!spooled.ok()) co_return E2bError(spooled.error());
-    Status st = co_await write(to, *spooled);
-    ::unlink(spooled->c_str());
+    // Sent straight from the mapped body (which outlives the upload).
+    Status st = co_await write(to, "", body.text().substr(part.begin, part.end - part.begin));
     if (!st.ok()) co_return E2bError(st.error());
   }
   if (written.empty()) co_return E2bError(MakeError(Code::kInvalidArgument, "the multipart body has no \"file\" part"));

@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "agent/client.h"
 #include "api/http_types.h"
@@ -28,9 +29,9 @@ struct FileOp {  // NOLINT(bugprone-exception-escape)
 Response StreamData(std::shared_ptr<agent::Conn> conn, std::shared_ptr<core::AgentLease> lease,
                     const char* content_type, std::string first = "");
 
-// Sends the body file (or `body` when `body_file` is empty) as kData frames and kDataEnd,
-// then takes the agent's final answer.
+// Sends the body file (or `body` when `body_file` is empty; it must outlive the call) as
+// kData frames and kDataEnd, then takes the agent's final answer.
 boost::asio::awaitable<Result<nlohmann::json>> Upload(agent::Conn* conn, const std::string* body_file,
-                                                      const std::string* body);
+                                                      std::string_view body);
 
 }  // namespace sbx::api

@@ -81,7 +81,7 @@ Response StreamData(std::shared_ptr<agent::Conn> conn, std::shared_ptr<core::Age
   return r;
 }
 
-asio::awaitable<Result<json>> Upload(agent::Conn* conn, const std::string* body_file, const std::string* body) {
+asio::awaitable<Result<json>> Upload(agent::Conn* conn, const std::string* body_file, std::string_view body) {
   UniqueFd fd;
   if (!body_file->empty()) {
     fd.Reset(::open(body_file->c_str(), O_RDONLY | O_CLOEXEC));
@@ -97,7 +97,7 @@ asio::awaitable<Result<json>> Upload(agent::Conn* conn, const std::string* body_
       if (n < 0) co_return MakeError(Code::kInternal, "cannot read the stored upload");
       chunk.resize(n);
     } else {
-      chunk = body->substr(off, kUploadChunk);
+      chunk = std::string(body.substr(off, kUploadChunk));
       off += chunk.size();
     }
     if (chunk.empty()) break;
@@ -215,7 +215,7 @@ asio::awaitable<Response> Api::Files(Request& req) {
     co_return StreamData(conn, held, "application/x-ndjson", watching.dump() + "\n");
   }
   if (kind == "write" || kind == "archive_put") {
-    auto done = co_await Upload(conn.get(), &req.body_file, &req.body);
+    auto done = co_await Upload(conn.get(), &req.body_file, req.body);
     if (!done.ok()) co_return ErrorResponse(done.error());
     json out = *done;
     out["type"] = kind == "write" ? "file.written" : "archive.extracted";

@@ -6,8 +6,13 @@
 namespace sbx::api {
 
 std::string HeaderParam(std::string_view v, const std::string& name) {
+  // Parameter names are case-insensitive, their values not: found in a lower-case copy,
+  // taken from the original.
+  std::string lower(v), key = name + "=";
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (auto& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   size_t at = 0;
-  while ((at = v.find(name + "=", at)) != std::string_view::npos) {
+  while ((at = lower.find(key, at)) != std::string::npos) {
     if (at > 0 && v[at - 1] != ';' && v[at - 1] != ' ') {
       at += name.size();
       continue;

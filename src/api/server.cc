@@ -293,14 +293,15 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       }
       break;
     }
-    // While an exec (or a file watch) is handled and answered, a client that closes its
+    // While an exec (or a file watch, sbx's or E2B's) is handled and answered, a client that closes its
     // end is noticed at once (not at the next write): the command (the watch) is stopped.
     // Only these look (nothing else stops with its client, and looking costs a poller
     // registration), and not when the client already sent more (pipelined requests in
     // `buf`): it is then still there.
     const bool stops_with_client = route && (std::string_view(route->pattern) == "/v1/sandboxes/{id}/exec" ||
                                              std::string_view(route->pattern) == "/v1/disks/{id}/exec" ||
-                                             std::string_view(route->pattern) == "/v1/sandboxes/{id}/files/watch");
+                                             std::string_view(route->pattern) == "/v1/sandboxes/{id}/files/watch" ||
+                                             std::string_view(route->pattern) == "/filesystem.Filesystem/WatchDir");
     auto strand = co_await asio::this_coro::executor;
     WatchGone<Stream> watch(stream, stops_with_client && buf.size() == 0, strand);
     req.client_gone = watch.signal();

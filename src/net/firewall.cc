@@ -6,6 +6,11 @@
 #include <map>
 #include <sstream>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include "base/fs.h"
 
 namespace sbx::net {
@@ -27,10 +32,34 @@ std::string Elements(const std::vector<Cidr>& cidrs, bool v6) {
 
 std::string Quoted(const std::string& s) { return "\"" + s + "\""; }
 
-// What a table's comment can carry: nft's user data holds 256 bytes, and a quote or
+// What a table's comment can carry: nft takes 128 characters at most, and a quote or
 // backslash would end or escape the string.
 bool Commentable(const std::string& s) {
-  return !s.empty() && s.size() < 200 && s.find_first_of("\"\\\n") == std::string::npos;
+  return !s.empty() && s.size() <= 128 && s.find_first_of("\"\\\n") == std::string::npos;
+}
+
+// A table's owner as its comment says it: "<state folder> pid <pid>".
+struct Owner {
+  std::string folder;
+  long pid = 0;
+};
+
+Owner ParseOwner(const std::string& comment) {
+  Owner o;
+  const auto at = comment.rfind(" pid ");
+  if (at == std::string::npos) return o;
+  o.folder = comment.substr(0, at);
+  const std::string n = comment.substr(at + 5);
+  if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos) return Owner{};
+  o.pid = std::stol(n);
+  return o;
+}
+
+// Whether a path is certainly gone: only "no such file" says so (a folder this process
+// cannot see or reach, say in another mount namespace, is not gone).
+bool Gone(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR);
 }
 
 // The comment of a table as `nft list table` prints it (empty if it has none).
@@ -160,8 +189,10 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
   const std::string subnet = o_.subnet.ToString();
   const std::string port = std::to_string(o_.resolver_port);
   std::ostringstream c;
+  // Its comment names its owner, for another sbxd to tell an orphan (DropOrphans).
+  const std::string owner = o_.owner + " pid " + std::to_string(::getpid());
   c << "add table " << t << "\ndelete table " << t << "\nadd table " << t;
-  if (Commentable(o_.owner)) c << " { comment " << Quoted(o_.owner) << "; }";
+  if (Commentable(owner)) c << " { comment " << Quoted(owner) << "; }";
   c << "\n"
     << "add set " << t << " links { type ifname; }\n"
     << "add map " << t << " out { type ifname : verdict; }\n"
@@ -221,7 +252,15 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     << "add rule " << t << " postrouting ip saddr " << subnet << " oifname != @links masquerade\n";
   for (const auto& l : links) c << LinkCommands(l);
   MutexLock lock(mu_);
-  return Run(c.str());
+  Status st = Run(c.str());
+  if (!st.ok() && Commentable(owner)) {
+    // An nftables without table comments (before 0.9.7): the same without it. The table
+    // is then never taken for an orphan.
+    std::string plain = c.str();
+    plain.replace(plain.find(" { comment "), plain.find("; }\n") + 3 - plain.find(" { comment "), "");
+    if (Run(plain).ok()) return OkStatus();
+  }
+  return st;
 }
 
 Status Firewall::InstallIfAbsent() {
@@ -274,8 +313,11 @@ Result<std::vector<std::string>> Firewall::DropOrphans() {
     if (name == o_.table || name.size() != 9) continue;
     auto listing = Output("list table inet " + name + "\n");
     if (!listing.ok()) continue;  // gone meanwhile
-    const std::string owner = CommentOf(*listing);
-    if (owner.empty() || owner[0] != '/' || fs::Exists(owner)) continue;
+    const Owner owner = ParseOwner(CommentOf(*listing));
+    if (owner.folder.empty() || owner.folder[0] != '/' || !Gone(owner.folder)) continue;
+    // Its sbxd still runs (in a mount namespace of its own, say): not an orphan. (A pid
+    // reused since only delays the drop.)
+    if (owner.pid > 0 && !Gone("/proc/" + std::to_string(owner.pid))) continue;
     const std::string prefix = "sx" + name.substr(4) + "-";
     if (std::any_of(links.begin(), links.end(), [&](const std::string& l) { return l.rfind(prefix, 0) == 0; }))
       continue;

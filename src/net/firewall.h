@@ -32,8 +32,8 @@ struct FirewallOptions {
   // The host forwarded nothing before sbxd turned forwarding on: forward nothing that is
   // not a sandbox's, as before.
   bool forward_only_sandboxes = false;
-  // The folder holding this sbxd's state: the table's comment, so that another sbxd can
-  // tell the table is an orphan once the folder is gone.
+  // The folder holding this sbxd's state: the table's comment ("<folder> pid <pid>"), so
+  // that another sbxd can tell the table is an orphan once the folder and sbxd are gone.
   std::string owner;
 };
 
@@ -69,7 +69,7 @@ class Firewall {
   // Drops the table (sbxd with no sandboxes' links, and tests).
   Status Drop();
   // Drops other sbxds' tables that are orphans: the state folder their comment names is
-  // gone and no link of theirs is left (an sbxd killed and its folder removed leaves its
+  // gone (ENOENT), its sbxd's pid runs nothing, and no link of theirs is left (an sbxd killed and its folder removed leaves its
   // table, whose rules would go on applying to ports and addresses that are others' now).
   // A table without that comment, or with a link left, is kept. Returns the tables dropped.
   Result<std::vector<std::string>> DropOrphans();

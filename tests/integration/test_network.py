@@ -321,11 +321,13 @@ def test_restart_and_kill_keep_rules_and_leave_nothing(lab):
 def test_an_orphaned_table_is_dropped_and_no_other(tmp_path):
     """An sbxd killed and its folder removed leaves its firewall table, whose rules would
     go on applying to ports and addresses that are others' now. The next sbxd to start
-    drops such a table (its comment names a folder that is gone, and no link of its is
-    left), and keeps a table whose folder is there, one with a link left, and one
-    without a comment (nothing says whose it is)."""
+    drops such a table (its comment names a folder that is gone and a pid that runs
+    nothing, and no link of its is left), and keeps a table whose folder is there, whose
+    sbxd still runs, that has a link left, or that has no such comment."""
     n = os.getpid() % 10000
-    gone, kept, linked, plain = (f"sbx_{k}{n:04d}" for k in "wxyz")
+    gone, kept, alive, linked, plain, old = (f"sbx_{k}{n:04d}" for k in "uvwxyz")
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid that runs nothing now
     made = []
 
     def table(name, comment=None):
@@ -333,24 +335,27 @@ def test_an_orphaned_table_is_dropped_and_no_other(tmp_path):
         subprocess.run(["nft", f"add table inet {name}{body}"], check=True)
         made.append(name)
 
-    link = f"sxy{n:04d}-1"
+    link = f"sxx{n:04d}-1"
     try:
-        table(gone, str(tmp_path / "removed" / "network"))
-        table(kept, str(tmp_path))
-        table(linked, str(tmp_path / "removed-too" / "network"))
+        table(gone, f"{tmp_path}/removed/network pid {dead.pid}")
+        table(kept, f"{tmp_path} pid {dead.pid}")
+        table(alive, f"{tmp_path}/removed/network pid {os.getpid()}")
+        table(linked, f"{tmp_path}/removed-too/network pid {dead.pid}")
         table(plain)
-        subprocess.run(["ip", "link", "add", link, "type", "veth", "peer", "name", f"sxy{n:04d}-p"], check=True)
+        table(old, f"{tmp_path}/removed/network")  # a comment without the pid: whose?
+        subprocess.run(["ip", "link", "add", link, "type", "veth", "peer", "name", f"sxx{n:04d}-p"], check=True)
         d = Daemon("orphans")
         try:
             mine = subprocess.run(["nft", "list", "table", "inet", f"sbx_{d.instance[:5]}"],
                                   capture_output=True, text=True, check=True).stdout
-            assert mine.splitlines()[1].strip() == f'comment "{os.path.join(d.data, "network")}"', mine
+            want = f'comment "{os.path.join(d.data, "network")} pid {d.proc.pid}"'
+            assert mine.splitlines()[1].strip() == want, mine
             assert "dropped the firewall table " + gone in d.log()
         finally:
             d.destroy()
         left = subprocess.run(["nft", "list", "tables", "inet"], capture_output=True, text=True, check=True).stdout
         assert gone not in left
-        for name in (kept, linked, plain):
+        for name in (kept, alive, linked, plain, old):
             assert name in left, (name, left)
     finally:
         subprocess.run(["ip", "link", "del", link], capture_output=True)

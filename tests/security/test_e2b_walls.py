@@ -49,6 +49,18 @@ def test_the_data_plane_takes_only_the_sandboxs_own_token(daemon):
                                   headers=dict(own, **{"Content-Type": "application/octet-stream"}))
         assert status == 200 and body[0]["path"] == "/tmp/big", body
         assert daemon.client().get(a["sandboxID"]).exec("stat -c %s /tmp/big").stdout == "300000\n"
+        # Symlinks the sandbox made lead nowhere outside it: an absolute one means its own
+        # root, and a magic link (/proc/N/root) is refused.
+        sb = daemon.client().get(a["sandboxID"])
+        sb.exec("ln -s / /tmp/slash; ln -s /proc/1/root /tmp/magic")
+        status, body = daemon.raw("GET", "/files?path=/tmp/slash/tmp/big", headers=own, auth=False)
+        assert status == 200 and body == "y" * 300_000, status
+        status, body = daemon.raw("GET", "/files?path=/tmp/magic/etc/passwd", headers=own, auth=False)
+        assert status in (400, 403) and body["code"] == status, (status, body)
+        status, body = daemon.raw("POST", "/files?path=/tmp/magic/tmp/planted", body=b"x", auth=False,
+                                  headers=dict(own, **{"Content-Type": "application/octet-stream"}))
+        assert status in (400, 403), (status, body)
+        assert sb.exec("test -e /tmp/planted; echo $?").stdout == "1\n"
         # Without E2b-Sandbox-Id the data plane's paths are not routes at all.
         assert daemon.raw("GET", "/health", auth=False)[0] == 404
         # A sandbox that is gone answers 502, as E2B's proxy does.

@@ -75,6 +75,7 @@ TEST(Multipart, PartsAndTheirNames) {
   EXPECT_EQ(sbx::api::HeaderParam("multipart/form-data; boundary=----abc", "boundary"), "----abc");
   EXPECT_EQ(sbx::api::HeaderParam("multipart/form-data; boundary=\"q;x\"; a=b", "boundary"), "q;x");
   EXPECT_EQ(sbx::api::HeaderParam("form-data; filename=\"f\"", "name"), "");  // not a suffix of another
+  EXPECT_EQ(sbx::api::HeaderParam("Multipart/Form-Data; Boundary=AbC", "boundary"), "AbC");
 }
 
 TEST(Multipart, MalformedBodiesAreRefused) {

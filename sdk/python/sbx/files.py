@@ -26,9 +26,11 @@ def _as(query: List[Tuple[str, Any]], user: Optional[str]) -> List[Tuple[str, An
 
 class Files:
     """The files of a running sandbox: ``sb.files``. Paths are absolute inside the sandbox
-    and resolve inside its root (symlinks too). A paused sandbox is resumed first. Each
-    call takes ``user=`` (a user name or uid of the sandbox): it then runs as that user,
-    so the kernel checks each access as theirs and what it makes is theirs."""
+    and resolve inside its root (symlinks too). A paused sandbox is resumed first.
+    ``read``, ``read_bytes``, ``write``, ``list``, ``stat``, ``exists``, ``remove``,
+    ``mkdir`` and ``move`` take ``user=`` (a user name or uid of the sandbox): the call then
+    runs as that user, so the kernel checks each access as theirs and what it makes is
+    theirs."""
 
     def __init__(self, sandbox: "Sandbox") -> None:
         self._sb = sandbox

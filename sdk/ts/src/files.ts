@@ -32,7 +32,7 @@ export interface AsUser {
 /**
  * The files of a running sandbox: `sb.files`. Paths are absolute inside the sandbox and
  * resolve inside its root (symlinks too). A paused sandbox is resumed first. Every call
- * takes `{ user }` (see AsUser).
+ * but `watch` takes `{ user }` (see AsUser).
  */
 export class Files {
   constructor(
