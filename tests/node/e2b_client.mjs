@@ -190,7 +190,13 @@ async function processes() {
     out.stdinGone = await attempt(() => sbx.commands.sendStdin(h.pid, "late\n"));
     out.connectUnknown = await attempt(() => sbx.commands.connect(999999));
     await sleeper.kill();
-    out.listedAfter = (await sbx.commands.list()).map((p) => p.pid);
+    // The kill is sent at once; the command is seen gone once its exit is reported.
+    const until = Date.now() + 10_000;
+    for (;;) {
+      out.listedAfter = (await sbx.commands.list()).map((p) => p.pid);
+      if (!out.listedAfter.includes(sleeper.pid) || Date.now() >= until) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
   } finally {
     await sbx.kill();
   }
