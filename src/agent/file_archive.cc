@@ -96,17 +96,9 @@ class TarOut {
 Result<std::vector<std::string>> CleanName(const std::string& name, const char* what) {
   if (name.empty() || name[0] == '/')
     return MakeError(Code::kInvalidArgument, std::string(what) + " '" + name + "' is absolute");
-  std::vector<std::string> parts;
-  size_t pos = 0;
-  while (pos <= name.size()) {
-    size_t next = name.find('/', pos);
-    if (next == std::string::npos) next = name.size();
-    std::string c = name.substr(pos, next - pos);
-    pos = next + 1;
-    if (c.empty() || c == ".") continue;
+  std::vector<std::string> parts = Components(name);
+  for (const auto& c : parts)
     if (c == "..") return MakeError(Code::kInvalidArgument, std::string(what) + " '" + name + "' holds '..'");
-    parts.push_back(c);
-  }
   return parts;
 }
 

@@ -52,15 +52,22 @@ Result<UniqueFd> OpenDir(int root, const std::string& path, int flags) {
   return fd;
 }
 
-Status MkdirAll(int root, const std::string& path) {
-  std::string so_far = "/";
-  size_t pos = 1;
+std::vector<std::string> Components(const std::string& path) {
+  std::vector<std::string> out;
+  size_t pos = 0;
   while (pos <= path.size()) {
     size_t next = path.find('/', pos);
     if (next == std::string::npos) next = path.size();
     std::string comp = path.substr(pos, next - pos);
     pos = next + 1;
-    if (comp.empty() || comp == ".") continue;
+    if (!comp.empty() && comp != ".") out.push_back(std::move(comp));
+  }
+  return out;
+}
+
+Status MkdirAll(int root, const std::string& path) {
+  std::string so_far = "/";
+  for (const std::string& comp : Components(path)) {
     if (comp == "..") {
       so_far += (so_far.back() == '/' ? "" : "/") + comp;
       continue;

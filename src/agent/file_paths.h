@@ -34,6 +34,9 @@ Result<std::pair<std::string, std::string>> SplitPath(std::string p, const char*
 Result<UniqueFd> OpenDir(int root, const std::string& path, int flags = O_PATH);
 // mkdir -p inside the root; each step resolved afresh in the root.
 Status MkdirAll(int root, const std::string& path);
+// The names of a path's components, without empty ones and "." ("/a//./b/" -> a, b;
+// ".." is kept, for the caller to judge).
+std::vector<std::string> Components(const std::string& path);
 // `dir` + "/" + `name`, without doubling the root's slash.
 std::string Join(const std::string& dir, const std::string& name);
 

@@ -259,18 +259,9 @@ void Write(int sock, FrameDecoder* in, int root, const json& req) {
 // resolves inside the sandbox's root, as the user the call names.
 std::string CleanPath(const std::string& p) {
   std::vector<std::string> parts;
-  size_t at = 0;
-  while (at <= p.size()) {
-    size_t slash = p.find('/', at);
-    if (slash == std::string::npos) slash = p.size();
-    std::string part = p.substr(at, slash - at);
-    at = slash + 1;
-    if (part.empty() || part == ".") continue;
-    if (part == "..") {
-      if (!parts.empty()) parts.pop_back();
-      continue;
-    }
-    parts.push_back(part);
+  for (auto& part : Components(p)) {
+    if (part != "..") parts.push_back(std::move(part));
+    else if (!parts.empty()) parts.pop_back();
   }
   std::string out;
   for (const auto& part : parts) out += "/" + part;

@@ -91,4 +91,10 @@ bool SpeaksConnectJson(const Request& req, Response* refusal) {
   return false;
 }
 
+Result<json> UnaryBody(const Request& req) {
+  json j = json::parse(req.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return MakeError(Code::kInvalidArgument, "the body is not a JSON object");
+  return j;
+}
+
 }  // namespace sbx::api

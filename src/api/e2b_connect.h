@@ -30,6 +30,8 @@ std::string EndOfStream(const std::optional<Error>& e);
 // An error of a streaming call before its stream began: the end of stream alone, under
 // 200 (a client maps other statuses to codes of its own: 404 reads as "unimplemented").
 Response StreamError(const Error& e);
+// A unary call's body: a JSON object (unknown fields are ignored, as protobuf's JSON does).
+Result<nlohmann::json> UnaryBody(const Request& req);
 // Whether a streaming call's body is Connect's JSON envelope (application/connect+json);
 // if not, `*refusal` is the 415 to answer.
 bool SpeaksConnectJson(const Request& req, Response* refusal);

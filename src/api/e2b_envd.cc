@@ -72,6 +72,13 @@ Result<std::pair<int, int>> PtySize(const json& pty) {
   return std::make_pair(cols, rows);
 }
 
+// not_found unless `pid` is a command of the sandbox that still runs.
+Status RequireRunning(core::ProcessTable* table, const std::string& id, int64_t pid) {
+  if (auto info = table->Get(id, pid); !info.ok() || !info->running)
+    return MakeError(Code::kNotFound, "no running process " + std::to_string(pid));
+  return OkStatus();
+}
+
 // Connect-Timeout-Ms (0 when none is given).
 Result<int64_t> TimeoutMs(const Request& req) {
   std::string t = req.Header("connect-timeout-ms");
@@ -220,9 +227,9 @@ asio::awaitable<Response> Api::EnvdStart(Request& req) {
 // (`handle.kill()`, `commands.kill(pid)`); an unknown pid is not_found.
 asio::awaitable<Response> Api::EnvdSignal(Request& req) {
   const std::string id = req.params["id"];
-  json j = json::parse(req.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    co_return ConnectError(MakeError(Code::kInvalidArgument, "the body is not a JSON object"));
+  auto body = UnaryBody(req);
+  if (!body.ok()) co_return ConnectError(body.error());
+  const json& j = *body;
   auto pid = PidOf(j);
   if (!pid.ok()) co_return ConnectError(pid.error());
   const int64_t n = *pid;
@@ -232,8 +239,7 @@ asio::awaitable<Response> Api::EnvdSignal(Request& req) {
   else if (s == "SIGNAL_SIGTERM" || s == 15) sig = SIGTERM;
   else co_return ConnectError(MakeError(Code::kInvalidArgument, "signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM"));
   manager_->Touch(id);
-  if (auto info = processes_->Get(id, n); !info.ok() || !info->running)
-    co_return ConnectError(MakeError(Code::kNotFound, "no running process " + std::to_string(n)));
+  if (Status st = RequireRunning(processes_.get(), id, n); !st.ok()) co_return ConnectError(st.error());
   if (auto st = processes_->Signal(id, n, sig); !st.ok()) co_return ConnectError(st.error());
   co_return Json(200, json::object());
 }
@@ -278,9 +284,9 @@ asio::awaitable<Response> Api::EnvdConnect(Request& req) {
 asio::awaitable<Response> Api::EnvdInput(Request& req) {
   const std::string id = req.params["id"];
   const bool close = req.pattern == "/process.Process/CloseStdin";
-  json j = json::parse(req.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    co_return ConnectError(MakeError(Code::kInvalidArgument, "the body is not a JSON object"));
+  auto body = UnaryBody(req);
+  if (!body.ok()) co_return ConnectError(body.error());
+  const json& j = *body;
   auto pid = PidOf(j);
   if (!pid.ok()) co_return ConnectError(pid.error());
   std::string data;
@@ -295,8 +301,7 @@ asio::awaitable<Response> Api::EnvdInput(Request& req) {
     data = std::move(*bytes);
   }
   manager_->Touch(id);
-  if (auto info = processes_->Get(id, *pid); !info.ok() || !info->running)
-    co_return ConnectError(MakeError(Code::kNotFound, "no running process " + std::to_string(*pid)));
+  if (Status st = RequireRunning(processes_.get(), id, *pid); !st.ok()) co_return ConnectError(st.error());
   if (auto st = processes_->Stdin(id, *pid, data, close); !st.ok()) co_return ConnectError(st.error());
   co_return Json(200, json::object());
 }
@@ -304,17 +309,16 @@ asio::awaitable<Response> Api::EnvdInput(Request& req) {
 // process.Process/Update (unary): a terminal's new size (`pty.resize`).
 asio::awaitable<Response> Api::EnvdUpdate(Request& req) {
   const std::string id = req.params["id"];
-  json j = json::parse(req.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    co_return ConnectError(MakeError(Code::kInvalidArgument, "the body is not a JSON object"));
+  auto body = UnaryBody(req);
+  if (!body.ok()) co_return ConnectError(body.error());
+  const json& j = *body;
   auto pid = PidOf(j);
   if (!pid.ok()) co_return ConnectError(pid.error());
   if (!j.contains("pty") || j["pty"].is_null()) co_return Json(200, json::object());  // nothing to change
   auto size = PtySize(j["pty"]);
   if (!size.ok()) co_return ConnectError(size.error());
   manager_->Touch(id);
-  if (auto info = processes_->Get(id, *pid); !info.ok() || !info->running)
-    co_return ConnectError(MakeError(Code::kNotFound, "no running process " + std::to_string(*pid)));
+  if (Status st = RequireRunning(processes_.get(), id, *pid); !st.ok()) co_return ConnectError(st.error());
   if (auto st = processes_->Resize(id, *pid, size->first, size->second); !st.ok()) co_return ConnectError(st.error());
   co_return Json(200, json::object());
 }

@@ -63,13 +63,6 @@ json EntryInfo(const json& e) {
   return out;
 }
 
-// A unary call's JSON body.
-Result<json> UnaryBody(const Request& req) {
-  json j = json::parse(req.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return MakeError(Code::kInvalidArgument, "the body is not a JSON object");
-  return j;
-}
-
 Result<std::string> StringField(const json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_string() || j[key].get<std::string>().empty())
     return MakeError(Code::kInvalidArgument, std::string(key) + " is required");
@@ -142,16 +135,15 @@ asio::awaitable<Response> Api::EnvdFilesystem(Request& req) {
     if (!f.ok()) co_return f.error();
     co_return EntryInfo(f->first);
   };
+  // Every call names a path (Move its source).
+  auto path = StringField(*body, call == "Move" ? "source" : "path");
+  if (!path.ok()) co_return ConnectError(path.error());
   if (call == "Stat") {
-    auto path = StringField(*body, "path");
-    if (!path.ok()) co_return ConnectError(path.error());
     auto e = co_await stat(*path);
     if (!e.ok()) co_return ConnectError(e.error());
     co_return Json(200, {{"entry", *e}});
   }
   if (call == "ListDir") {
-    auto path = StringField(*body, "path");
-    if (!path.ok()) co_return ConnectError(path.error());
     json op = Op("list", *user);
     op["path"] = *path;
     op["depth"] = 1;
@@ -168,8 +160,6 @@ asio::awaitable<Response> Api::EnvdFilesystem(Request& req) {
     co_return Json(200, {{"entries", entries}});
   }
   if (call == "MakeDir") {
-    auto path = StringField(*body, "path");
-    if (!path.ok()) co_return ConnectError(path.error());
     json op = Op("mkdir", *user);
     op["path"] = *path;
     op["parents"] = true;
@@ -182,12 +172,10 @@ asio::awaitable<Response> Api::EnvdFilesystem(Request& req) {
     co_return Json(200, {{"entry", *e}});
   }
   if (call == "Move") {
-    auto from = StringField(*body, "source");
-    if (!from.ok()) co_return ConnectError(from.error());
     auto to = StringField(*body, "destination");
     if (!to.ok()) co_return ConnectError(to.error());
     json op = Op("move", *user);
-    op["from"] = *from;
+    op["from"] = *path;
     op["to"] = *to;
     op["overwrite"] = true;  // envd renames over what is there, as rename(2) does
     auto f = co_await StartFileOp(id, op);
@@ -197,8 +185,6 @@ asio::awaitable<Response> Api::EnvdFilesystem(Request& req) {
     co_return Json(200, {{"entry", *e}});
   }
   // Remove: recursive, and a path that is not there is no error (envd's RemoveAll).
-  auto path = StringField(*body, "path");
-  if (!path.ok()) co_return ConnectError(path.error());
   json op = Op("remove", *user);
   op["path"] = *path;
   op["recursive"] = true;
