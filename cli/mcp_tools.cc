@@ -145,7 +145,7 @@ json CreateBody(const json& args) {
 
 json SandboxSummary(const json& s) {
   json r = json::object();
-  for (const char* k : {"id", "name", "state", "image", "type", "expires_at"})
+  for (const char* k : {"id", "name", "state", "image", "user", "type", "expires_at"})
     if (s.contains(k)) r[k] = s[k];
   return r;
 }
@@ -156,6 +156,7 @@ json CreateSandbox(Api& api, const json& args) {
   json body = CreateBody(args);
   if (std::string name = Str(args, "name"); !name.empty()) body["name"] = name;
   if (auto ttl = Int(args, "ttl_seconds")) body["ttl_seconds"] = *ttl;
+  if (std::string user = Str(args, "user"); !user.empty()) body["user"] = user;
   return SandboxSummary(api.Call("POST", "/v1/sandboxes", body));
 }
 
@@ -330,7 +331,9 @@ const std::vector<Tool>& Tools() {
         {"name", Prop("string", "A unique name, usable wherever an id is")},
         {"type", Prop("string", "small, default or large")},
         {"ttl_seconds", Prop("integer", "Seconds until it stops (default 3600)")},
-        {"network", Prop("string", "none or outbound (default: sbxd's default)")}},
+        {"network", Prop("string", "none or outbound (default: sbxd's default)")},
+        {"user", Prop("string", "Who its commands run as by default: root, or a user of the image (default: user "
+                                "where the image has it, else root)")}},
        json::array(),
        CreateSandbox},
       {"run_command", "Run a command",
@@ -345,7 +348,7 @@ const std::vector<Tool>& Tools() {
         {"cwd", Prop("string", "Working directory")},
         {"env", {{"type", "object"}, {"additionalProperties", {{"type", "string"}}}, {"description", "Variables"}}},
         {"stdin", Prop("string", "Text given to the command's stdin")},
-        {"user", Prop("string", "Run as this user of the sandbox (a name or a uid; default root)")},
+        {"user", Prop("string", "Run as this user of the sandbox (a name or a uid; default: the sandbox's default user)")},
         {"timeout_seconds", Prop("integer", "Kill the command after this long (default 60)")}},
        json::array({"command"}),
        RunCommand},

@@ -33,7 +33,7 @@ struct CreateCommand {
   int cpus = 0, pids = 0;
   bool no_env = false, new_privs = false, is_public = false;
   std::vector<std::string> env_kv, md_kv, disks;
-  std::string network;
+  std::string network, user;
   std::vector<std::string> allow, deny;
 
   void Add(CLI::App& app);
@@ -51,6 +51,8 @@ void CreateCommand::Add(CLI::App& app) {
   create->add_flag("--no-env", no_env, "inject none of the daemon's secrets");
   create->add_flag("--new-privs", new_privs,
                    "let setuid programs (su, sudo) raise privileges inside (no_new_privs false)");
+  create->add_option("--user,-u", user,
+                     "who commands and file operations run as by default (default: user where the image has it, else root)");
   create->add_option("--name", name, "a unique name");
   create->add_option("--env,-e", env_kv, "KEY=VALUE");
   create->add_option("--metadata,-m", md_kv, "KEY=VALUE");
@@ -72,6 +74,7 @@ std::optional<int> CreateCommand::Run(HttpClient& c, const Globals& g) {
     if (new_privs) body["no_new_privs"] = false;
     if (!image.empty()) body["image"] = image;
     if (!from.empty()) body["from"] = from;
+    if (!user.empty()) body["user"] = user;
     if (!name.empty()) body["name"] = name;
     // Given, it is sent as it is (so --ttl 0 is refused by sbxd, not taken as "the default").
     if (create->count("--ttl") > 0) body["ttl_seconds"] = ttl;

@@ -68,13 +68,13 @@ exec </dev/null
 set -x
 ID=$($SBX create --type small --ttl 600 --name demo-$$)
 $SBX exec "$ID" -- python3 -c 'print(1+1)'
-$SBX exec "$ID" -- sh -c 'echo "hello from $(hostname), uid $(id -u), caps $(grep CapEff /proc/self/status | cut -f2)"'
-$SBX exec -u user "$ID" -- sh -c 'echo "and as $(id -un) (uid $(id -u)) in $PWD"'
-$SBX exec "$ID" -- sh -c 'echo "state kept in the template" > /root/note'
+$SBX exec "$ID" -- sh -c 'echo "hello from $(hostname) as $(id -un) (uid $(id -u)) in $PWD, caps $(grep CapEff /proc/self/status | cut -f2)"'
+$SBX exec -u root "$ID" -- sh -c 'echo "and as $(id -un) (uid $(id -u)), caps $(grep CapEff /proc/self/status | cut -f2)"'
+$SBX exec "$ID" -- sh -c 'echo "state kept in the template" > /home/user/note'
 echo "print('run from a copied file')" > "/tmp/sbx-demo-$$.py"
-$SBX cp "/tmp/sbx-demo-$$.py" "$ID:/root/demo.py"
+$SBX cp "/tmp/sbx-demo-$$.py" "$ID:/home/user/demo.py"
 rm -f "/tmp/sbx-demo-$$.py"
-$SBX exec "$ID" -- python3 /root/demo.py
+$SBX exec "$ID" -- python3 /home/user/demo.py
 PID=$($SBX spawn "$ID" -- sh -c 'for i in 1 2 3; do echo "tick $i"; sleep 0.2; done')
 $SBX logs -f "$ID" "$PID"
 $SBX pause "$ID"                      # frozen: not billed, memory kept
@@ -92,9 +92,9 @@ $SBX logs "$ID" "$COUNTER" | tail -n 2   # its output went on, with no gap
 $SBX ps "$ID"
 $SBX snapshot "$ID" demo-template-$$
 FROM=$($SBX create --from demo-template-$$ --ttl 600)
-$SBX exec "$FROM" -- cat /root/note
+$SBX exec "$FROM" -- cat /home/user/note
 FORK=$($SBX fork "$ID")
-$SBX exec "$FORK" -- cat /root/note
+$SBX exec "$FORK" -- cat /home/user/note
 # Networking: an allow list; a name outside it gets no answer from the sandbox's resolver
 # (which refuses it without asking anyone: no packet leaves this machine).
 NET=$($SBX create --ttl 600 --allow deb.debian.org)

@@ -104,7 +104,7 @@ Status ParseCmd(const json& body, std::string* shell, std::vector<std::string>* 
 Result<core::CreateRequest> DecodeCreate(const std::string& body) {
   auto parsed = ParseObject(body, {"type", "isolation", "name", "image", "from", "ttl_seconds", "ttl_action",
                                    "idle_timeout_seconds", "auto_resume", "no_env", "env", "metadata", "network",
-                                   "disks", "resources", "public", "no_new_privs"});
+                                   "disks", "resources", "public", "no_new_privs", "user"});
   if (!parsed.ok()) return parsed.error();
   const json& j = *parsed;
   core::CreateRequest c;
@@ -123,6 +123,8 @@ Result<core::CreateRequest> DecodeCreate(const std::string& body) {
   if (!public_ports.ok()) return public_ports.error();
   auto no_new_privs = GetBool(j, "no_new_privs", true);
   if (!no_new_privs.ok()) return no_new_privs.error();
+  auto user = GetString(j, "user");
+  if (!user.ok()) return user.error();
   auto env = GetStringMap(j, "env");
   auto md = GetStringMap(j, "metadata");
   for (const Error* e : {type.ok() ? nullptr : &type.error(), iso.ok() ? nullptr : &iso.error(),
@@ -144,6 +146,7 @@ Result<core::CreateRequest> DecodeCreate(const std::string& body) {
   c.auto_resume = *auto_resume;
   c.public_ports = *public_ports;
   c.no_new_privs = *no_new_privs;
+  c.user = *user;
   c.env = *env;
   c.metadata = *md;
   // Core checks the rules (net::Rules): the API passes them as given.

@@ -122,6 +122,13 @@ asio::awaitable<Result<FileOp>> Api::StartFileOp(const std::string& id, json op)
   f.lease = *lease;
   const std::string kind = op.value("op", "");
   if (kind == "write" || kind == "archive_put") op["max_bytes"] = f.lease->disk_bytes();
+  if (!op.contains("user") || op["user"] == "") {
+    const std::string& u = f.lease->user();
+    if (u.empty() || u == "root" || u == "0")
+      op.erase("user");
+    else
+      op["user"] = u;  // the sandbox's default
+  }
   auto ex = co_await asio::this_coro::executor;
   f.conn = std::make_shared<agent::Conn>(ex);
   auto first = co_await Begin(f.conn.get(), f.lease->addr(), &op);
@@ -187,7 +194,7 @@ asio::awaitable<Response> Api::Files(Request& req) {
       }
     }
   }
-  // Who the operation runs as in the sandbox (its agent's root by default).
+  // Who the operation runs as in the sandbox (the sandbox's default user if none).
   if (auto u = req.query.find("user"); u != req.query.end()) {
     if (u->second.empty() || u->second.size() > 256) co_return Bad("user must be a user name or uid of the sandbox");
     op["user"] = u->second;

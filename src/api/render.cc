@@ -29,6 +29,7 @@ json SandboxJson(const core::SandboxView& v) {
             {"auto_resume", r.auto_resume},
             {"public", r.public_ports},
             {"no_new_privs", r.no_new_privs},
+            {"user", r.user.empty() ? "root" : r.user},
             {"pause_mode", r.state == "paused" ? json(r.pause_mode) : json(nullptr)},
             {"paused_at", r.state == "paused" && r.paused_ms ? json(FormatRfc3339(r.paused_ms)) : json(nullptr)},
             {"billing", r.billing == "call" ? "per_call" : "per_second"},

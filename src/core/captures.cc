@@ -168,6 +168,7 @@ Result<std::vector<SandboxView>> SandboxManager::Fork(const std::string& id, int
     req.no_env = r.no_env;
     req.public_ports = r.public_ports;
     req.no_new_privs = r.no_new_privs;
+    req.user = r.user.empty() ? "root" : r.user;
     // Its source's rules, with a link (and address) of its own.
     auto net = json::parse(r.network_json, nullptr, false);
     if (net.is_object())

@@ -6,6 +6,7 @@
 #include "base/fault.h"
 #include "base/ids.h"
 #include "base/log.h"
+#include "core/layer_files.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
@@ -99,12 +100,16 @@ Result<SandboxView> SandboxManager::Create(const CreateRequest& req) {
     SBX_ASSIGN_OR_RETURN(auto snap, GetSnapshot(req.from));
     std::vector<std::string> layers = LayerPaths(snap.layers_json);
     if (layers.empty()) return MakeError(Code::kInternal, "snapshot " + req.from + " has no layers");
-    return CreateOn(req, snap.image, layers);
+    CreateRequest r = req;
+    SBX_ASSIGN_OR_RETURN(r.user, SandboxUser(layers, req.user));
+    return CreateOn(r, snap.image, layers);
   }
   std::string image_name = req.image.empty() ? opts_.default_image : req.image;
   if (!ValidName(image_name)) return MakeError(Code::kInvalidArgument, "invalid image name");
   SBX_ASSIGN_OR_RETURN(auto image, images_->Get(image_name));
-  return CreateOn(req, image_name, {image.path});
+  CreateRequest r = req;
+  SBX_ASSIGN_OR_RETURN(r.user, SandboxUser({image.path}, req.user));
+  return CreateOn(r, image_name, {image.path});
 }
 
 SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, const SandboxType& type,
@@ -128,6 +133,13 @@ SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, const Sandbox
   r.auto_resume = req.auto_resume;
   r.public_ports = req.public_ports;
   r.no_new_privs = req.no_new_privs;
+  // Resolved by Create (a fork's is its source's); a warm sandbox gets its image's.
+  if (!req.user.empty()) {
+    r.user = req.user;
+  } else {
+    auto u = SandboxUser(layers, "");
+    r.user = u.ok() ? *u : "root";
+  }
   r.billing = req.per_call ? "call" : "time";
   r.no_env = req.no_env;
   r.env_json = json(req.env).dump();

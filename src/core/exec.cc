@@ -9,6 +9,7 @@
 #include "base/fault.h"
 #include "base/run_blocking.h"
 #include "base/ids.h"
+#include "core/layer_files.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
@@ -48,24 +49,6 @@ std::vector<std::string> SandboxManager::ExecEnv(const Entry& e, const std::map<
   return out;
 }
 
-namespace {
-
-// A user name as useradd takes it, or a decimal uid.
-bool ValidUser(const std::string& u) {
-  if (u.empty()) return true;
-  if (u.size() <= 10 && u.find_first_not_of("0123456789") == std::string::npos) return std::stoull(u) < 4294967295ULL;
-  if (u.size() > 32 || !(u[0] == '_' || (u[0] >= 'a' && u[0] <= 'z'))) return false;
-  for (size_t i = 1; i < u.size(); ++i) {
-    char c = u[i];
-    bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-' ||
-              (c == '$' && i + 1 == u.size());
-    if (!ok) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 Status SandboxManager::CheckExecRequest(const ExecRequest& req) const {
   if (req.argv.empty() || req.argv[0].empty()) return MakeError(Code::kInvalidArgument, "cmd is empty");
   SBX_RETURN_IF_ERROR(ValidateEnv(req.env, "exec env"));
@@ -100,7 +83,7 @@ Result<std::shared_ptr<AgentLease>> SandboxManager::LeaseAgent(const std::string
   SBX_RETURN_IF_ERROR(RunnableLocked(*e));
   ++e->active_execs;
   e->last_active_ms = Now();
-  return std::make_shared<AgentLease>(e->inst.agent, static_cast<uint64_t>(e->rec.disk_mb) << 20, [this, e] {
+  return std::make_shared<AgentLease>(e->inst.agent, static_cast<uint64_t>(e->rec.disk_mb) << 20, e->rec.user, [this, e] {
     Lock lock(table_.mu);
     --e->active_execs;
     e->last_active_ms = Now();
@@ -121,6 +104,7 @@ asio::awaitable<Result<PreparedProcess>> SandboxManager::PrepareProcess(const st
   Lock lock(table_.mu);
   auto found = table_.Find(id);
   if (!found.ok()) co_return found.error();
+  if (req.user.empty()) req.user = (*found)->rec.user;  // the sandbox's default
   p.req.env = ExecEnv(**found, req.env, req.as_root());
   p.req.argv = req.argv;
   p.req.cwd = !req.cwd.empty() ? req.cwd : req.as_root() ? opts_.default_cwd : "";
@@ -155,6 +139,7 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
     if (!found.ok()) co_return found.error();
     e = *found;
     if (auto st = RunnableLocked(*e); !st.ok()) co_return st.error();
+    if (req.user.empty()) req.user = e->rec.user;  // the sandbox's default
     areq.env = ExecEnv(*e, req.env, req.as_root());
     areq.argv = req.argv;
     areq.cwd = !req.cwd.empty() ? req.cwd : req.as_root() ? opts_.default_cwd : "";

@@ -31,6 +31,10 @@ struct CreateRequest {
   // false: setuid programs (su, sudo) raise privileges inside (never beyond the sandbox's
   // own user namespace); true, the default: nothing gains privileges by exec.
   bool no_new_privs = true;
+  // Who its commands and file operations run as when a call names no one: "" for the
+  // image's default ("user" where its /etc/passwd has one, else root), "root", a user of
+  // the image, or a uid.
+  std::string user;
   bool per_call = false;  // a serverless call's sandbox: billed per call, not per second
   bool no_env = false;
   std::map<std::string, std::string> env;

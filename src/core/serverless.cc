@@ -1,20 +1,14 @@
 // Serverless calls: one command in a fresh sandbox with a disk at /mnt/disk, billed per
 // call; the sandbox goes when the command ends and only what it wrote to the disk stays.
 // And disk deletion, which waits for the sandboxes that still hold the disk.
-#include <fcntl.h>
-#include <linux/openat2.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "base/fault.h"
 #include "base/log.h"
 #include "base/run_blocking.h"
-#include "base/unique_fd.h"
 #include "base/ids.h"
+#include "core/layer_files.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
@@ -33,19 +27,9 @@ bool UsesDisk(const storage::SandboxRecord& r, const std::string& disk_id) {
 }  // namespace
 
 std::string SandboxManager::ShellFor(const storage::SandboxRecord& r) const {
-  for (const auto& l : LayerPaths(r.layers_json)) {
-    // Resolved inside the layer (a tenant's layer may hold symlinks that point anywhere).
-    UniqueFd root(::open(l.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!root.valid()) continue;
-    for (const char* p : {"usr/bin/bash", "bin/bash"}) {
-      struct open_how how = {};
-      how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
-      how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-      UniqueFd f(static_cast<int>(::syscall(SYS_openat2, root.get(), p, &how, sizeof how)));
-      struct stat st;
-      if (f.valid() && ::fstat(f.get(), &st) == 0 && S_ISREG(st.st_mode)) return "/bin/bash";
-    }
-  }
+  auto layers = LayerPaths(r.layers_json);
+  for (const char* p : {"usr/bin/bash", "bin/bash"})
+    if (LayerHasFile(layers, p)) return "/bin/bash";
   return "/bin/sh";
 }
 
@@ -59,6 +43,7 @@ asio::awaitable<Result<DiskCallResult>> SandboxManager::RunOnDisk(asio::any_io_e
   creq.image = image;
   creq.from = from;
   creq.no_env = true;
+  creq.user = "root";  // a disk call's command runs as root, who owns the disk
   creq.per_call = true;
   creq.ttl_seconds = 600;
   creq.disks = {{disk, "/mnt/disk"}};

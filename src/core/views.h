@@ -39,8 +39,8 @@ struct SandboxView {
 // held the sandbox counts as busy for its idle policy. Any thread may drop it.
 class AgentLease {
  public:
-  AgentLease(agent::DialerPtr addr, uint64_t disk_bytes, std::function<void()> release)
-      : addr_(std::move(addr)), disk_bytes_(disk_bytes), release_(std::move(release)) {}
+  AgentLease(agent::DialerPtr addr, uint64_t disk_bytes, std::string user, std::function<void()> release)
+      : addr_(std::move(addr)), disk_bytes_(disk_bytes), user_(std::move(user)), release_(std::move(release)) {}
   ~AgentLease() {
     if (release_) release_();
   }
@@ -48,10 +48,13 @@ class AgentLease {
   AgentLease& operator=(const AgentLease&) = delete;
   const agent::DialerPtr& addr() const { return addr_; }
   uint64_t disk_bytes() const { return disk_bytes_; }  // the sandbox's disk limit
+  // Who the sandbox's file operations run as when a call names no one ("" or "root": root).
+  const std::string& user() const { return user_; }
 
  private:
   agent::DialerPtr addr_;
   uint64_t disk_bytes_;
+  std::string user_;
   std::function<void()> release_;
 };
 

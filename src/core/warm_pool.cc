@@ -48,7 +48,7 @@ EntryPtr SandboxManager::TakePooled(const std::string& key) {
 Result<SandboxView> SandboxManager::Claim(EntryPtr e, const CreateRequest& req, const SandboxType& type) {
   // Only what is per-sandbox changes: the pooled sandbox has run nothing, so it is
   // exactly what a cold create would have made.
-  SandboxRecord claimed = MakeRecord(req, type, e->rec.image, {});
+  SandboxRecord claimed = MakeRecord(req, type, e->rec.image, LayerPaths(e->rec.layers_json));
   claimed.id = e->rec.id;
   claimed.layers_json = e->rec.layers_json;
   claimed.disks_json = e->rec.disks_json;

@@ -44,6 +44,10 @@ struct SandboxRecord {
   bool auto_resume = true;  // an exec on it while paused resumes it first
   bool public_ports = false;  // the port proxy reaches it without credentials
   bool no_new_privs = true;   // nothing in it gains privileges by exec (setuid programs)
+  // Who its commands and file operations run as when a call names no one: "root", or a
+  // user of its image ("user" where the image has one). Empty (rows from before the
+  // column) is root.
+  std::string user;
   std::string billing = "time";  // "time": per second; "call": a serverless call's sandbox
 };
 

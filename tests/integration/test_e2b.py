@@ -129,10 +129,11 @@ def test_a_timeout_kills_the_sandbox(daemon):
 def test_commands_run_through_the_data_plane(daemon):
     out = e2b(daemon, "commands")
     assert out["running"] is True
-    # /bin/bash -l -c, the sandbox's env and the call's, the cwd asked for; root unless a
-    # user is named (E2B's SDK names none by default; sbx's default user is root).
-    assert out["run"] == {"stdout": "hello\nhi bar\n/tmp\nroot\n", "stderr": "oops\n", "exitCode": 0}, out["run"]
+    # /bin/bash -l -c, the sandbox's env and the call's, the cwd asked for; the sandbox's
+    # default user (`user` on the default image, as on E2B) unless the call names one.
+    assert out["run"] == {"stdout": "hello\nhi bar\n/tmp\nuser\n", "stderr": "oops\n", "exitCode": 0}, out["run"]
     assert out["asUser"] == "user\n"
+    assert out["asRoot"] == "root\n/root\n"
     f = out["failing"]
     assert f["ok"] is False and f["error"] == "CommandExitError" and f["exitCode"] == 3, f
     assert f["message"] == "exit status 3", f
@@ -190,14 +191,14 @@ def test_files_through_the_data_plane(daemon):
     assert out["binary"] == {"length": 200_000, "same": True}, out["binary"]
     assert out["readEmpty"] == ""
     # Several files in one multipart body; a path that is not absolute is from the home of
-    # the user (root's: sbx's default user is root).
-    assert [f["path"] for f in out["many"]] == ["/tmp/e2b/a.txt", "/root/rel.txt"], out["many"]
+    # the user (the sandbox's default, `user`).
+    assert [f["path"] for f in out["many"]] == ["/tmp/e2b/a.txt", "/home/user/rel.txt"], out["many"]
     assert out["readRel"] == "R"
     listed = {e["name"]: e for e in out["list"]}
     assert set(listed) == {"hello.txt", "bin.dat", "empty.txt", "a.txt"}, listed
     h = listed["hello.txt"]
     assert h["type"] == "file" and h["path"] == "/tmp/e2b/hello.txt" and h["size"] == 15, h
-    assert h["permissions"] == "-rw-r--r--" and h["owner"] == "root" and h["group"] == "root", h
+    assert h["permissions"] == "-rw-r--r--" and h["owner"] == "user" and h["group"] == "user", h
     assert abs(h["modified"] / 1000 - time.time()) < 300, h
     assert out["exists"] is True and out["existsNot"] is False
     assert out["makeDir"] is True and out["makeDirAgain"] is False

@@ -106,11 +106,17 @@ def test_file_calls_run_as_the_user_named(daemon, client):
             with pytest.raises(sbx.SbxError) as e:
                 call()
             assert e.value.status == 403 and "ermission denied" in str(e.value), e.value
-        assert not f.exists("/root/planted") and f.exists("/etc/passwd") and not f.exists("/opt/x")
-        # Root (the default) still reads what the user may not, and owns what it writes.
-        assert f.read("/etc/shadow").startswith("root:")
-        f.write("/tmp/r.txt", "r")
+        assert not f.exists("/root/planted", user="root") and f.exists("/etc/passwd") and not f.exists("/opt/x")
+        # Root, named, still reads what the user may not, and owns what it writes; a call
+        # that names no one runs as the sandbox's default user (`user` here).
+        assert f.read("/etc/shadow", user="root").startswith("root:")
+        f.write("/tmp/r.txt", "r", user="root")
         assert f.stat("/tmp/r.txt")["owner"] == "root"
+        f.write("/tmp/u.txt", "u")
+        assert f.stat("/tmp/u.txt")["owner"] == "user"
+        with pytest.raises(sbx.SbxError) as e:
+            f.read("/etc/shadow")
+        assert e.value.status == 403
         with pytest.raises(sbx.NotFoundError):
             f.read("/etc/passwd", user="nosuchuser")
 
@@ -190,7 +196,7 @@ def test_rename_exchange_race_during_1000_transfers(daemon, client, tmp_path):
     host_sentinel = tmp_path / "sentinel"
     host_sentinel.write_text("host")
     marker = "race-" + os.urandom(4).hex()
-    with client.create(image="default") as sb:  # python3 for renameat2
+    with client.create(image="default", user="root") as sb:  # python3 for renameat2
         sb.exec(f"mkdir -p /race/d {tmp_path} && echo inside > {tmp_path}/sentinel && ln -s {tmp_path} /race/l")
         swapper = (
             "import ctypes,os\n"

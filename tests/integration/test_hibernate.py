@@ -78,7 +78,7 @@ def test_ten_cycles_keep_files_processes_and_memory(daemon, mode):
     if mode == "hibernate":
         require_hibernate(daemon)
     c = daemon.client()
-    sb = c.create(image="default")
+    sb = c.create(image="default", user="root")
     try:
         start_server(sb)
         secret, hits, pid, cwd, size = ask(sb)
@@ -124,7 +124,7 @@ def test_ten_cycles_keep_files_processes_and_memory(daemon, mode):
 def test_exec_files_and_ports_resume_a_hibernated_sandbox(daemon):
     require_hibernate(daemon)
     c = daemon.client()
-    sb = c.create(image="default")
+    sb = c.create(image="default", user="root")
     try:
         start_server(sb)
         secret, hits, pid, _, _ = ask(sb)

@@ -74,7 +74,7 @@ def start_server(sb, port):
 @pytest.fixture(scope="module")
 def served(daemon):
     c = daemon.client()
-    sb = c.create(image="default")
+    sb = c.create(image="default", user="root")
     start_server(sb, 8000)
     yield sb
     sb.delete()
@@ -188,7 +188,7 @@ def test_sdk_get_url_and_cli_port(daemon, served):
 
 
 def test_public_sandboxes_need_no_credentials(daemon, client):
-    sb = client.create(image="default", public=True)
+    sb = client.create(image="default", user="root", public=True)
     try:
         assert sb.data["public"] is True
         start_server(sb, 8001)

@@ -14,7 +14,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def sb(daemon):
-    s = daemon.client().create(image="default", ttl_seconds=1800)
+    s = daemon.client().create(image="default", user="root", ttl_seconds=1800)
     try:
         yield s
     finally:

@@ -1,7 +1,12 @@
 """Commands as another user of the sandbox: `"user"` on exec and background processes, in
-the API, the CLI (`-u`) and the Python SDK; the `default` image's user `user` (uid 1000)."""
+the API, the CLI (`-u`) and the Python SDK; the `default` image's user `user` (uid 1000),
+who runs what names no one; the sandbox's `user`, chosen at create."""
+import json
 import os
 import subprocess
+
+import pytest
+from sbx import SbxError
 
 from conftest import SBX
 
@@ -18,15 +23,19 @@ def test_default_image_user(daemon, client):
                   user="user")
         assert out["stdout"] == ("uid=1000(user) gid=1000(user) groups=1000(user)\n"
                                  "/home/user user user\n/home/user\nuser:user\n"), out
-        # The same sandbox, root as before: a call without `user`, and `root` or `0` said.
-        for body in ({}, {"user": "root"}, {"user": "0"}):
+        # The sandbox's default is that user: a call without `user` runs as it too.
+        assert sb.user == "user"
+        out = run(daemon, sb.id, cmd="id -u; echo $HOME; pwd")
+        assert out["stdout"] == "1000\n/home/user\n/home/user\n", out
+        # Root, when a call says `root` or `0`.
+        for body in ({"user": "root"}, {"user": "0"}):
             out = run(daemon, sb.id, cmd="id -u; echo $HOME; pwd", **body)
             assert out["stdout"] == "0\n/root\n/root\n", (body, out)
         # The sandbox's or the exec's env wins over the user's HOME; cwd as asked.
         out = run(daemon, sb.id, cmd="echo $HOME; pwd", user="user", env={"HOME": "/tmp"}, cwd="/tmp")
         assert out["stdout"] == "/tmp\n/tmp\n"
         # Its groups: the primary one and those that list it.
-        run(daemon, sb.id, cmd="groupadd -g 2000 team && usermod -aG team user")
+        run(daemon, sb.id, cmd="groupadd -g 2000 team && usermod -aG team user", user="root")
         assert run(daemon, sb.id, cmd="id -G", user="user")["stdout"] == "1000 2000\n"
         # A user with no home directory starts in / (nobody's home is /nonexistent).
         out = run(daemon, sb.id, cmd="id -un; pwd; echo $HOME", user="nobody")
@@ -41,6 +50,7 @@ def test_unknown_and_invalid_users(daemon, client):
         out = run(daemon, sb.id, cmd="true", user="nosuch")
         assert out["exit_code"] == 127
         assert out["stderr"] == "sbx: user nosuch: no user \"nosuch\" in the sandbox's /etc/passwd\n"
+        assert sb.user == "root"  # an image without `user` keeps root
         for bad in ("a:b", "Root", "x" * 40, "-u", "1.5", "4294967295", ""):
             status, body = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/exec", body={"cmd": "true", "user": bad})
             if bad == "":
@@ -67,7 +77,7 @@ def test_processes_cli_and_sdk(daemon, client):
         text = "".join(ev.get("data", "") for ev in p.output() if ev.get("type") == "stdout")
         assert text == "user\n/home/user\n"
         assert [x.data["user"] for x in sb.processes.list() if x.pid == p.pid] == ["user"]
-        root = sb.processes.start("sleep 300")
+        root = sb.processes.start("sleep 300", user="root")
         assert root.data["user"] == "root"
         # A user's process cannot signal root's.
         out = sb.exec(f"kill {root.pid}", user="user")
@@ -88,3 +98,71 @@ def test_processes_cli_and_sdk(daemon, client):
         assert r.returncode == 0, r.stderr
         pid = int(r.stdout)
         assert sb.exec(f"stat -c %U /proc/{pid}").stdout == "user\n"
+
+
+def test_sandbox_default_user(daemon, client):
+    """`user` at create: who runs what names no one, in exec, processes, files and the
+    CLI; checked against the image; kept by forks, chosen anew from a template's files."""
+    env = dict(os.environ, SBX_URL=daemon.url, SBX_API_KEY=daemon.key)
+    def ids():
+        status, body = daemon.raw("GET", "/v1/sandboxes")
+        assert status == 200
+        return {s["id"] for s in body["sandboxes"]}
+
+    before = ids()
+    # A name the image does not have is refused, and nothing is made.
+    for user, image in (("nosuch", "default"), ("user", "busybox"), ("Bad:name", "default")):
+        status, body = daemon.raw("POST", "/v1/sandboxes", body={"image": image, "user": user})
+        assert status == 400 and body["error"]["code"] == "invalid_request", (user, body)
+        assert user.split(":")[0] in body["error"]["message"]
+    status, body = daemon.raw("POST", "/v1/sandboxes", body={"image": "default", "user": 5})
+    assert status == 400
+    assert ids() == before
+
+    with client.create(image="default") as sb:
+        # Files as that user: its home is its own, root's places are not.
+        sb.files.write("/home/user/mine.txt", "hi")
+        assert sb.exec("stat -c %U:%G /home/user/mine.txt").stdout == "user:user\n"
+        with pytest.raises(SbxError) as err:
+            sb.files.write("/root/no.txt", "x")
+        assert "ermission denied" in str(err.value)
+        sb.files.write("/root/yes.txt", "x", user="root")
+        assert sb.exec("cat /root/yes.txt", user="root").stdout == "x"
+        # A background process, and the CLI's exec.
+        p = sb.processes.start("id -un")
+        assert p.data["user"] == "user"
+        r = subprocess.run([SBX, "exec", sb.id, "--", "id", "-un"], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert (r.returncode, r.stdout) == (0, "user\n"), r.stderr
+        # A template of it starts with its image's default again; a fork keeps its source's.
+        sb.snapshot("users-tmpl")
+        try:
+            with client.create(from_="users-tmpl") as t:
+                assert t.user == "user" and t.exec("id -un").stdout == "user\n"
+        finally:
+            daemon.raw("DELETE", "/v1/snapshots/users-tmpl")
+
+    # Root by choice, through the CLI.
+    r = subprocess.run([SBX, "create", "--image", "default", "-u", "root", "--json"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    made = json.loads(r.stdout)
+    try:
+        assert made["user"] == "root"
+        sb = client.get(made["id"])
+        assert sb.exec("id -u").stdout == "0\n"
+        sb.files.write("/root/ok.txt", "x")
+        forks = sb.fork(1)
+        try:
+            assert forks[0].user == "root" and forks[0].exec("id -u").stdout == "0\n"
+        finally:
+            for f in forks:
+                f.delete()
+    finally:
+        client.get(made["id"]).delete()
+
+    # Another user of the image, or a uid.
+    with client.create(image="default", user="nobody") as sb:
+        assert sb.user == "nobody" and sb.exec("id -un").stdout == "nobody\n"
+    with client.create(image="busybox", user="4242") as sb:
+        assert sb.user == "4242" and sb.exec("id -u").stdout == "4242\n"

@@ -82,6 +82,7 @@ async function commands() {
                                      { envs: { FOO: "bar" }, cwd: "/tmp" });
     out.run = { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
     out.asUser = (await sbx.commands.run("id -un", { user: "user" })).stdout;
+    out.asRoot = (await sbx.commands.run("id -un; pwd", { user: "root" })).stdout;
     out.failing = await attempt(() => sbx.commands.run("echo partial; exit 3"));
     if (!out.failing.ok) {
       const e = await sbx.commands.run("echo partial; exit 3").catch((err) => err);
@@ -160,7 +161,7 @@ async function files() {
     while (Date.now() < until && !events.some((e) => e === "remove:moved.txt")) await new Promise((r) => setTimeout(r, 100));
     await w.stop();
     out.events = events;
-    out.seen = (await sbx.commands.run("cat /tmp/e2b/hello.txt /root/rel.txt; stat -c '%U %a' /home/user/notes.txt")).stdout;
+    out.seen = (await sbx.commands.run("cat /tmp/e2b/hello.txt /home/user/rel.txt; stat -c '%U %a' /home/user/notes.txt")).stdout;
   } finally {
     await sbx.kill();
   }

@@ -85,7 +85,7 @@ def rest_of(s, timeout=5):
 @pytest.fixture(scope="module")
 def greedy(daemon):
     c = daemon.client()
-    sb = c.create(image="default", ttl_seconds=900)
+    sb = c.create(image="default", user="root", ttl_seconds=900)
     sb.files.write("/srv/greedy.py", GREEDY)
     sb.exec("nohup python3 /srv/greedy.py 8100 >/srv/log 2>&1 &")
     for _ in range(100):
@@ -153,7 +153,7 @@ def test_a_101_to_a_request_that_asked_no_upgrade_is_refused(daemon, greedy):
 
 def test_set_cookie_domains_are_stripped_and_path_routed_pages_get_an_opaque_origin(daemon):
     c = daemon.client()
-    sb = c.create(image="default", ttl_seconds=300)
+    sb = c.create(image="default", user="root", ttl_seconds=300)
     try:
         sb.files.write("/srv/cookie.py", r'''
 import sys
@@ -390,7 +390,7 @@ def test_a_tenant_that_wedges_its_agent_delays_neither_other_calls_nor_a_restart
     try:
         d.cli("image", "build", "default", timeout=1800)
         c = d.client()
-        victim = c.create(image="default", ttl_seconds=600)
+        victim = c.create(image="default", user="root", ttl_seconds=600)
         other = c.create(image="busybox", ttl_seconds=600)
         victim.files.write("/tmp/wedge.py", "FILL = True\n" + WEDGE)
         victim.exec("nohup python3 /tmp/wedge.py >/tmp/wedge.log 2>&1 &")
@@ -424,7 +424,7 @@ def test_a_file_request_to_an_agent_that_never_answers_ends_at_its_deadline(requ
     try:
         d.cli("image", "build", "default", timeout=1800)
         c = d.client()
-        victim = c.create(image="default", ttl_seconds=600)
+        victim = c.create(image="default", user="root", ttl_seconds=600)
         victim.files.write("/tmp/wedge.py", "FILL = False\n" + WEDGE)
         victim.exec("nohup python3 /tmp/wedge.py >/tmp/wedge.log 2>&1 &")
         time.sleep(2)

@@ -164,7 +164,7 @@ def status_lines(text):
 def test_setuid_binaries_gain_nothing(daemon):
     """A setuid-root copy of grep, run by nobody inside: it stays nobody with no
     capabilities (no_new_privs is set, and the root is mounted nosuid besides)."""
-    with daemon.client().create(image="default") as sb:
+    with daemon.client().create(image="default", user="root") as sb:
         r = sb.exec(SUID_PROBE, check=True)
         lines = status_lines(r.stdout)
         assert lines["Uid"] == ["65534"] * 4, lines
@@ -179,7 +179,7 @@ def test_with_no_new_privs_off_setuid_reaches_sandbox_root_and_no_further(daemon
     """With no_new_privs false, su and sudo-style programs work: the setuid-root grep run by
     nobody becomes root of the sandbox, with the sandbox's capabilities and no more, in
     the same user namespace (root there is an unprivileged host uid)."""
-    with daemon.client().create(image="default", no_new_privs=False) as sb:
+    with daemon.client().create(image="default", user="root", no_new_privs=False) as sb:
         assert sb.data["no_new_privs"] is False
         r = sb.exec(SUID_PROBE, check=True)
         lines = status_lines(r.stdout)
@@ -233,7 +233,7 @@ for line in open("/proc/self/mountinfo"):
     if f[4] == "/run/sbx":
         print("mount", "ro" in f[5].split(","), "nosuid" in f[5].split(","))
 '''
-    with daemon.client().create(image="default") as sb:
+    with daemon.client().create(image="default", user="root") as sb:
         r = sb.exec(["python3", "-c", code])
         assert r.exit_code == 0, r.stderr
         lines = r.stdout.splitlines()

@@ -10,7 +10,7 @@ def test_keepers_refuse_other_users(daemon, client):
     """Another user in the sandbox cannot list, attach to or feed a process's keeper: it
     closes such connections without an answer (root, who can reach the processes
     themselves, gets the keeper's answer)."""
-    with client.create(image="default") as sb:
+    with client.create(image="default", user="root") as sb:
         p = sb.processes.start(["sleep", "300"])
         probe = f"""
 import os, socket, struct, sys
@@ -59,7 +59,7 @@ time.sleep(100000)
 def test_squatted_keeper_names_neither_hang_sbxd_nor_hide_processes(fresh_daemon):
     d = fresh_daemon
     d.cli("image", "build", "default", timeout=1800)  # python3 (from the cached tarball)
-    sb = d.client().create(image="default")
+    sb = d.client().create(image="default", user="root")
     counter = sb.processes.start(COUNTER)
     squatter = sb.processes.start(["python3", "-c", SQUATTER])
     deadline = time.time() + 30

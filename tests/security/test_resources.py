@@ -188,14 +188,14 @@ def test_disk_fill_and_inode_flood_stop_at_the_sandbox_disk():
         d.cli("image", "build", "default", timeout=1800)  # from the cache
         host_free = os.statvfs(d.data).f_bavail * os.statvfs(d.data).f_frsize
         c = d.client()
-        with c.create(image="default", resources={"disk_mb": 64}) as sb, c.create(image="busybox") as other:
+        with c.create(image="default", user="root", resources={"disk_mb": 64}) as sb, c.create(image="busybox") as other:
             r = sb.exec("dd if=/dev/zero of=/root/fill bs=1M count=200 2>&1; echo rc=$?", timeout_seconds=120)
             assert "quota exceeded" in r.stdout.lower() and "rc=0" not in r.stdout, r.stdout
             assert int(sb.exec("stat -c %s /root/fill").stdout) <= 64 << 20
             assert other.exec("echo ok > /root/x && cat /root/x").stdout == "ok\n"
             sb.exec("rm /root/fill")
             assert sb.exec("echo again > /root/z && cat /root/z").stdout == "again\n"
-        with c.create(image="default", resources={"disk_mb": 16}) as sb, c.create(image="busybox") as other:
+        with c.create(image="default", user="root", resources={"disk_mb": 16}) as sb, c.create(image="busybox") as other:
             flood = ("import os\nos.makedirs('/root/many')\ni = 0\ntry:\n"
                      "    while True:\n        open('/root/many/%d' % i, 'w').close()\n        i += 1\n"
                      "except OSError as e:\n    print(i, e.errno)\n")

@@ -139,7 +139,7 @@ def test_in_sandbox_api_socket_is_scoped_to_its_sandbox(d):
     credentials it sends (none, or the admin key if it had it)."""
     d.cli("image", "build", "default", timeout=1800)  # from the cache
     c = d.client()
-    with c.create(image="default") as sb, c.create(image="busybox") as other:
+    with c.create(image="default", user="root") as sb, c.create(image="busybox") as other:
         assert "api.sock" in sb.exec("ls /run/sbx").stdout
         # The socket folder is read-only; /run itself is the sandbox's own small tmpfs.
         assert sb.exec("touch /run/sbx/x 2>&1; echo ok > /run/mine && cat /run/mine").stdout.endswith("ok\n")
@@ -160,6 +160,11 @@ def test_in_sandbox_api_socket_is_scoped_to_its_sandbox(d):
             got = json.loads(r.stdout)
             assert got == {"own": 200, "other": 403, "list": 403, "create": 403, "exec": 403,
                            "delete": 403, "files": 403, "secrets": 403}, (creds, got, r.stderr)
+        # An unprivileged user of the sandbox (a new sandbox's default) reaches it the same
+        # way, with the same scope.
+        r = sb.exec(["python3", "/call.py", "none", json.dumps({"own": calls["own"], "list": calls["list"]})],
+                    user="user")
+        assert json.loads(r.stdout) == {"own": 200, "list": 403}, r.stderr
         assert other.refresh().state == "running"
         # The busybox sandbox has the socket too (a /run of its own).
         assert "api.sock" in other.exec("ls /run/sbx").stdout

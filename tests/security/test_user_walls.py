@@ -29,7 +29,8 @@ for f in (lambda: os.setuid(0), lambda: os.setgid(0), lambda: os.setgroups([0]),
 
 def test_a_user_cannot_reach_roots_processes(daemon, client):
     with client.create(image="default") as sb:
-        root = sb.processes.start(["sleep", "300"], env={"ROOTS_SECRET": "s3cret"})
+        root = sb.processes.start(["sleep", "300"], env={"ROOTS_SECRET": "s3cret"}, user="root")
+        assert root.data["user"] == "root"
         r = sb.exec(f"cat /proc/{root.pid}/environ; ls /proc/{root.pid}/fd; kill -9 {root.pid}", user="user")
         assert "s3cret" not in r.stdout
         assert r.stderr.count("ermission denied") >= 2 and "not permitted" in r.stderr, r.stderr
@@ -62,3 +63,36 @@ def test_a_user_process_is_the_mapped_uid_on_the_host(daemon, client):
             assert uids == [[want] * 4, [want] * 4], uids
         finally:
             p.kill()
+
+
+def test_a_templates_passwd_is_read_inside_its_layer(daemon, client, tmp_path):
+    """A new sandbox's default user comes from its template's /etc/passwd, which its tenant
+    wrote: sbxd reads it on the host inside that layer only. A symlink to a host file that
+    names `user`, an /etc that is a symlink to a host folder, or a FIFO neither leads out
+    nor hangs: the template has no `user`, so its sandboxes run as root."""
+    host = tmp_path / "etc"
+    host.mkdir()
+    (host / "passwd").write_text("root:x:0:0::/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n")
+    tricks = {
+        "link": f"ln -sf {host}/passwd /etc/passwd",
+        "etc-link": f"rm -rf /etc && ln -s {host} /etc",
+        "fifo": "rm -f /etc/passwd && mkfifo /etc/passwd",
+    }
+    for name, trick in tricks.items():
+        snap = f"passwd-{name}-{os.getpid()}"
+        with client.create(image="busybox") as sb:
+            r = sb.exec(trick)
+            assert r.exit_code == 0, (name, r.stderr)
+            sb.snapshot(snap)
+        try:
+            t0 = time.time()
+            with client.create(from_=snap) as made:
+                assert made.user == "root", name
+                # (Not `id`: busybox's would read the FIFO and wait, as on any host.)
+                r = made.exec("grep ^Uid: /proc/self/status")
+                assert r.stdout.split() == ["Uid:", "0", "0", "0", "0"], (name, r.exit_code, r.stderr)
+            assert time.time() - t0 < 60, name
+            status, body = daemon.raw("POST", "/v1/sandboxes", body={"from": snap, "user": "user"})
+            assert status == 400 and "not in the image" in body["error"]["message"], (name, body)
+        finally:
+            daemon.raw("DELETE", f"/v1/snapshots/{snap}")

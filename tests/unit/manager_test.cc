@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "base/fs.h"
+#include "core/layer_files.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
@@ -540,6 +541,44 @@ TEST_F(ManagerTest, LayerCollectionNeverRacesAFreshSnapshot) {
   auto left = fs::ListDir(dir_ + "/layers");
   ASSERT_TRUE(left.ok());
   EXPECT_TRUE(left->empty());
+}
+
+}  // namespace
+}  // namespace sbx::core
+
+namespace sbx::core {
+namespace {
+
+// The default user from the top-most layer that holds etc/passwd.
+TEST(LayerFiles, SandboxUserFromTheTopMostPasswd) {
+  std::string base = std::filesystem::temp_directory_path() / ("sbx-layers-" + std::to_string(::getpid()));
+  std::string lower = base + "/lower", upper = base + "/upper";
+  ASSERT_TRUE(fs::MkdirAll(lower + "/etc").ok());
+  ASSERT_TRUE(fs::MkdirAll(upper).ok());
+  ASSERT_TRUE(fs::WriteFile(lower + "/etc/passwd", "root:x:0:0::/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n").ok());
+  std::vector<std::string> layers = {upper, lower};
+  EXPECT_EQ(*SandboxUser(layers, ""), "user");  // from the lower layer
+  EXPECT_EQ(*SandboxUser(layers, "user"), "user");
+  EXPECT_EQ(*SandboxUser(layers, "root"), "root");
+  EXPECT_EQ(*SandboxUser(layers, "0"), "root");
+  EXPECT_EQ(*SandboxUser(layers, "4242"), "4242");
+  EXPECT_EQ(SandboxUser(layers, "nosuch").error().code, Code::kInvalidArgument);
+  EXPECT_EQ(SandboxUser(layers, "Bad:name").error().code, Code::kInvalidArgument);
+  // The upper layer's own passwd hides the lower one's.
+  ASSERT_TRUE(fs::MkdirAll(upper + "/etc").ok());
+  ASSERT_TRUE(fs::WriteFile(upper + "/etc/passwd", "root:x:0:0::/root:/bin/sh\n").ok());
+  EXPECT_EQ(*SandboxUser(layers, ""), "root");
+  EXPECT_EQ(SandboxUser(layers, "user").error().code, Code::kInvalidArgument);
+  // Something other than a file there (a folder, as a whiteout would be a device): none.
+  ASSERT_TRUE(fs::RemoveTree(upper + "/etc/passwd").ok());
+  ASSERT_TRUE(fs::MkdirAll(upper + "/etc/passwd").ok());
+  EXPECT_EQ(ReadLayerFile(layers, "etc/passwd").error().code, Code::kNotFound);
+  EXPECT_EQ(*SandboxUser(layers, ""), "root");
+  EXPECT_FALSE(LayerHasFile(layers, "etc/passwd"));
+  EXPECT_TRUE(LayerHasFile({lower}, "etc/passwd"));
+  // Too large to be a passwd file.
+  EXPECT_EQ(ReadLayerFile({lower}, "etc/passwd", 8).error().code, Code::kInvalidArgument);
+  ASSERT_TRUE(fs::RemoveTree(base).ok());
 }
 
 }  // namespace

@@ -25,11 +25,14 @@ TEST(Store, SandboxCrud) {
   ASSERT_TRUE(got.ok());
   ASSERT_TRUE(got->has_value());
   EXPECT_EQ((*got)->name, "a");
+  EXPECT_EQ((*got)->user, "");  // root, as for rows from before the column
   SandboxRecord r = **got;
   r.state = "stopped";
   r.billed_ms = 1234;
+  r.user = "user";
   ASSERT_TRUE((*s)->UpdateSandbox(r).ok());
   EXPECT_EQ((*(*s)->GetSandbox("sb-1"))->billed_ms, 1234);
+  EXPECT_EQ((*(*s)->GetSandbox("sb-1"))->user, "user");
   EXPECT_EQ((*s)->ListSandboxes()->size(), 1u);
   ASSERT_TRUE((*s)->DeleteSandbox("sb-1").ok());
   EXPECT_FALSE((*s)->GetSandbox("sb-1")->has_value());

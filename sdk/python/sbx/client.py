@@ -81,6 +81,7 @@ class Client:
         resources: Optional[Dict[str, Any]] = None,
         public: Optional[bool] = None,
         no_new_privs: Optional[bool] = None,
+        user: Optional[str] = None,
         **extra: Any,
     ) -> Sandbox:
         """Create a sandbox. Only the arguments given are sent.
@@ -89,6 +90,8 @@ class Client:
         too); ``network`` may be a mode string (``"none"``, ``"outbound"``) or a
         ``{"mode": ..., "allow": [...], "deny": [...]}`` dict.
         ``no_new_privs=False`` lets setuid programs (su, sudo) work inside.
+        ``user`` is who commands and file operations run as when a call names no
+        one (default: ``"user"`` where the image has that user, else ``"root"``).
         """
         if isinstance(network, str):
             network = {"mode": network}
@@ -105,6 +108,7 @@ class Client:
                 "auto_resume": auto_resume,
                 "public": public,
                 "no_new_privs": no_new_privs,
+                "user": user,
                 "no_env": no_env,
                 "env": dict(env) if env is not None else None,
                 "metadata": dict(metadata) if metadata is not None else None,

@@ -56,6 +56,11 @@ class Sandbox:
     def state(self) -> Optional[str]:
         return self.data.get("state")
 
+    @property
+    def user(self) -> Optional[str]:
+        """Who its commands and file operations run as when a call names no one."""
+        return self.data.get("user")
+
     def __repr__(self) -> str:
         return "Sandbox(id=%r, name=%r, state=%r)" % (self.id, self.name, self.state)
 

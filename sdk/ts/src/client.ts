@@ -87,6 +87,7 @@ export class Client {
       public: options.public,
       no_env: options.noEnv,
       no_new_privs: options.noNewPrivs,
+      user: options.user,
       env: options.env,
       metadata: options.metadata,
       network,

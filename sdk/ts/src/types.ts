@@ -62,6 +62,8 @@ export interface SandboxData {
   state: string;
   type: string;
   image: string;
+  /** Who its commands and file operations run as when a call names no one. */
+  user?: string;
   created_at: string;
   expires_at: string | null;
   ttl_seconds: number;
@@ -140,6 +142,8 @@ export interface CreateOptions {
   noEnv?: boolean;
   /** false: setuid programs (su, sudo) work inside; true (the default): nothing gains privileges by exec. */
   noNewPrivs?: boolean;
+  /** Who commands and file operations run as when a call names no one (default: "user" where the image has that user, else "root"). */
+  user?: string;
   /** Variables set for every exec. */
   env?: Record<string, string>;
   /** Free labels, usable as list filters. */
