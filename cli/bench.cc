@@ -232,7 +232,7 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
     auto src = call("POST", "/v1/sandboxes", create_body, nullptr);
     if (!src) return 1;
     std::string sid = (*src)["id"];
-    if (!call("POST", "/v1/sandboxes/" + sid + "/exec", json{{"cmd", "head -c 1048576 /dev/urandom > /root/data"}}, nullptr))
+    if (!call("POST", "/v1/sandboxes/" + sid + "/exec", json{{"cmd", "head -c 1048576 /dev/urandom > /tmp/data"}}, nullptr))
       return 1;
     std::string base = "bench-" + std::to_string(getpid());
     for (int i = 0; i < runs; ++i) {
@@ -297,15 +297,15 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
     std::string mib(1 << 20, 'x');
     for (int i = 0; i < runs; ++i) {
       auto t0 = Clock::now();
-      auto r = c.Call("PUT", "/v1/sandboxes/" + sid + "/files?path=/root/bench.bin", mib);
+      auto r = c.Call("PUT", "/v1/sandboxes/" + sid + "/files?path=/tmp/bench.bin", mib);
       if (!r.ok() || r->status != 200) return 1;
       fput.ms.push_back(Ms(t0, Clock::now()));
       t0 = Clock::now();
-      r = c.Call("GET", "/v1/sandboxes/" + sid + "/files?path=/root/bench.bin", "", "*/*");
+      r = c.Call("GET", "/v1/sandboxes/" + sid + "/files?path=/tmp/bench.bin", "", "*/*");
       if (!r.ok() || r->status != 200 || r->body.size() != mib.size()) return 1;
       fget.ms.push_back(Ms(t0, Clock::now()));
       double ms;
-      if (!call("GET", "/v1/sandboxes/" + sid + "/files/stat?path=/root/bench.bin", nullptr, &ms)) return 1;
+      if (!call("GET", "/v1/sandboxes/" + sid + "/files/stat?path=/tmp/bench.bin", nullptr, &ms)) return 1;
       fstat.ms.push_back(ms);
     }
     for (int i = 0; i < runs; ++i) {

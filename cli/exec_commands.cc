@@ -74,16 +74,16 @@ void ExecCommands::Add(CLI::App& app) {
                   "stream this input (a pipe, a terminal) to the command's stdin as it comes, as docker exec -i");
   exec->add_flag("--tty,-t", exec_tty, "run the command on a pseudo-terminal with this terminal attached (-it for a shell)");
   exec->add_flag("--no-stdin,-n", exec_no_stdin, "never send stdin, not even a redirected file (as ssh -n)");
-  exec->footer("Examples: sbx exec my-box -- ls -l /root\n"
+  exec->footer("Examples: sbx exec my-box -- ls -l /home/user\n"
                "          echo data | sbx exec -i my-box -- wc -c\n"
-               "          sbx exec -u user my-box -- id\n"
-               "          sbx exec my-box -- tar -C /root -cf - out > out.tar");
+               "          sbx exec -u root my-box -- id\n"
+               "          sbx exec my-box -- tar -C /home/user -cf - out > out.tar");
   exec->add_option("cmd", cmd, "the command and its arguments (after --)")->required();
 
   cp = app.add_subcommand("cp", "copy files or folders into or out of a sandbox (ID:/path names the sandbox side)");
-  cp->footer("Examples: sbx cp ./src my-box:/root/src      # a folder in\n"
-              "          sbx cp my-box:/root/out.txt .      # a file out\n"
-              "          sbx cp my-box:/root/results/. ./r  # a folder's contents");
+  cp->footer("Examples: sbx cp ./src my-box:/home/user/src       # a folder in\n"
+              "          sbx cp my-box:/home/user/out.txt .       # a file out\n"
+              "          sbx cp my-box:/home/user/results/. ./r   # a folder's contents");
   cp->add_option("src", cp_src, "a local path or ID:/path")->required();
   cp->add_option("dst", cp_dst, "a local path or ID:/path")->required();
 
@@ -98,7 +98,7 @@ void ExecCommands::Add(CLI::App& app) {
   ps->add_option("id", ps_id, "sandbox id, name or unique id prefix")->required();
   spawn = app.add_subcommand("spawn", "start a background process in a sandbox; prints its pid");
   spawn->footer("Examples: sbx spawn my-box -- python3 -m http.server 8000\n"
-              "          sbx spawn --cwd /root/app my-box -- 'npm run dev > dev.log 2>&1'");
+              "          sbx spawn --cwd /home/user/app my-box -- 'npm run dev > dev.log 2>&1'");
   spawn->add_option("id", spawn_id, "sandbox id, name or unique id prefix")->required();
   spawn->add_option("--cwd", spawn_cwd, "working directory (default: the user's home)");
   spawn->add_option("--user,-u", spawn_user, "run as this user of the sandbox (a name or a uid; default root)");

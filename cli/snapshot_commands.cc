@@ -43,11 +43,11 @@ void SnapshotCommands::Add(CLI::App& app) {
   fork->add_option("--count", fork_count, "how many (default 1)");
 
   auto* tmpl = app.add_subcommand("template", "templates (named snapshots)");
-  tmpl->footer("Examples: sbx template build py --image default --run 'python3 -m venv /root/v' --run '/root/v/bin/pip install sympy'\n"
+  tmpl->footer("Examples: sbx template build py --image default --run 'python3 -m venv /home/user/v' --run '/home/user/v/bin/pip install sympy'\n"
               "          sbx create --from py");
   tmpl->require_subcommand(1);
   tmpl_build = tmpl->add_subcommand("build", "run steps in a fresh sandbox, then snapshot it as NAME");
-  tmpl_build->footer("Example: sbx template build py --image default --run 'python3 -m venv /root/v' --run '/root/v/bin/pip install sympy'");
+  tmpl_build->footer("Example: sbx template build py --image default --run 'python3 -m venv /home/user/v' --run '/home/user/v/bin/pip install sympy'");
   tmpl_build->add_option("name", tb_name)->required();
   tmpl_build->add_option("--image", tb_image, "image to start from (default: default)");
   tmpl_build->add_option("--from", tb_from, "snapshot to start from");
