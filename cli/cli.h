@@ -71,10 +71,11 @@ int RunBenchDiskExec(const Globals& g, int runs, const std::string& data_dir, in
 int RunBenchHibernate(const Globals& g, int runs, const std::string& data_dir, const std::string& criu);
 // `sbx bench patterns`: the seed's three tool-call patterns, timed.
 int RunBenchPatterns(const Globals& g, int runs, int gap_ms);
-// `sbx template build`: runs the steps in a fresh sandbox (streaming their output), then
-// snapshots it as `name`; a failing step fails the build and leaves no snapshot.
+// `sbx template build`: runs the steps in a fresh sandbox (streaming their output) as
+// `user` (empty: the sandbox's), then snapshots it as `name`; a failing step fails the
+// build and leaves no snapshot.
 int RunTemplateBuild(const Globals& g, const std::string& name, const std::string& image,
-                     const std::string& from, const std::string& type,
+                     const std::string& from, const std::string& type, const std::string& user,
                      const std::vector<std::string>& steps, int64_t timeout);
 // `sbx image build NAME`: builds (or reuses from the cache) a rootfs tarball and imports it.
 int RunImageBuild(const Globals& g, const std::string& name, const std::string& cache_dir);

@@ -63,7 +63,7 @@ Runner AddCompletionCommands(CLI::App& app);  // completion, man
 Runner AddBenchCommands(CLI::App& app);  // bench and its rows
 
 // copy.cc: `sbx cp SRC DST` (exactly one side ID:/path), with docker cp's rules.
-int CopyFiles(HttpClient& c, const std::string& src, const std::string& dst);
+int CopyFiles(HttpClient& c, const std::string& src, const std::string& dst, const std::string& user);
 
 // Prints "sbx: MSG" on stderr, or with --json (SetJsonErrors) one line
 // {"error":{"code","message"}}: the code of sbxd's answer when the failure was one

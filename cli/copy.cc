@@ -30,6 +30,16 @@ std::optional<std::pair<std::string, std::string>> RemoteSide(const std::string&
 
 enum class Kind { kMissing, kFile, kDir };
 
+// The sandbox's side of a copy: which sandbox, and as whom ("" = its default user).
+struct Side {
+  std::string id, user;
+  // The API path of `route` ("files", "files/stat", "archive") for `path`.
+  std::string Target(const std::string& route, const std::string& path) const {
+    return "/v1/sandboxes/" + id + "/" + route + "?path=" + PercentEncode(path) +
+           (user.empty() ? "" : "&user=" + PercentEncode(user));
+  }
+};
+
 Kind LocalKind(const std::string& p) {
   struct stat st;
   if (::stat(p.c_str(), &st) != 0) return Kind::kMissing;
@@ -37,8 +47,8 @@ Kind LocalKind(const std::string& p) {
 }
 
 // What the sandbox has at `path` (an error other than "not found" is printed: nullopt).
-std::optional<Kind> RemoteKind(HttpClient& c, const std::string& id, const std::string& path) {
-  auto r = c.Call("GET", "/v1/sandboxes/" + id + "/files/stat?path=" + PercentEncode(path));
+std::optional<Kind> RemoteKind(HttpClient& c, const Side& sb, const std::string& path) {
+  auto r = c.Call("GET", sb.Target("files/stat", path));
   if (r.ok() && r->status == 404) return Kind::kMissing;
   if (auto why = FailureOf(r)) {
     ReportError(*why, "client_error");
@@ -91,19 +101,20 @@ int Copied(const std::string& what, const std::string& to, uint64_t bytes) {
   return 0;
 }
 
-int Upload(HttpClient& c, const std::string& src, const std::string& id, std::string path) {
+int Upload(HttpClient& c, const std::string& src, const Side& sb, std::string path) {
+  const std::string& id = sb.id;
   if (path.empty() || path[0] != '/') return Usage("the sandbox path must be absolute: " + path);
   if (EndsWith(path, "/.")) path = path.size() > 2 ? path.substr(0, path.size() - 1) : "/";  // a folder: "DIR/"
   Kind from = LocalKind(src);
   if (from == Kind::kMissing) return Fail("no such file or folder: " + src);
-  auto to = RemoteKind(c, id, path);
+  auto to = RemoteKind(c, sb, path);
   if (!to) return 1;
   if (from == Kind::kFile) {
     if (*to == Kind::kDir) path = Join(path, BaseName(src));
     else if (*to == Kind::kMissing && path.back() == '/')
       return Fail("the folder " + id + ":" + path + " does not exist (a destination ending in / must)");
     Progress progress("copying " + src);
-    auto r = c.Upload("/v1/sandboxes/" + id + "/files?path=" + PercentEncode(path), src,
+    auto r = c.Upload(sb.Target("files", path), src,
                       [&](uint64_t s, uint64_t t) { progress.Update(s, t); }, "PUT");
     progress.Done();
     if (auto why = FailureOf(r)) return Fail(*why);
@@ -125,7 +136,7 @@ int Upload(HttpClient& c, const std::string& src, const std::string& id, std::st
     return Fail("tar of " + src + " failed");
   }
   Progress progress("copying " + src);
-  auto r = c.Upload("/v1/sandboxes/" + id + "/archive?path=" + PercentEncode(path), tmp,
+  auto r = c.Upload(sb.Target("archive", path), tmp,
                     [&](uint64_t s, uint64_t t) { progress.Update(s, t); }, "PUT");
   progress.Done();
   unlink(tmp.c_str());
@@ -152,11 +163,12 @@ int Fetch(HttpClient& c, const std::string& target, const std::string& into, con
   return 0;
 }
 
-int Download(HttpClient& c, const std::string& id, std::string path, const std::string& dst) {
+int Download(HttpClient& c, const Side& sb, std::string path, const std::string& dst) {
+  const std::string& id = sb.id;
   // PATH/. names the folder's contents; the API takes the folder's own path.
   const bool contents = EndsWith(path, "/.");
   if (contents) path = path.size() > 2 ? path.substr(0, path.size() - 2) : "/";
-  auto from = RemoteKind(c, id, path);
+  auto from = RemoteKind(c, sb, path);
   if (!from) return 1;
   if (*from == Kind::kMissing) return Fail("no such file or folder in the sandbox: " + id + ":" + path);
   Kind to = LocalKind(dst);
@@ -166,7 +178,7 @@ int Download(HttpClient& c, const std::string& id, std::string path, const std::
     std::string target = to == Kind::kDir ? Join(dst, BaseName(path)) : dst;
     std::string part = target + ".sbx-part";
     uint64_t bytes = 0;
-    if (int rc = Fetch(c, "/v1/sandboxes/" + id + "/files?path=" + PercentEncode(path), part, id + ":" + path, &bytes))
+    if (int rc = Fetch(c, sb.Target("files", path), part, id + ":" + path, &bytes))
       return rc;
     if (std::rename(part.c_str(), target.c_str()) != 0) {
       unlink(part.c_str());
@@ -181,7 +193,7 @@ int Download(HttpClient& c, const std::string& id, std::string path, const std::
   std::string tmp = TempFile();
   if (tmp.empty()) return Fail("cannot create a temporary file");
   uint64_t bytes = 0;
-  if (int rc = Fetch(c, "/v1/sandboxes/" + id + "/archive?path=" + PercentEncode(path), tmp, id + ":" + path, &bytes))
+  if (int rc = Fetch(c, sb.Target("archive", path), tmp, id + ":" + path, &bytes))
     return rc;
   bool ok = LocalKind(target) != Kind::kMissing || mkdir(target.c_str(), 0755) == 0;
   int rc = ok ? RunTar({"tar", "-C", target, "-xf", tmp, "--no-same-owner", "--no-same-permissions"}) : -1;
@@ -192,12 +204,12 @@ int Download(HttpClient& c, const std::string& id, std::string path, const std::
 
 }  // namespace
 
-int CopyFiles(HttpClient& c, const std::string& src, const std::string& dst) {
+int CopyFiles(HttpClient& c, const std::string& src, const std::string& dst, const std::string& user) {
   auto rs = RemoteSide(src), rd = RemoteSide(dst);
   if (rs.has_value() == rd.has_value()) return Usage("cp copies between this machine and a sandbox: exactly one side is ID:/path");
   if (src.empty() || dst.empty()) return Usage("cp needs a source and a destination");
-  if (rd) return Upload(c, src, rd->first, rd->second);
-  return Download(c, rs->first, rs->second, dst);
+  if (rd) return Upload(c, src, Side{rd->first, user}, rd->second);
+  return Download(c, Side{rs->first, user}, rs->second, dst);
 }
 
 }  // namespace sbx::cli

@@ -46,7 +46,7 @@ struct ExecCommands {
   int64_t timeout = 60;
   std::vector<std::string> cmd, exec_env;
   bool exec_interactive = false, exec_tty = false, exec_no_stdin = false;
-  std::string cp_src, cp_dst;
+  std::string cp_src, cp_dst, cp_user;
   std::string port_id, proxy_domain = "sbx.localhost";
   int port_num = 0;
   std::string ps_id;
@@ -68,7 +68,7 @@ void ExecCommands::Add(CLI::App& app) {
   exec->add_option("id", exec_id, "sandbox id, name or unique id prefix")->required();
   exec->add_option("--timeout", timeout, "seconds before the command's tree is killed (default 60)");
   exec->add_option("--cwd", cwd, "working directory (default: the user's home)");
-  exec->add_option("--user,-u", exec_user, "run as this user of the sandbox (a name or a uid; default root)");
+  exec->add_option("--user,-u", exec_user, "run as this user of the sandbox (a name or a uid; default: the sandbox's user)");
   exec->add_option("--env,-e", exec_env, "KEY=VALUE");
   exec->add_flag("--interactive,-i", exec_interactive,
                   "stream this input (a pipe, a terminal) to the command's stdin as it comes, as docker exec -i");
@@ -83,9 +83,11 @@ void ExecCommands::Add(CLI::App& app) {
   cp = app.add_subcommand("cp", "copy files or folders into or out of a sandbox (ID:/path names the sandbox side)");
   cp->footer("Examples: sbx cp ./src my-box:/home/user/src       # a folder in\n"
               "          sbx cp my-box:/home/user/out.txt .       # a file out\n"
-              "          sbx cp my-box:/home/user/results/. ./r   # a folder's contents");
+              "          sbx cp my-box:/home/user/results/. ./r   # a folder's contents\n"
+              "          sbx cp -u root ./app.conf my-box:/etc/app.conf");
   cp->add_option("src", cp_src, "a local path or ID:/path")->required();
   cp->add_option("dst", cp_dst, "a local path or ID:/path")->required();
+  cp->add_option("--user,-u", cp_user, "read and write the sandbox's side as this user (default: the sandbox's user)");
 
   port = app.add_subcommand("port", "the URLs that reach a port inside a sandbox through sbxd's proxy");
   port->footer("Example: sbx port my-box 8000");
@@ -101,7 +103,7 @@ void ExecCommands::Add(CLI::App& app) {
               "          sbx spawn --cwd /home/user/app my-box -- 'npm run dev > dev.log 2>&1'");
   spawn->add_option("id", spawn_id, "sandbox id, name or unique id prefix")->required();
   spawn->add_option("--cwd", spawn_cwd, "working directory (default: the user's home)");
-  spawn->add_option("--user,-u", spawn_user, "run as this user of the sandbox (a name or a uid; default root)");
+  spawn->add_option("--user,-u", spawn_user, "run as this user of the sandbox (a name or a uid; default: the sandbox's user)");
   spawn->add_option("cmd", spawn_cmd, "the command and its arguments (after --)")->required();
   logs = app.add_subcommand("logs", "print a background process's output (from its ring)");
   logs->footer("Example: sbx logs -f my-box 42");
@@ -190,7 +192,7 @@ std::optional<int> ExecCommands::Run(HttpClient& c, const Globals& g) {
     }
     return exit_code;
   }
-  if (*cp) return CopyFiles(c, cp_src, cp_dst);
+  if (*cp) return CopyFiles(c, cp_src, cp_dst, cp_user);
   if (*ps) {
     auto j = CallJson(c, "GET", "/v1/sandboxes/" + ps_id + "/processes");
     if (!j) return 1;

@@ -124,7 +124,7 @@ int RunImageBuild(const Globals& g, const std::string& name, const std::string& 
                        "find-links = /opt/sbx/wheelhouse\n").ok())
       return fail("cannot write /etc/pip.conf");
     // The unprivileged user that E2B's images and the seed expect: `user`, uid 1000, home
-    // /home/user, bash (exec and processes run as it with "user": "user").
+    // /home/user, bash (the default user of the image's sandboxes, see core/layer_files).
     if (Spawn({"useradd", "--root", root, "--create-home", "--uid", "1000", "--user-group", "--shell", "/bin/bash",
                "user"}) != 0)
       return fail("cannot add the user `user` (useradd --root)");

@@ -23,7 +23,7 @@ struct SnapshotCommands {
   std::string snap_id, snap_name;
   std::string fork_id;
   int fork_count = 1;
-  std::string tb_name, tb_image, tb_from, tb_type = "small";
+  std::string tb_name, tb_image, tb_from, tb_type = "small", tb_user;
   std::vector<std::string> tb_steps;
   int64_t tb_timeout = 1800;
   std::vector<std::string> tmpl_rm_names;
@@ -47,13 +47,17 @@ void SnapshotCommands::Add(CLI::App& app) {
               "          sbx create --from py");
   tmpl->require_subcommand(1);
   tmpl_build = tmpl->add_subcommand("build", "run steps in a fresh sandbox, then snapshot it as NAME");
-  tmpl_build->footer("Example: sbx template build py --image default --run 'python3 -m venv /home/user/v' --run '/home/user/v/bin/pip install sympy'");
+  tmpl_build->footer("Examples: sbx template build py --image default --run 'python3 -m venv /home/user/v' --run '/home/user/v/bin/pip install sympy'\n"
+                     "          sbx template build tools -u root --run 'apt-get install -y jq'");
   tmpl_build->add_option("name", tb_name)->required();
   tmpl_build->add_option("--image", tb_image, "image to start from (default: default)");
   tmpl_build->add_option("--from", tb_from, "snapshot to start from");
   tmpl_build->add_option("--type", tb_type, "sandbox type for the build");
   tmpl_build->add_option("--run", tb_steps, "a step (shell command); repeat for more")->required();
   tmpl_build->add_option("--timeout", tb_timeout, "seconds per step (default 1800)");
+  tmpl_build->add_option("--user,-u", tb_user,
+                         "run the steps as this user (default: the sandbox's user); the template keeps the "
+                         "sandbox's user either way");
   tmpl_ls = tmpl->add_subcommand("ls", "list templates");
   tmpl_ls->footer("Example: sbx template ls");
   tmpl_rm = tmpl->add_subcommand("rm", "delete templates");
@@ -77,7 +81,7 @@ std::optional<int> SnapshotCommands::Run(HttpClient& c, const Globals& g) {
       for (const auto& s : (*j)["sandboxes"]) std::printf("%s\n", Str(s, "id").c_str());
     return 0;
   }
-  if (*tmpl_build) return RunTemplateBuild(g, tb_name, tb_image, tb_from, tb_type, tb_steps, tb_timeout);
+  if (*tmpl_build) return RunTemplateBuild(g, tb_name, tb_image, tb_from, tb_type, tb_user, tb_steps, tb_timeout);
   if (*tmpl_ls) {
     auto j = CallJson(c, "GET", "/v1/snapshots");
     if (!j) return 1;

@@ -71,7 +71,7 @@ std::optional<json> StreamExecBody(HttpClient& c, const std::string& id, const j
 }
 
 int RunTemplateBuild(const Globals& g, const std::string& name, const std::string& image,
-                     const std::string& from, const std::string& type,
+                     const std::string& from, const std::string& type, const std::string& user,
                      const std::vector<std::string>& steps, int64_t timeout) {
   HttpClient c(g.url, g.api_key);
   json body = {{"type", type}, {"no_env", true}, {"ttl_seconds", std::max<int64_t>(3600, timeout * (int64_t)steps.size() + 600)}};
@@ -84,7 +84,9 @@ int RunTemplateBuild(const Globals& g, const std::string& name, const std::strin
   for (size_t i = 0; i < steps.size(); ++i) {
     std::fprintf(stderr, "\033[1m[step %zu/%zu]\033[0m %s\n", i + 1, steps.size(), steps[i].c_str());
     auto t0 = Clock::now();
-    auto exit = StreamExec(c, id, steps[i], timeout, true, nullptr);
+    json step = {{"cmd", steps[i]}, {"timeout_seconds", timeout}};
+    if (!user.empty()) step["user"] = user;
+    auto exit = StreamExecBody(c, id, step, true, nullptr);
     if (!exit) {
       cleanup();
       return 1;

@@ -60,6 +60,7 @@ json SnapshotJson(const storage::SnapshotRecord& r) {
           {"image", r.image},
           {"parent", r.parent.empty() ? json(nullptr) : json(r.parent)},
           {"source", r.source},
+          {"user", r.user.empty() ? "root" : r.user},
           {"size_bytes", r.size_bytes},
           {"layers", layers.is_array() ? layers.size() : 0},
           {"created_at", FormatRfc3339(r.created_ms)}};

@@ -135,7 +135,10 @@ Result<storage::SnapshotRecord> SandboxManager::Snapshot(const std::string& id, 
   rec.created_ms = Now();
   {
     Lock lock(table_.mu);
-    if (auto e = table_.Get(id)) rec.parent = e->rec.from_snapshot;
+    if (auto e = table_.Get(id)) {
+      rec.parent = e->rec.from_snapshot;
+      rec.user = e->rec.user.empty() ? "root" : e->rec.user;  // its state is that user's
+    }
   }
   Status st = store_->InsertSnapshot(rec);
   FaultPoint("snapshot.recorded");

@@ -1,6 +1,7 @@
 // Create: a request checked, its record made and persisted, its sandbox started (or a
 // warm one claimed from the pool, warm_pool.cc).
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "base/fault.h"
@@ -34,6 +35,21 @@ bool ValidMountPath(const std::string& path) {
     i = j + 1;
   }
   return true;
+}
+
+// Who a new sandbox's calls run as when they name no one (docs/API.md, Users): the one
+// asked for; root with disks (their calls and file routes run as root, who owns them);
+// a template's source's user (whose files it holds; "" from before users: root) while
+// its passwd still has that user; else the files' default.
+Result<std::string> CreateUser(const CreateRequest& req, const std::vector<std::string>& layers,
+                               const std::optional<std::string>& template_user) {
+  if (!req.user.empty()) return SandboxUser(layers, req.user);
+  if (!req.disks.empty()) return std::string("root");
+  if (template_user) {
+    auto kept = SandboxUser(layers, template_user->empty() ? "root" : *template_user);
+    if (kept.ok()) return kept;
+  }
+  return SandboxUser(layers, "");
 }
 
 }  // namespace
@@ -101,14 +117,14 @@ Result<SandboxView> SandboxManager::Create(const CreateRequest& req) {
     std::vector<std::string> layers = LayerPaths(snap.layers_json);
     if (layers.empty()) return MakeError(Code::kInternal, "snapshot " + req.from + " has no layers");
     CreateRequest r = req;
-    SBX_ASSIGN_OR_RETURN(r.user, SandboxUser(layers, req.user));
+    SBX_ASSIGN_OR_RETURN(r.user, CreateUser(req, layers, snap.user));
     return CreateOn(r, snap.image, layers);
   }
   std::string image_name = req.image.empty() ? opts_.default_image : req.image;
   if (!ValidName(image_name)) return MakeError(Code::kInvalidArgument, "invalid image name");
   SBX_ASSIGN_OR_RETURN(auto image, images_->Get(image_name));
   CreateRequest r = req;
-  SBX_ASSIGN_OR_RETURN(r.user, SandboxUser({image.path}, req.user));
+  SBX_ASSIGN_OR_RETURN(r.user, CreateUser(req, {image.path}, std::nullopt));
   return CreateOn(r, image_name, {image.path});
 }
 
@@ -133,13 +149,8 @@ SandboxRecord SandboxManager::MakeRecord(const CreateRequest& req, const Sandbox
   r.auto_resume = req.auto_resume;
   r.public_ports = req.public_ports;
   r.no_new_privs = req.no_new_privs;
-  // Resolved by Create (a fork's is its source's); a warm sandbox gets its image's.
-  if (!req.user.empty()) {
-    r.user = req.user;
-  } else {
-    auto u = SandboxUser(layers, "");
-    r.user = u.ok() ? *u : "root";
-  }
+  // Resolved by Create (a fork's is its source's); a pooled sandbox gets its claim's.
+  r.user = req.user.empty() ? "root" : req.user;
   r.billing = req.per_call ? "call" : "time";
   r.no_env = req.no_env;
   r.env_json = json(req.env).dump();

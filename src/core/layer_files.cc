@@ -4,6 +4,7 @@
 #include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -15,11 +16,27 @@ namespace sbx::core {
 
 namespace {
 
-UniqueFd OpenIn(int root, const std::string& rel, int flags) {
+// `rel` opened inside the layer `root` (its links resolved as in there); *err: the errno.
+UniqueFd OpenIn(int root, const std::string& rel, int flags, int* err = nullptr) {
   struct open_how how = {};
+  if (!(flags & O_PATH)) flags |= O_NOCTTY;  // openat2 takes no other flag with O_PATH
   how.flags = static_cast<uint64_t>(flags) | O_NOFOLLOW | O_CLOEXEC;
   how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-  return UniqueFd(static_cast<int>(::syscall(SYS_openat2, root, rel.c_str(), &how, sizeof how)));
+  int fd = static_cast<int>(::syscall(SYS_openat2, root, rel.c_str(), &how, sizeof how));
+  if (err) *err = fd < 0 ? errno : 0;
+  return UniqueFd(fd);
+}
+
+// Whether a folder on the way to `rel` in the layer `root` is opaque (overlayfs's
+// user.overlay.opaque: the sandbox removed and remade it), hiding the layers below there.
+bool OpaqueOnTheWay(int root, const std::string& rel) {
+  for (size_t slash = rel.find('/'); slash != std::string::npos; slash = rel.find('/', slash + 1)) {
+    UniqueFd dir = OpenIn(root, rel.substr(0, slash), O_RDONLY | O_DIRECTORY | O_NONBLOCK);
+    if (!dir.valid()) return false;  // not in this layer, so nothing deeper is either
+    char v[2] = {};
+    if (::fgetxattr(dir.get(), "user.overlay.opaque", v, sizeof v) >= 1 && v[0] == 'y') return true;
+  }
+  return false;
 }
 
 // The top-most layer's entry at `rel`: its layer's root, the entry (O_PATH, not opened
@@ -34,12 +51,14 @@ Found FindTopMost(const std::vector<std::string>& layers, const std::string& rel
   for (const auto& l : layers) {
     f.root = UniqueFd(::open(l.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!f.root.valid()) continue;
-    f.entry = OpenIn(f.root.get(), rel, O_PATH);
+    int err = 0;
+    f.entry = OpenIn(f.root.get(), rel, O_PATH, &err);
     if (f.entry.valid()) {
       if (::fstat(f.entry.get(), &f.st) != 0) f.entry.Reset();
       return f;
     }
-    if (errno != ENOENT) return f;  // unreadable, or an escape attempt: nothing
+    if (err != ENOENT) return f;  // unreadable, or an escape attempt: nothing
+    if (OpaqueOnTheWay(f.root.get(), rel)) return f;  // removed in this layer
     // Not in this layer: the one below may hold it.
   }
   return f;
@@ -101,6 +120,8 @@ Result<std::string> SandboxUser(const std::vector<std::string>& layers, const st
     return MakeError(Code::kInvalidArgument, "invalid user \"" + asked.substr(0, 64) +
                                                  "\": a user name ([a-z_][a-z0-9_.-]{0,31}, $ at the end allowed) or a uid");
   auto passwd = ReadLayerFile(layers, "etc/passwd");
+  // No default from a passwd that cannot be read (or is absurdly large): root.
+  if (!passwd.ok() && asked.empty()) return std::string("root");
   if (!passwd.ok() && passwd.error().code != Code::kNotFound) return passwd.error();
   const std::string want = asked.empty() ? "user" : asked;
   bool found = passwd.ok() && agent::FindUser(want, *passwd, "").ok();

@@ -92,6 +92,9 @@ ALTER TABLE sandboxes ADD COLUMN no_new_privs INTEGER NOT NULL DEFAULT 1;
     R"sql(
 ALTER TABLE sandboxes ADD COLUMN default_user TEXT NOT NULL DEFAULT '';
 )sql",
+    R"sql(
+ALTER TABLE snapshots ADD COLUMN default_user TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 const char* kSandboxCols =
@@ -241,15 +244,15 @@ Result<std::vector<ImageRecord>> Store::ListImages() {
 
 Status Store::InsertSnapshot(const SnapshotRecord& r) {
   return db_->Query(
-      "INSERT INTO snapshots (name, layers_json, image, parent, source, size_bytes, created_ms) "
-      "VALUES (?,?,?,?,?,?,?)",
-      {r.name, r.layers_json, r.image, r.parent, r.source, r.size_bytes, r.created_ms});
+      "INSERT INTO snapshots (name, layers_json, image, parent, source, size_bytes, created_ms, default_user) "
+      "VALUES (?,?,?,?,?,?,?,?)",
+      {r.name, r.layers_json, r.image, r.parent, r.source, r.size_bytes, r.created_ms, r.user});
 }
 
 namespace {
-const char* kSnapshotCols = "name, layers_json, image, parent, source, size_bytes, created_ms";
+const char* kSnapshotCols = "name, layers_json, image, parent, source, size_bytes, created_ms, default_user";
 SnapshotRecord SnapshotFromRow(const Row& w) {
-  return SnapshotRecord{w.Text(0), w.Text(1), w.Text(2), w.Text(3), w.Text(4), w.Int(5), w.Int(6)};
+  return SnapshotRecord{w.Text(0), w.Text(1), w.Text(2), w.Text(3), w.Text(4), w.Text(7), w.Int(5), w.Int(6)};
 }
 }  // namespace
 

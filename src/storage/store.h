@@ -91,6 +91,7 @@ struct SnapshotRecord {
   std::string image;        // the image at the bottom of the chain
   std::string parent;       // the snapshot the source sandbox started from, if any
   std::string source;       // the sandbox it was taken from
+  std::string user;         // its source's default user ("" = root: taken before users existed)
   int64_t size_bytes = 0;   // bytes of its own (topmost) layer
   int64_t created_ms = 0;
 };

@@ -102,7 +102,7 @@ def test_processes_cli_and_sdk(daemon, client):
 
 def test_sandbox_default_user(daemon, client):
     """`user` at create: who runs what names no one, in exec, processes, files and the
-    CLI; checked against the image; kept by forks, chosen anew from a template's files."""
+    CLI; checked against the image; kept by forks and templates."""
     env = dict(os.environ, SBX_URL=daemon.url, SBX_API_KEY=daemon.key)
     def ids():
         status, body = daemon.raw("GET", "/v1/sandboxes")
@@ -134,11 +134,13 @@ def test_sandbox_default_user(daemon, client):
         r = subprocess.run([SBX, "exec", sb.id, "--", "id", "-un"], env=env, capture_output=True, text=True,
                            timeout=60)
         assert (r.returncode, r.stdout) == (0, "user\n"), r.stderr
-        # A template of it starts with its image's default again; a fork keeps its source's.
-        sb.snapshot("users-tmpl")
+        # A template of it keeps its user, unless a create names another.
+        assert sb.snapshot("users-tmpl").user == "user"
         try:
             with client.create(from_="users-tmpl") as t:
                 assert t.user == "user" and t.exec("id -un").stdout == "user\n"
+            with client.create(from_="users-tmpl", user="root") as t:
+                assert t.user == "root" and t.exec("id -un").stdout == "root\n"
         finally:
             daemon.raw("DELETE", "/v1/snapshots/users-tmpl")
 
@@ -152,6 +154,13 @@ def test_sandbox_default_user(daemon, client):
         sb = client.get(made["id"])
         assert sb.exec("id -u").stdout == "0\n"
         sb.files.write("/root/ok.txt", "x")
+        # A template of a root sandbox holds root's files: its sandboxes run as root.
+        assert sb.snapshot("users-root-tmpl").user == "root"
+        try:
+            with client.create(from_="users-root-tmpl") as t:
+                assert t.user == "root" and t.exec("cat ~/ok.txt").stdout == "x"
+        finally:
+            daemon.raw("DELETE", "/v1/snapshots/users-root-tmpl")
         forks = sb.fork(1)
         try:
             assert forks[0].user == "root" and forks[0].exec("id -u").stdout == "0\n"
@@ -166,3 +175,54 @@ def test_sandbox_default_user(daemon, client):
         assert sb.user == "nobody" and sb.exec("id -un").stdout == "nobody\n"
     with client.create(image="busybox", user="4242") as sb:
         assert sb.user == "4242" and sb.exec("id -u").stdout == "4242\n"
+
+
+def test_disks_template_builds_and_copies_choose_their_user(daemon, client, tmp_path):
+    """A sandbox that mounts disks runs as root (the disks' owner, as their calls) unless
+    told; `sbx template build -u` picks the steps' user and the template keeps the
+    sandbox's; `sbx cp -u` reads and writes as that user."""
+    disk = client.disks.create(size_mb=64)
+    try:
+        disk.exec("echo kept > note")
+        with client.create(image="default", disks=[{"id": disk.id, "mount_path": "/mnt/work"}]) as sb:
+            assert sb.user == "root"
+            assert sb.exec("echo more >> /mnt/work/note && id -u").stdout == "0\n"
+        with client.create(image="default", user="user", disks=[{"id": disk.id, "mount_path": "/mnt/work"}]) as sb:
+            assert sb.user == "user" and sb.exec("cat /mnt/work/note").stdout == "kept\nmore\n"
+            assert sb.exec("touch /mnt/work/x").exit_code != 0  # root's disk: read-only to user
+    finally:
+        disk.delete()
+
+    # Steps as root (apt's places), the template as the image's user.
+    r = daemon.cli("template", "build", "users-built", "--image", "default", "-u", "root",
+                   "--run", "id -un > /etc/built-by && mkdir -p /opt/tool && touch /opt/tool/ok",
+                   "--run", "test -w /root")
+    try:
+        snap = client.snapshots.get("users-built")
+        assert snap.user == "user"
+        with client.create(from_="users-built") as t:
+            assert t.exec("id -un; cat /etc/built-by; ls /opt/tool").stdout == "user\nroot\nok\n"
+    finally:
+        daemon.raw("DELETE", "/v1/snapshots/users-built")
+    # Without -u the steps run as the sandbox's user: root's places are closed to them.
+    r = daemon.cli("template", "build", "users-denied", "--image", "default", "--run", "touch /etc/nope",
+                   check=False)
+    assert r.returncode != 0 and "step 1 failed" in r.stderr, r.stderr
+    status, _ = daemon.raw("GET", "/v1/snapshots/users-denied")
+    assert status == 404
+
+    # sbx cp: as the sandbox's user by default, as another with -u.
+    src = tmp_path / "conf.txt"
+    src.write_text("c\n")
+    with client.create(image="default") as sb:
+        daemon.cli("cp", str(src), f"{sb.id}:/home/user/conf.txt")
+        assert sb.exec("stat -c %U /home/user/conf.txt").stdout == "user\n"
+        r = daemon.cli("cp", str(src), f"{sb.id}:/etc/app.conf", check=False)
+        assert r.returncode != 0 and "ermission denied" in r.stderr, r.stderr
+        daemon.cli("cp", "-u", "root", str(src), f"{sb.id}:/etc/app.conf")
+        assert sb.exec("stat -c %U /etc/app.conf; cat /etc/app.conf").stdout == "root\nc\n"
+        sb.exec("mkdir /root/secret && echo s > /root/secret/f", user="root")
+        r = daemon.cli("cp", f"{sb.id}:/root/secret", str(tmp_path / "out"), check=False)
+        assert r.returncode != 0, r.stdout
+        daemon.cli("cp", "--user", "root", f"{sb.id}:/root/secret", str(tmp_path / "out"))
+        assert (tmp_path / "out" / "f").read_text() == "s\n"

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <utility>
@@ -578,6 +579,17 @@ TEST(LayerFiles, SandboxUserFromTheTopMostPasswd) {
   EXPECT_TRUE(LayerHasFile({lower}, "etc/passwd"));
   // Too large to be a passwd file.
   EXPECT_EQ(ReadLayerFile({lower}, "etc/passwd", 8).error().code, Code::kInvalidArgument);
+  // An opaque etc in the upper layer (removed and remade there) hides the lower passwd.
+  ASSERT_TRUE(fs::RemoveTree(upper + "/etc").ok());
+  ASSERT_TRUE(fs::MkdirAll(upper + "/etc").ok());
+  EXPECT_TRUE(LayerHasFile(layers, "etc/passwd"));
+  ASSERT_EQ(::setxattr((upper + "/etc").c_str(), "user.overlay.opaque", "y", 1, 0), 0) << strerror(errno);
+  EXPECT_FALSE(LayerHasFile(layers, "etc/passwd"));
+  EXPECT_EQ(*SandboxUser(layers, ""), "root");
+  // A passwd too large to read: root by default, a named user refused.
+  ASSERT_TRUE(fs::WriteFile(upper + "/etc/passwd", "user:x:1000:1000::/home/user:/bin/sh\n" + std::string(2 << 20, '#')).ok());
+  EXPECT_EQ(*SandboxUser(layers, ""), "root");
+  EXPECT_EQ(SandboxUser(layers, "user").error().code, Code::kInvalidArgument);
   ASSERT_TRUE(fs::RemoveTree(base).ok());
 }
 

@@ -66,5 +66,20 @@ TEST(Store, SettingsAndImages) {
   EXPECT_EQ((*s)->ListImages()->size(), 1u);
 }
 
+TEST(Store, SnapshotsKeepTheirUser) {
+  auto s = Store::Open(":memory:");
+  ASSERT_TRUE(s.ok());
+  SnapshotRecord a{"a", "[\"/l\"]", "default", "", "sb-1", "user", 5, 1};
+  SnapshotRecord b{"b", "[\"/l\"]", "default", "a", "sb-2", "", 6, 2};
+  ASSERT_TRUE((*s)->InsertSnapshot(a).ok());
+  ASSERT_TRUE((*s)->InsertSnapshot(b).ok());
+  EXPECT_EQ((*(*s)->GetSnapshot("a"))->user, "user");
+  EXPECT_EQ((*(*s)->GetSnapshot("a"))->size_bytes, 5);
+  EXPECT_EQ((*(*s)->GetSnapshot("b"))->user, "");  // root, as for rows from before the column
+  EXPECT_EQ((*(*s)->GetSnapshot("b"))->parent, "a");
+  EXPECT_EQ((*s)->ListSnapshots()->size(), 2u);
+  EXPECT_FALSE((*s)->InsertSnapshot(a).ok());
+}
+
 }  // namespace
 }  // namespace sbx::storage

@@ -94,7 +94,7 @@ class Processes:
               rows: Optional[int] = None, user: Optional[str] = None) -> Process:
         """Start a background process. With ``tty`` it runs on a pseudo-terminal of
         ``cols`` x ``rows``, reachable as a WebSocket at ``.../processes/{pid}/tty``.
-        ``user``: run as that user of the sandbox (a name or a uid) instead of root."""
+        ``user``: run as that user of the sandbox (a name or a uid) instead of its default (``Sandbox.user``)."""
         body = _drop_none({"cmd": cmd if isinstance(cmd, str) else [str(a) for a in cmd], "cwd": cwd,
                            "env": dict(env) if env is not None else None, "tty": tty or None,
                            "cols": cols, "rows": rows, "user": user})

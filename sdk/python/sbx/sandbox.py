@@ -239,8 +239,9 @@ class Sandbox:
         ``"encoding": "base64"``).
 
         ``user`` runs it as that user of the sandbox (a name in its /etc/passwd, such
-        as the default image's ``"user"``, or a uid) instead of root: its ids, no
-        capabilities, its HOME, and its home as the default ``cwd``.
+        as the default image's ``"user"``, or a uid) instead of the sandbox's default
+        user (``Sandbox.user``): its ids, its capabilities (none unless root), its HOME,
+        and its home as the default ``cwd``.
         """
         if isinstance(stdin, (bytes, bytearray)) and not binary:
             raise TypeError("bytes stdin needs binary=True")

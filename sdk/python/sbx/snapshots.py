@@ -32,6 +32,11 @@ class Snapshot:
     def parent(self) -> Optional[str]:
         return self.data.get("parent")
 
+    @property
+    def user(self) -> str:
+        """Who its sandboxes run as when their create names no one: its source's user."""
+        return self.data.get("user") or "root"
+
     def __repr__(self) -> str:
         return "Snapshot(%r)" % (self.data.get("name"),)
 

@@ -23,7 +23,7 @@ export interface FileEntry {
 
 /**
  * `user`: the sandbox user (a name or uid) a file call runs as. The kernel then checks
- * each access as theirs, and what the call makes is theirs. Root by default.
+ * each access as theirs, and what the call makes is theirs. The sandbox's `user` by default.
  */
 export interface AsUser {
   user?: string;

@@ -144,7 +144,7 @@ export class Processes {
       tty?: boolean;
       cols?: number;
       rows?: number;
-      /** Run as this user of the sandbox (a name or a uid) instead of root. */
+      /** Run as this user of the sandbox (a name or a uid) instead of its default (`sandbox.user`). */
       user?: string;
     } = {},
   ): Promise<Process> {

@@ -91,6 +91,8 @@ export interface SnapshotData {
   type?: string;
   image?: string;
   source?: string;
+  /** Who its sandboxes run as when their create names no one: its source's user. */
+  user?: string;
   parent?: string | null;
   layers?: number;
   size_bytes?: number;
@@ -209,7 +211,8 @@ export interface ExecOptions {
   cwd?: string;
   /**
    * Run as this user of the sandbox (a name in its /etc/passwd, such as the default
-   * image's `"user"`, or a uid) instead of root: its ids, no capabilities, its HOME.
+   * image's `"user"`, or a uid) instead of the sandbox's default (`user` at create):
+   * its ids, its capabilities (none unless root), its HOME.
    */
   user?: string;
   /** Variables for this command, over the sandbox's own. */
