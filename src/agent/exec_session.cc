@@ -130,7 +130,7 @@ void ExecSession::Run(const ExecRequest& req) {
   Spawned& sp = *spawned;
   const pid_t pid = sp.pid;
   if (req.report_pid && pid > 0) {
-    std::string started = nlohmann::json{{"pid", pid}}.dump();
+    std::string started = nlohmann::json{{"pid", pid}, {"cwd", sp.cwd}}.dump();
     Queue(FrameType::kResult, started.data(), started.size());
   }
   UniqueFd& master = sp.master;

@@ -183,7 +183,7 @@ json Keeper::Info() const {
   json j = {{"pid", sp_.pid},
             {"argv", argv},
             {"argv_cut", cut},
-            {"cwd", req_.cwd},
+            {"cwd", sp_.cwd},
             {"user", req_.user},
             {"tty", req_.tty},
             {"started_ms", started_ms_},
@@ -292,7 +292,7 @@ void Keeper::Run(int sock, FrameDecoder* in) {
   peer_.Reset(sock);
   fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) | O_NONBLOCK);
   peer_in_ = std::move(*in);
-  json started = {{"pid", sp_.pid}, {"from", 0}};
+  json started = {{"pid", sp_.pid}, {"cwd", sp_.cwd}, {"from", 0}};
   Queue(FrameType::kResult, started.dump());
   char buf[65536];
   while (!released_) {

@@ -58,9 +58,11 @@ struct ChildFailure {
 // (a new session, default signals, stdio), then the user's groups, gid and uid (which
 // drops every capability), its working directory and the exec. A failure before the exec
 // comes back through a close-on-exec pipe. Returns the pid, or -1 with *failure set.
-// `cwd_is_default`: the home was chosen, not asked for; if the user cannot enter it, /.
+// `cwd_is_default`: the home was chosen, not asked for; if the user cannot enter it, /
+// (the child says so through the pipe, a '/' before the exec: *fell_back).
 pid_t ForkAs(const Identity& id, const char* path, char* const* argv, char* const* envp, const char* cwd,
-             bool cwd_is_default, const std::string& slave, int in, int out, int err, ChildFailure* failure) {
+             bool cwd_is_default, const std::string& slave, int in, int out, int err, ChildFailure* failure,
+             bool* fell_back) {
   int report[2];
   if (pipe2(report, O_CLOEXEC) != 0) {
     *failure = {'e', errno};
@@ -87,11 +89,15 @@ pid_t ForkAs(const Identity& id, const char* path, char* const* argv, char* cons
     } else if (setgroups(id.groups.size(), id.groups.data()) != 0 || setresgid(id.gid, id.gid, id.gid) != 0 ||
                setresuid(id.uid, id.uid, id.uid) != 0) {
       f.err = errno;
-    } else if (cwd && chdir(cwd) != 0 && !(cwd_is_default && chdir("/") == 0)) {
-      f = {'c', errno};
     } else {
-      execve(path, argv, envp);
-      f = {'e', errno};
+      bool not_entered = cwd && chdir(cwd) != 0;
+      if (not_entered && !(cwd_is_default && chdir("/") == 0)) {
+        f = {'c', errno};
+      } else {
+        if (not_entered) (void)!::write(report[1], "/", 1);  // in / instead of the home
+        execve(path, argv, envp);
+        f = {'e', errno};
+      }
     }
     (void)!::write(report[1], &f, sizeof f);
     _exit(127);
@@ -102,13 +108,21 @@ pid_t ForkAs(const Identity& id, const char* path, char* const* argv, char* cons
     ::close(report[0]);
     return -1;
   }
-  ChildFailure f = {};
-  ssize_t n;
-  do {
-    n = ::read(report[0], &f, sizeof f);
-  } while (n < 0 && errno == EINTR);
+  // Until the exec closes the pipe: maybe the '/', then a failure if it did not exec.
+  char got[1 + sizeof(ChildFailure)];
+  size_t have = 0;
+  while (have < sizeof got) {
+    ssize_t n = ::read(report[0], got + have, sizeof got - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += static_cast<size_t>(n);
+  }
   ::close(report[0]);
-  if (n == static_cast<ssize_t>(sizeof f)) {
+  size_t skip = have > 0 && have != sizeof(ChildFailure) && got[0] == '/' ? 1 : 0;
+  *fell_back = skip == 1;
+  if (have - skip == sizeof(ChildFailure)) {
+    ChildFailure f;
+    std::memcpy(&f, got + skip, sizeof f);
     *failure = f;
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -200,6 +214,7 @@ Result<Spawned> SpawnCommand(const ExecRequest& req) {
   const char* cwd = cwd_dir.empty() ? nullptr : cwd_dir.c_str();  // empty: the agent's own
 
   Spawned s;
+  s.cwd = cwd_dir;
   // With a tty the command's stdio is the slave of a new pseudo-terminal; sbx reads its
   // output from the master and writes its input there. stderr's pipe then stays empty.
   std::string slave;
@@ -239,9 +254,12 @@ Result<Spawned> SpawnCommand(const ExecRequest& req) {
     if (!slave.empty() && (chown(slave.c_str(), as->uid, -1) != 0 || chmod(slave.c_str(), 0620) != 0))
       return ErrnoError("give the terminal to user " + req.user);
     ChildFailure f = {};
+    bool fell_back = false;
     s.pid = path.empty() ? -1
                          : ForkAs(*as, path.c_str(), argv.data(), envp.data(), cwd, cwd_is_default, slave,
-                                  req.stdin_open ? in_r.get() : devnull.get(), out_w.get(), err_w.get(), &f);
+                                  req.stdin_open ? in_r.get() : devnull.get(), out_w.get(), err_w.get(), &f,
+                                  &fell_back);
+    if (fell_back) s.cwd = "/";
     if (path.empty()) f = {'e', ENOENT};
     if (s.pid < 0) {
       s.failure = f.step == 'c'   ? std::string("sbx: chdir to ") + cwd + ": " + strerror(f.err) + "\n"

@@ -20,6 +20,7 @@ struct Spawned {
   UniqueFd err;         // its stderr (stays empty with a tty)
   UniqueFd in;          // its stdin when req.stdin_open (the master with a tty)
   UniqueFd master;      // the terminal, for resizes (tty only)
+  std::string cwd;      // where it started: req.cwd, else the user's home or /; "" for the agent's own
 };
 
 // Makes the caller a child subreaper (orphans of the command stay below it), then starts

@@ -99,6 +99,9 @@ asio::awaitable<Result<ProcessInfo>> ProcessTable::Start(asio::any_io_executor e
       if (!j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer())
         co_return MakeError(Code::kInternal, "the sandbox's agent sent a malformed start answer");
       p->info.pid = j["pid"].get<int64_t>();
+      // Where it started: the agent chose the user's home, or / (an older agent says nothing).
+      if (j.contains("cwd") && j["cwd"].is_string() && !j["cwd"].get<std::string>().empty())
+        p->info.cwd = j["cwd"].get<std::string>();
       break;
     }
     if ((f->type == agent::FrameType::kStderr || f->type == agent::FrameType::kStdout) && failure.size() < 4096)

@@ -72,10 +72,17 @@ def test_processes_cli_and_sdk(daemon, client):
     with client.create(image="default") as sb:
         p = sb.processes.start("id -un; pwd", user="user")
         assert p.data["user"] == "user"
-        assert p.data["cwd"] == ""  # the user's home, chosen inside
+        assert p.data["cwd"] == "/home/user"  # the user's home, chosen inside
         p.wait(timeout=30)
         text = "".join(ev.get("data", "") for ev in p.output() if ev.get("type") == "stdout")
         assert text == "user\n/home/user\n"
+        # A home the user cannot enter: it starts in /, and says so.
+        sb.exec("chown root /home/user && chmod 700 /home/user", user="root")
+        q = sb.processes.start("pwd; sleep 30", user="user")
+        assert q.data["cwd"] == "/", q.data
+        assert [x.data["cwd"] for x in sb.processes.list() if x.pid == q.pid] == ["/"]
+        q.kill()
+        sb.exec("chown user /home/user && chmod 755 /home/user", user="root")
         assert [x.data["user"] for x in sb.processes.list() if x.pid == p.pid] == ["user"]
         root = sb.processes.start("sleep 300", user="root")
         assert root.data["user"] == "root"
