@@ -55,6 +55,8 @@ Runner AddDiskCommands(CLI::App& app);  // disk (and its serverless exec)
 Runner AddSecretCommands(CLI::App& app);  // secret
 Runner AddUsageCommand(CLI::App& app);    // usage
 Runner AddHealthCommand(CLI::App& app);   // health
+// code_command.cc
+Runner AddCodeCommand(CLI::App& app);  // run
 // mcp.cc
 Runner AddMcpCommand(CLI::App& app);  // mcp
 // completion.cc

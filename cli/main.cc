@@ -95,6 +95,7 @@ int RunCommand(int argc, char** argv) {
   std::vector<Runner> groups;
   groups.push_back(AddCreateCommand(app));
   groups.push_back(AddExecCommands(app));
+  groups.push_back(AddCodeCommand(app));
   groups.push_back(AddSandboxCommands(app));
   groups.push_back(AddStatsCommand(app));
   groups.push_back(AddNetworkCommand(app));

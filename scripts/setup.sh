@@ -61,7 +61,7 @@ if ! $SBX image ls | grep -q '^default '; then
   $SBX image build default
 fi
 
-log "demo: create, exec, files, a background process, pause/resume, snapshot, create from it, fork, rm, serverless calls on a disk, usage"
+log "demo: create, exec, files, the code interpreter, a background process, pause/resume, snapshot, create from it, fork, rm, serverless calls on a disk, usage"
 # `sbx exec` sends piped input as the command's stdin: none of this script's (it may come
 # through a pipe) goes to the demo's commands.
 exec </dev/null
@@ -75,6 +75,8 @@ echo "print('run from a copied file')" > "/tmp/sbx-demo-$$.py"
 $SBX cp "/tmp/sbx-demo-$$.py" "$ID:/home/user/demo.py"
 rm -f "/tmp/sbx-demo-$$.py"
 $SBX exec "$ID" -- python3 /home/user/demo.py
+$SBX run "$ID" -c 'import math; radius = 2'        # the code interpreter: state lasts between calls
+$SBX run "$ID" -c 'round(math.pi * radius ** 2, 3)'
 PID=$($SBX spawn "$ID" -- sh -c 'for i in 1 2 3; do echo "tick $i"; sleep 0.2; done')
 $SBX logs -f "$ID" "$PID"
 $SBX pause "$ID"                      # frozen: not billed, memory kept

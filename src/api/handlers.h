@@ -16,6 +16,7 @@
 
 #include "api/http_types.h"
 #include "base/run_blocking.h"
+#include "core/code_contexts.h"
 #include "core/processes.h"
 #include "api/file_ops.h"
 #include "core/sandbox_manager.h"
@@ -148,6 +149,9 @@ class Api {
   boost::asio::awaitable<Result<FileOp>> StartFileOp(const std::string& id, nlohmann::json op);
   // process_routes.cc: every background-process route
   Handler Processes(Request& req);
+  // code_routes.cc: the code interpreter's cells and contexts
+  Handler RunCode(Request& req);
+  Handler CodeContexts(Request& req);
   // template_routes.cc: named snapshots and images
   Handler ListSnapshots(Request& req);
   Handler GetSnapshot(Request& req);
@@ -203,6 +207,7 @@ class Api {
   std::string tmp_dir_;
   std::string proxy_domain_ = "sbx.localhost";
   std::unique_ptr<core::ProcessTable> processes_;
+  std::unique_ptr<core::CodeContexts> code_;
 };
 
 }  // namespace sbx::api

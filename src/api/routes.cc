@@ -53,6 +53,11 @@ const std::vector<RouteInfo>& Routes() {
       {"GET", "/v1/sandboxes/{id}/processes/{pid}/output",  Body::kNone, Access::kAdmin, &Api::Processes},
       {"POST", "/v1/sandboxes/{id}/processes/{pid}/resize", Body::kJson, Access::kAdmin, &Api::Processes},
       {"GET", "/v1/sandboxes/{id}/processes/{pid}/tty",     Body::kNone, Access::kAdmin, &Api::Processes},
+      {"POST", "/v1/sandboxes/{id}/code",                   Body::kJson, Access::kAdmin, &Api::RunCode},
+      {"POST", "/v1/sandboxes/{id}/code/contexts",          Body::kJson, Access::kAdmin, &Api::CodeContexts},
+      {"GET", "/v1/sandboxes/{id}/code/contexts",           Body::kNone, Access::kAdmin, &Api::CodeContexts},
+      {"POST", "/v1/sandboxes/{id}/code/contexts/{ctx}/restart", Body::kJson, Access::kAdmin, &Api::CodeContexts},
+      {"DELETE", "/v1/sandboxes/{id}/code/contexts/{ctx}",  Body::kNone, Access::kAdmin, &Api::CodeContexts},
       {"GET", "/v1/snapshots",                              Body::kNone, Access::kAdmin, &Api::ListSnapshots},
       {"GET", "/v1/snapshots/{name}",                       Body::kNone, Access::kAdmin, &Api::GetSnapshot},
       {"DELETE", "/v1/snapshots/{name}",                    Body::kNone, Access::kAdmin, &Api::DeleteSnapshot},
@@ -119,7 +124,8 @@ std::vector<std::string> Split(const std::string& path) {
 Api::Api(core::SandboxManager* manager, layers::ImageStore* images, disks::DiskStore* disks,
          std::string admin_key_hash, asio::thread_pool* pool, std::string tmp_dir)
     : manager_(manager), images_(images), disks_(disks), admin_key_hash_(std::move(admin_key_hash)),
-      pool_(pool), tmp_dir_(std::move(tmp_dir)), processes_(std::make_unique<core::ProcessTable>(manager)) {}
+      pool_(pool), tmp_dir_(std::move(tmp_dir)), processes_(std::make_unique<core::ProcessTable>(manager)),
+      code_(std::make_unique<core::CodeContexts>(manager, processes_.get())) {}
 
 Api::~Api() = default;
 

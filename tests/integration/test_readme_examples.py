@@ -14,7 +14,7 @@ def first_block(readme, lang):
     return re.search(r"```" + lang + r"\n(.*?)```", quick, re.S).group(1)
 
 
-EXPECTED = ["42", "hello", "hi from a file", "hello.py", "print('hi from a file')", "kept"]
+EXPECTED = ["42", "hello", "hi from a file", "hello.py", "2.8", "print('hi from a file')", "kept"]
 
 
 def test_python_quick_start(daemon, tmp_path):
@@ -25,6 +25,7 @@ def test_python_quick_start(daemon, tmp_path):
     p = subprocess.run(["python3", str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "['42', 'hello'] 0" in p.stdout
+    assert "2.8 ['5\\n']" in p.stdout
     for want in EXPECTED:
         assert want in p.stdout, (want, p.stdout)
 
@@ -40,5 +41,6 @@ def test_typescript_quick_start(daemon, tmp_path):
     p = subprocess.run(["node", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "[ '42', 'hello', '' ] 0" in p.stdout
+    assert "2.8 [ '5\\n' ]" in p.stdout
     for want in EXPECTED:
         assert want in p.stdout, (want, p.stdout)

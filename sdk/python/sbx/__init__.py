@@ -10,6 +10,8 @@
 
 from .aio import AsyncClient
 from .client import Client
+from .code import CodeContext, Execution, ExecutionError, Result
+from .contexts import CodeContexts
 from .disk import Disk, Disks
 from .files import Files, FileWatch
 from .http import Api
@@ -47,6 +49,11 @@ __all__ = [
     "Processes",
     "ExecResult",
     "Timing",
+    "CodeContext",
+    "CodeContexts",
+    "Execution",
+    "ExecutionError",
+    "Result",
     "Images",
     "Snapshot",
     "Snapshots",

@@ -37,7 +37,7 @@ __all__ = ["AsyncClient"]
 # The SDK's modules whose objects have methods that talk to sbxd (the rest, such as
 # ExecResult or Answer, are plain data and come back as they are).
 _LIVE_MODULES = ("sbx.client", "sbx.sandbox", "sbx.files", "sbx.processes", "sbx.disk",
-                 "sbx.snapshots", "sbx.images", "sbx.secrets", "sbx.http", "sbx.terminal")
+                 "sbx.snapshots", "sbx.images", "sbx.secrets", "sbx.http", "sbx.terminal", "sbx.contexts")
 
 
 def _is_live(value: Any) -> bool:

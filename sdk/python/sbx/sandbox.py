@@ -10,6 +10,8 @@ import socket
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Union, TYPE_CHECKING
 
+from .code import Execution, run_code
+from .contexts import CodeContexts
 from .errors import ExecError, NotFoundError, SbxConnectionError, SbxError, error_from_payload
 from .files import Files
 from .http import _EXEC_GRACE, _SERVER_EXEC_TIMEOUT, _decode, _drop_none, _seg
@@ -43,6 +45,7 @@ class Sandbox:
         self.data: Dict[str, Any] = data
         self.files = Files(self)
         self.processes = Processes(self)
+        self.code_contexts = CodeContexts(self)
 
     @property
     def id(self) -> str:
@@ -208,6 +211,33 @@ class Sandbox:
                 raise
             # Do not hide the exception that ended the block.
             warnings.warn("could not delete sandbox %s: %s" % (self._id, e), RuntimeWarning)
+
+    # -- code -------------------------------------------------------------
+
+    def run_code(
+        self,
+        code: str,
+        *,
+        language: Optional[str] = None,
+        context: Any = None,
+        env: Optional[Dict[str, str]] = None,
+        timeout_seconds: Optional[int] = None,
+        on_stdout: Any = None,
+        on_stderr: Any = None,
+        on_result: Any = None,
+        on_error: Any = None,
+    ) -> Execution:
+        """Run ``code`` in a long-lived interpreter of the sandbox and return its
+        :class:`sbx.code.Execution` (``results``, ``logs``, ``error``, ``text``).
+
+        Without ``context`` it runs in the language's default context (``python``
+        unless ``language="bash"``), made on first use; a context from
+        ``sb.code_contexts.create()`` keeps its own state. ``env`` is for this cell
+        only. Past ``timeout_seconds`` (default 300) the cell is interrupted
+        (``timed_out``). The callbacks get output and results as they come.
+        """
+        return run_code(self, code, language, context, env, timeout_seconds, on_stdout, on_stderr, on_result,
+                        on_error)
 
     # -- exec -------------------------------------------------------------
 

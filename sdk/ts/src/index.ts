@@ -18,6 +18,14 @@ export { Files, FileWatch, type AsUser, type FileEntry, type FileEvent } from ".
 export { Process, Processes, type OutputEvent, type ProcessData } from "./processes.js";
 export { Terminal } from "./terminal.js";
 export {
+  CodeContexts,
+  type CodeContextData,
+  type CodeResult,
+  type Execution,
+  type ExecutionError,
+  type RunCodeOptions,
+} from "./code.js";
+export {
   AuthError,
   ConflictError,
   ERROR_STATUS,

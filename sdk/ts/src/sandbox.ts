@@ -1,6 +1,7 @@
 import type { Client } from "./client.js";
 import { Files } from "./files.js";
 import { Processes } from "./processes.js";
+import { CodeContexts, runCode, type Execution, type RunCodeOptions } from "./code.js";
 import { ExecError, NotFoundError } from "./errors.js";
 import { LONG_EXEC_SECONDS, budget, cmdField, defined } from "./exec.js";
 import { fromBase64, readExecStream, readExecStreamBytes, seg, toBase64 } from "./http.js";
@@ -59,6 +60,8 @@ export class Sandbox {
   readonly files: Files;
   /** Its background processes. */
   readonly processes: Processes;
+  /** Its code interpreter's contexts (create, list, restart, delete). */
+  readonly codeContexts: CodeContexts;
 
   constructor(
     private readonly client: Client,
@@ -67,6 +70,7 @@ export class Sandbox {
     this.data = data;
     this.files = new Files(client.http, `/v1/sandboxes/${seg(data.id)}`);
     this.processes = new Processes(client.http, `/v1/sandboxes/${seg(data.id)}`);
+    this.codeContexts = new CodeContexts(client.http, `/v1/sandboxes/${seg(data.id)}`);
   }
 
   get id(): string {
@@ -135,6 +139,16 @@ export class Sandbox {
 
   private path(suffix = ""): string {
     return `/v1/sandboxes/${seg(this.id)}${suffix}`;
+  }
+
+  /**
+   * Runs code in a long-lived interpreter of the sandbox (Python unless `language` is
+   * `bash`): what one call defines, the next call of the same context sees. Resolves to
+   * the cell's `Execution` (`results`, `logs`, `error`, `text`); the callbacks get output
+   * and results as they come.
+   */
+  runCode(code: string, options: RunCodeOptions = {}): Promise<Execution> {
+    return runCode(this.client.http, this.path(""), code, options);
   }
 
   /**

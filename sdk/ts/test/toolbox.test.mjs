@@ -160,3 +160,25 @@ test("user: file calls as another user of the sandbox", async () => {
   assert.equal(await sb.files.exists("/etc/passwd", { user: "1234" }), true);
   assert.deepEqual((await sb.files.list("/home/u", { user: "1234" })).map((e) => e.name), ["a.txt", "d"]);
 });
+
+test("runCode: state between cells, streamed output, errors, contexts", async () => {
+  const sb = await client.create({ image: "default", ttlSeconds: 600 });
+  made.push(sb);
+  const first = await sb.runCode("x = 20\nprint('set')\nx + 1");
+  assert.equal(first.text, "21");
+  assert.deepEqual(first.logs.stdout, ["set\n"]);
+  assert.equal(first.error, null);
+  assert.equal(first.context, "python");
+  const seen = [];
+  const streamed = await sb.runCode("for i in range(2): print(i)\nx * 2", { onStdout: (t) => seen.push(t) });
+  assert.equal(seen.join(""), "0\n1\n");
+  assert.equal(streamed.text, "40");
+  const failed = await sb.runCode("raise KeyError('k')");
+  assert.equal(failed.error.name, "KeyError");
+  assert.match(failed.error.traceback, /<cell-/);
+  const ctx = await sb.codeContexts.create({ language: "bash" });
+  assert.deepEqual((await sb.runCode("echo $((6*7))", { context: ctx })).logs.stdout, ["42\n"]);
+  assert.ok((await sb.codeContexts.list()).some((c) => c.id === ctx.id));
+  await sb.codeContexts.delete(ctx);
+  await assert.rejects(sb.runCode("echo", { context: ctx }), NotFoundError);
+});
