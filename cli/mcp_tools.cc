@@ -219,6 +219,24 @@ json RunCommand(Api& api, const json& args) {
   return r;
 }
 
+// A cell in the sandbox's code interpreter: what it printed, its results and its error.
+json RunCode(Api& api, const json& args) {
+  std::string sandbox = Str(args, "sandbox"), session = Str(args, "session");
+  if (!sandbox.empty() && !session.empty()) throw ToolError{"give either sandbox or session, not both"};
+  if (sandbox.empty() && session.empty()) throw ToolError{"give sandbox or session: a code context lives in one"};
+  json body = {{"code", Required(args, "code")}};
+  for (const char* k : {"language", "context"})
+    if (std::string v = Str(args, k); !v.empty()) body[k] = v;
+  if (auto t = Int(args, "timeout_seconds")) body["timeout_seconds"] = *t;
+  std::string id = !sandbox.empty() ? sandbox : SessionSandbox(api, session, args);
+  int status = 0;
+  json r = api.Call("POST", Path("sandboxes", id) + "/code", body, &status);
+  if (status >= 300) throw ToolError{Api::Message(status, r, r.dump())};
+  r["sandbox"] = id;
+  r["duration_ms"] = api.ElapsedMs();
+  return r;
+}
+
 json RunOnDisk(Api& api, const json& args) {
   std::string disk = Required(args, "disk");
   json body = ExecBody(args);
@@ -352,6 +370,21 @@ const std::vector<Tool>& Tools() {
         {"timeout_seconds", Prop("integer", "Kill the command after this long (default 60)")}},
        json::array({"command"}),
        RunCommand},
+      {"run_code", "Run code",
+       "Runs Python (or bash) code in a long-lived interpreter of a sandbox: variables, imports and the working "
+       "directory last from one call to the next. Returns stdout, stderr, the results (the last expression's value, "
+       "with HTML or PNG forms where the object has them) and the error with its traceback. With `session`, in the "
+       "session's sandbox (made on first use).",
+       {{"code", Prop("string", "The code")},
+        {"sandbox", Prop("string", "Id or name of an existing sandbox")},
+        {"session", Prop("string", "A session name: its sandbox is reused by every call that names it")},
+        {"language", Prop("string", "python (default) or bash")},
+        {"context", Prop("string", "A code context id (default: the language's own context)")},
+        {"image", Prop("string", "Image of a new session sandbox")},
+        {"from", Prop("string", "Snapshot of a new session sandbox")},
+        {"timeout_seconds", Prop("integer", "Interrupt the code after this long (default 300)")}},
+       json::array({"code"}),
+       RunCode},
       {"run_on_disk", "Run a command on a persistent disk",
        "A serverless call: a fresh sandbox with the disk mounted at /mnt/disk (the working directory) runs one "
        "command and is gone; what the command writes under /mnt/disk stays on the disk for the next call. The disk "

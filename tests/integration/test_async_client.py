@@ -57,4 +57,12 @@ def test_async_client(daemon):
             # Leaving `async with` deleted it.
             with pytest.raises(sbx.NotFoundError):
                 await client.get(sb.id)
+            # The code interpreter: cells and contexts, awaited.
+            async with client.create(image="default") as sb:
+                await sb.run_code("n = 6")
+                ex = await sb.run_code("n * 7")
+                assert ex.text == "42" and ex.error is None
+                ctx = await sb.code_contexts.create(language="bash")
+                assert (await sb.run_code("echo $((n+1))", context=ctx)).logs["stdout"] == ["1\n"]
+                assert [c.id for c in await sb.code_contexts.list()] == sorted(["python", ctx.id])
     asyncio.run(main())

@@ -95,6 +95,12 @@ def test_stdio_every_tool(daemon, client):
         {"name": "run_command", "arguments": {"command": "sleep 5", "image": "busybox", "timeout_seconds": 1}},
         {"name": "no_such_tool", "arguments": {}},
         {"name": "run_command", "arguments": {"command": "id -u; pwd", "image": "busybox", "user": "1234"}},
+        # The code interpreter, in a session's sandbox: state lasts between calls.
+        {"name": "run_code", "arguments": {"code": "import math\nr = 2\nprint('area')\nmath.pi * r ** 2",
+                                           "session": name + "-code", "image": "default"}},
+        {"name": "run_code", "arguments": {"code": "r * 10", "session": name + "-code"}},
+        {"name": "run_code", "arguments": {"code": "1"}},
+        {"name": "delete_sandbox", "arguments": {"sandbox": name + "-code"}},
     ]
     before = {s.id for s in client.list()}
     out = drive("stdio", SBX, calls, env_of(daemon))
@@ -103,8 +109,8 @@ def test_stdio_every_tool(daemon, client):
         assert out["capabilities"]["tools"] is not None
         assert out["ping"] == {}
         names = {t["name"] for t in out["tools"]}
-        assert names == {"create_sandbox", "run_command", "run_on_disk", "read_file", "write_file", "list_files",
-                         "snapshot", "delete_sandbox", "list_sandboxes"}
+        assert names == {"create_sandbox", "run_command", "run_code", "run_on_disk", "read_file", "write_file",
+                         "list_files", "snapshot", "delete_sandbox", "list_sandboxes"}
         for t in out["tools"]:
             assert t["description"] and t["inputSchema"]["type"] == "object", t
         r = out["results"]
@@ -134,12 +140,18 @@ def test_stdio_every_tool(daemon, client):
         assert timed["timed_out"] is True and timed["exit_code"] == 124
         assert "unknown tool" in r[20]["thrown"] and r[20]["code"] == -32602
         assert structured(r[21])["stdout"] == "1234\n/\n"
+        area = structured(r[22])
+        assert area["results"][0]["text"] == "12.566370614359172" and area["logs"]["stdout"] == ["area\n"], area
+        again = structured(r[23])
+        assert again["results"][0]["text"] == "20" and again["sandbox"] == area["sandbox"]
+        assert "give sandbox or session" in error_text(r[24])
+        assert structured(r[25])["type"] == "sandbox.deleted"
         # The fresh sandboxes are gone: only what the calls kept on purpose is left.
         left = {s.id for s in client.list()} - before
         assert left == set(), left
     finally:
         for s in client.list():
-            if s.name in (name, name + "-2"):
+            if s.name in (name, name + "-2", name + "-code"):
                 s.delete()
         daemon.raw("DELETE", f"/v1/snapshots/{name}-snap")
         daemon.raw("DELETE", f"/v1/disks/{disk}")
@@ -189,7 +201,7 @@ def test_http_transport_sessions_and_token(daemon, client, http_server):
     assert post(listing, dict(auth, **{"Mcp-Session-Id": "nope"}))[0] == 404
     assert post(listing, dict(auth, **{"Mcp-Session-Id": sid, "MCP-Protocol-Version": "1999-01-01"}))[0] == 400
     status, _, body = post(listing, dict(auth, **{"Mcp-Session-Id": sid}))
-    assert status == 200 and len(json.loads(body)["result"]["tools"]) == 9
+    assert status == 200 and len(json.loads(body)["result"]["tools"]) == 10
     note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     assert post(note, dict(auth, **{"Mcp-Session-Id": sid}))[0] == 202
     status, _, body = post({"jsonrpc": "2.0", "id": 3, "method": "nope"}, dict(auth, **{"Mcp-Session-Id": sid}))
