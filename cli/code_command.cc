@@ -22,19 +22,22 @@ struct CodeCommand {
   CLI::App* run = nullptr;
   std::string id, code, file, language, context;
   int64_t timeout = 300;
+  bool interactive = false;
 
   void Add(CLI::App& app) {
     run = app.add_subcommand("run", "run code in a sandbox's code interpreter (state lasts between runs)");
     run->footer("Examples: sbx run my-box -c 'import sympy; sympy.factorint(2**64 - 1)'\n"
                 "          sbx run my-box analysis.py\n"
                 "          sbx run my-box --language bash -c 'cd /tmp; export X=1'\n"
-                "          sbx run my-box                 # on a terminal: a read-eval-print loop");
+                "          sbx run -it my-box             # a read-eval-print loop (the default on a terminal)");
     run->add_option("id", id, "sandbox id, name or unique id prefix")->required();
     run->add_option("file", file, "a file of code to run (- for stdin)");
     run->add_option("-c,--code", code, "the code to run");
     run->add_option("--language,-l", language, "python (default) or bash");
     run->add_option("--context", context, "a context id (default: the language's own context)");
     run->add_option("--timeout", timeout, "seconds before the cell is interrupted (default 300)");
+    run->add_flag("--interactive,-i,--tty,-t", interactive,
+                  "a read-eval-print loop (the default on a terminal when no code is given; -it as docker's)");
   }
 
   // Runs one cell, printing as it comes; 0, or 1 if it raised (or failed).
@@ -111,6 +114,8 @@ struct CodeCommand {
   std::optional<int> Run(HttpClient& c, const Globals& g) {
     if (!*run) return std::nullopt;
     if (!code.empty() && !file.empty()) return Usage("give the code with -c or as a file, not both");
+    if (interactive && (!code.empty() || !file.empty())) return Usage("-i runs a read-eval-print loop: give no code with it");
+    if (interactive) return Repl(c, g);
     if (!code.empty()) return Cell(c, g, code);
     if (file.empty() && isatty(0)) return Repl(c, g);
     std::stringstream text;

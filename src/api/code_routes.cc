@@ -39,16 +39,33 @@ std::string EndLine(const Result<core::CellEnd>& end) {
   return Line(last);
 }
 
+// A string field of a message, or "" (a cell may have forged the message).
+std::string Text(const json& m, const char* k) {
+  auto it = m.find(k);
+  return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 // The whole answer of a cell: what it printed, its results and its error, as E2B's
-// Execution has them.
+// Execution has them; past `cap` bytes of output and results the rest is left out
+// (`truncated`), so that a cell that prints without end cannot fill sbxd's memory.
 struct Execution {
+  explicit Execution(uint64_t cap) : cap(cap) {}
+  uint64_t cap, bytes = 0;
+  bool truncated = false;
   json results = json::array(), stdout_parts = json::array(), stderr_parts = json::array(), error = nullptr;
+  bool Room(uint64_t n) {
+    if (bytes + n > cap) truncated = true;
+    else bytes += n;
+    return !truncated;
+  }
   void Add(const json& m) {
-    const std::string t = m.value("type", "");
-    if (t == "stdout") stdout_parts.push_back(m.value("text", ""));
-    else if (t == "stderr") stderr_parts.push_back(m.value("text", ""));
-    else if (t == "error") error = {{"name", m.value("name", "")}, {"value", m.value("value", "")}, {"traceback", m.value("traceback", "")}};
-    else if (t == "result") {
+    const std::string t = Text(m, "type");
+    if (t == "stdout" || t == "stderr") {
+      std::string text = Text(m, "text");
+      if (Room(text.size())) (t == "stdout" ? stdout_parts : stderr_parts).push_back(std::move(text));
+    } else if (t == "error") {
+      error = {{"name", Text(m, "name")}, {"value", Text(m, "value")}, {"traceback", Text(m, "traceback")}};
+    } else if (t == "result" && Room(m.dump().size())) {
       json r = m;
       r.erase("type");
       results.push_back(std::move(r));
@@ -61,7 +78,8 @@ struct Execution {
             {"execution_count", end.execution_count},
             {"context", end.context},
             {"timed_out", end.timed_out},
-            {"restarted", end.restarted}};
+            {"restarted", end.restarted},
+            {"truncated", truncated}};
   }
 };
 
@@ -88,7 +106,7 @@ asio::awaitable<Response> Api::RunCode(Request& req) {
   const std::string id = req.params["id"];
   auto ex = co_await asio::this_coro::executor;
   if (req.Header("accept").find("application/x-ndjson") == std::string::npos) {
-    auto exec = std::make_shared<Execution>();
+    auto exec = std::make_shared<Execution>(manager_->output_cap());
     // Named, not a temporary of the co_await's expression (g++ 12 destroys those twice).
     core::CellEventFn collect = [exec](const json& m) -> asio::awaitable<void> {
       exec->Add(m);

@@ -3,7 +3,10 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
+#include <set>
+#include <tuple>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -30,7 +33,7 @@ const char* const kBoot = "import os;exec(os.environ.pop('SBX_CODE_INTERPRETER')
 const char* const kTag = "sbx-code";
 constexpr int64_t kStartTimeoutMs = 30000;
 constexpr int64_t kInterruptGraceMs = 3000;
-constexpr size_t kMaxMessage = size_t{64} << 20;  // one line of the interpreter (a large figure)
+constexpr size_t kMaxMessage = size_t{16} << 20;  // one line of the interpreter (a large figure)
 
 bool ValidLanguage(const std::string& l) { return l == "python" || l == "bash"; }
 
@@ -83,28 +86,41 @@ int64_t MsSince(Clock::time_point t0) {
 CodeContexts::CodeContexts(SandboxManager* manager, ProcessTable* processes)
     : manager_(manager), processes_(processes), next_cell_(NowUnixMs() * 1000) {}
 
-void CodeContexts::Kill(const std::string& sandbox, int64_t pid) {
+Status CodeContexts::Kill(const std::string& sandbox, const CodeContext& c) {
+  // Marked first, so that no one finds it between the signal and its end.
   {
     std::lock_guard<std::mutex> lock(mu_);
-    killed_.insert({sandbox, pid});
+    killed_.insert({sandbox, c.pid, c.started_ms});
   }
-  (void)processes_->Signal(sandbox, pid, SIGKILL);
+  Status st = processes_->Signal(sandbox, c.pid, SIGKILL);
+  if (!st.ok() && st.error().code != Code::kFailedPrecondition) {
+    std::lock_guard<std::mutex> lock(mu_);
+    killed_.erase({sandbox, c.pid, c.started_ms});  // still there (its sandbox hibernated, say)
+    return st;
+  }
+  return OkStatus();  // killed, or ended already
 }
 
-bool CodeContexts::Killed(const std::string& sandbox, const ProcessInfo& p) {
+std::vector<CodeContext> CodeContexts::Live(const std::string& sandbox, const std::vector<ProcessInfo>& procs) {
+  std::vector<CodeContext> out;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = killed_.find({sandbox, p.pid});
-  if (it == killed_.end()) return false;
-  if (!p.running) killed_.erase(it);  // gone: its pid may come again
-  return true;
+  // Marks of interpreters that have ended (or are no longer listed) go.
+  std::set<std::tuple<std::string, int64_t, int64_t>> running;
+  for (const auto& p : procs)
+    if (p.running) running.insert({sandbox, p.pid, p.started_ms});
+  for (auto it = killed_.lower_bound({sandbox, INT64_MIN, INT64_MIN});
+       it != killed_.end() && std::get<0>(*it) == sandbox;)
+    it = running.count(*it) ? std::next(it) : killed_.erase(it);
+  for (const auto& p : procs)
+    if (auto c = ContextOf(p); c && !killed_.count({sandbox, p.pid, p.started_ms})) out.push_back(*c);
+  return out;
 }
 
 Result<CodeContext> CodeContexts::Find(const std::string& sandbox, const std::string& id) {
   SBX_ASSIGN_OR_RETURN(auto procs, processes_->List(sandbox));
   std::optional<CodeContext> found;
-  for (const auto& p : procs)
-    if (auto c = ContextOf(p); c && !Killed(sandbox, p) && c->id == id && (!found || c->started_ms >= found->started_ms))
-      found = c;
+  for (const auto& c : Live(sandbox, procs))
+    if (c.id == id && (!found || c.started_ms >= found->started_ms)) found = c;
   if (!found) return MakeError(Code::kNotFound, "no code context \"" + id + "\" in sandbox " + sandbox);
   return *found;
 }
@@ -113,31 +129,57 @@ Result<std::vector<CodeContext>> CodeContexts::List(const std::string& sandbox) 
   if (auto v = manager_->Get(sandbox); !v.ok()) return v.error();
   SBX_ASSIGN_OR_RETURN(auto procs, processes_->List(sandbox));
   std::map<std::string, CodeContext> by_id;  // the newest interpreter of each context
-  for (const auto& p : procs)
-    if (auto c = ContextOf(p); c && !Killed(sandbox, p)) {
-      auto it = by_id.find(c->id);
-      if (it == by_id.end() || c->started_ms >= it->second.started_ms) by_id[c->id] = *c;
-    }
+  for (const auto& c : Live(sandbox, procs)) {
+    auto it = by_id.find(c.id);
+    if (it == by_id.end() || c.started_ms >= it->second.started_ms) by_id[c.id] = c;
+  }
   std::vector<CodeContext> out;
   for (auto& [id, c] : by_id) out.push_back(std::move(c));
   return out;
 }
 
+bool CodeContexts::TryHold(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& h = held_[key];
+  if (h.busy || !h.waiting.empty()) return false;
+  h.busy = true;
+  return true;
+}
+
 asio::awaitable<bool> CodeContexts::Hold(asio::any_io_executor ex, const std::string& key, int64_t max_ms) {
   auto t0 = Clock::now();
+  int64_t ticket;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ticket = next_ticket_++;
+    held_[key].waiting.insert(ticket);
+  }
   while (true) {
     {
+      // In the order they came: the oldest waiter takes it when it is free.
       std::lock_guard<std::mutex> lock(mu_);
-      if (held_.insert(key).second) co_return true;
+      auto& h = held_[key];
+      if (!h.busy && *h.waiting.begin() == ticket) {
+        h.waiting.erase(ticket);
+        h.busy = true;
+        co_return true;
+      }
+      if (MsSince(t0) > max_ms) {
+        h.waiting.erase(ticket);
+        if (!h.busy && h.waiting.empty()) held_.erase(key);
+        co_return false;
+      }
     }
-    if (MsSince(t0) > max_ms) co_return false;
-    co_await Sleep(ex, 10);
+    co_await Sleep(ex, 5);
   }
 }
 
 void CodeContexts::Release(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  held_.erase(key);
+  auto it = held_.find(key);
+  if (it == held_.end()) return;
+  it->second.busy = false;
+  if (it->second.waiting.empty()) held_.erase(it);
 }
 
 asio::awaitable<Result<CodeContext>> CodeContexts::Start(asio::any_io_executor ex, const std::string& sandbox,
@@ -171,14 +213,14 @@ asio::awaitable<Result<CodeContext>> CodeContexts::Start(asio::any_io_executor e
       if (j.is_object() && j.value("type", "") == "ready")
         co_return CodeContext{id, language, started->cwd, started->user.empty() ? "root" : started->user, pid,
                               started->started_ms};
-      Kill(sandbox, pid);
+      (void)Kill(sandbox, CodeContext{id, language, "", "", pid, started->started_ms});
       co_return MakeError(Code::kInternal, "the code interpreter said " + out.substr(0, std::min<size_t>(nl, 200)));
     }
     if (!r->info.running && r->chunks.empty())
       co_return MakeError(Code::kFailedPrecondition,
                           "the code interpreter did not start: " + (err.empty() ? std::string("it exited") : err.substr(0, 2000)));
     if (MsSince(t0) > kStartTimeoutMs) {
-      Kill(sandbox, pid);
+      (void)Kill(sandbox, CodeContext{id, language, "", "", pid, started->started_ms});
       co_return MakeError(Code::kUnavailable, "the code interpreter did not start within 30 s");
     }
     co_await processes_->WaitOutput(sandbox, pid, since, std::chrono::milliseconds(500));
@@ -191,7 +233,7 @@ asio::awaitable<Result<CodeContext>> CodeContexts::Create(asio::any_io_executor 
   if (!ValidLanguage(language)) co_return MakeError(Code::kInvalidArgument, "language must be python or bash");
   std::string id = "ctx-" + RandomHex(8);
   const std::string key = sandbox + "/" + id;
-  co_await Hold(ex, key, 0);
+  TryHold(key);  // a new id: no one else has it
   ScopeExit release([&] { Release(key); });
   co_return co_await Start(ex, sandbox, id, language, cwd, user);
 }
@@ -199,29 +241,30 @@ asio::awaitable<Result<CodeContext>> CodeContexts::Create(asio::any_io_executor 
 asio::awaitable<Result<CodeContext>> CodeContexts::Restart(asio::any_io_executor ex, std::string sandbox,
                                                            std::string id) {
   const std::string key = sandbox + "/" + id;
-  if (!co_await Hold(ex, key, 0))
+  if (!TryHold(key))
     co_return MakeError(Code::kFailedPrecondition, "code context \"" + id + "\" is running a cell; try again");
   ScopeExit release([&] { Release(key); });
   if (auto v = manager_->Get(sandbox); !v.ok()) co_return v.error();
   auto c = Find(sandbox, id);
   if (!c.ok()) co_return c.error();
-  Kill(sandbox, c->pid);
+  if (Status st = Kill(sandbox, *c); !st.ok()) co_return st.error();
   co_return co_await Start(ex, sandbox, id, c->language, c->cwd, c->user);
 }
 
 Status CodeContexts::Delete(const std::string& sandbox, const std::string& id) {
   if (auto v = manager_->Get(sandbox); !v.ok()) return v.error();
+  const std::string key = sandbox + "/" + id;
+  if (!TryHold(key)) return MakeError(Code::kFailedPrecondition, "code context \"" + id + "\" is running a cell; try again");
+  ScopeExit release([&] { Release(key); });
   SBX_ASSIGN_OR_RETURN(auto c, Find(sandbox, id));
-  // The interpreter goes (a cell it runs ends as its context died); until it has, it is
-  // no longer listed nor found.
-  Kill(sandbox, c.pid);
-  return OkStatus();
+  // The interpreter goes; until it has, it is neither listed nor found.
+  return Kill(sandbox, c);
 }
 
 asio::awaitable<Result<CellEnd>> CodeContexts::Replace(asio::any_io_executor ex, const std::string& sandbox,
                                                        const CodeContext& ctx, CellEnd& end, CellEventFn& on_event,
                                                        const std::string& why) {
-  Kill(sandbox, ctx.pid);
+  (void)Kill(sandbox, ctx);
   auto fresh = co_await Start(ex, sandbox, ctx.id, ctx.language, ctx.cwd, ctx.user);
   end.restarted = fresh.ok();
   std::string value = why + (fresh.ok() ? std::string("; a new interpreter took its place (the context's state is gone)")
@@ -240,7 +283,10 @@ asio::awaitable<Result<CellEnd>> CodeContexts::Run(asio::any_io_executor ex, std
   if (cell.timeout_seconds < 1 || cell.timeout_seconds > 86400)
     co_return MakeError(Code::kInvalidArgument, "timeout_seconds must be between 1 and 86400");
   if (Status st = ValidateEnv(cell.env, "env"); !st.ok()) co_return st.error();
-  if (auto v = manager_->Get(sandbox); !v.ok()) co_return v.error();
+  // The sandbox's agent for the cell: a paused sandbox with auto_resume is resumed, one
+  // that does not run answers 409, and the cell counts as the sandbox's activity.
+  auto lease = co_await manager_->AcquireAgent(sandbox);
+  if (!lease.ok()) co_return lease.error();
   const bool by_default = cell.context.empty();
   const std::string id = by_default ? (cell.language.empty() ? "python" : cell.language) : cell.context;
   const std::string key = sandbox + "/" + id;
@@ -272,9 +318,18 @@ asio::awaitable<Result<CellEnd>> CodeContexts::Run(asio::any_io_executor ex, std
   bool interrupted = false;
   int64_t interrupted_at = 0;
   std::string buf;
+  bool resync = false;  // output was lost: what precedes the next newline is a cut line
   while (true) {
     auto r = processes_->Read(sandbox, ctx->pid, since, 1 << 20);
     if (!r.ok()) co_return r.error();
+    if (r->missed_to > r->missed_from && r->missed_to > since) {
+      // The ring dropped output before sbxd read it (sbxd fell behind a flood).
+      since = r->missed_to;
+      buf.clear();
+      resync = true;
+      json lost = Message("stderr", "", "[sbx: output was lost: the cell wrote faster than it could be followed]\n");
+      co_await on_event(lost);
+    }
     for (const auto& c : r->chunks) {
       since = c.seq + 1;
       if (c.stream == 1) buf += c.data;
@@ -282,21 +337,33 @@ asio::awaitable<Result<CellEnd>> CodeContexts::Run(asio::any_io_executor ex, std
     if (buf.size() > kMaxMessage && buf.find('\n') == std::string::npos) {
       // No message is this large (the cell wrote to the interpreter's own channel): dropped.
       buf.clear();
-      json dropped = Message("stderr", "", "[sbx: the interpreter sent a line over 64 MiB; dropped]\n");
+      resync = true;
+      json dropped = Message("stderr", "", "[sbx: the interpreter sent a line over 16 MiB; dropped]\n");
       co_await on_event(dropped);
     }
-    size_t nl;
-    while ((nl = buf.find('\n')) != std::string::npos) {
-      auto m = json::parse(std::string_view(buf).substr(0, nl), nullptr, false);
-      buf.erase(0, nl + 1);
-      if (!m.is_object() || !m.contains("cell") || m["cell"] != n) continue;  // another cell's, or not ours
+    size_t at = 0, nl;
+    while ((nl = buf.find('\n', at)) != std::string::npos) {
+      std::string_view text = std::string_view(buf).substr(at, nl - at);
+      at = nl + 1;
+      if (resync) {
+        resync = false;
+        continue;
+      }
+      if (text.empty() || text.front() != '{') continue;
+      auto m = json::parse(text, nullptr, false);
+      // Another cell's, a forged or a cut line: not a message of this cell.
+      if (!m.is_object() || !m.contains("cell") || m["cell"] != n || !m.contains("type") || !m["type"].is_string())
+        continue;
       m.erase("cell");
-      if (m.value("type", "") == "end") {
-        end.execution_count = m.value("execution_count", int64_t{0});
+      if (m["type"] == "end") {
+        end.execution_count = m.contains("execution_count") && m["execution_count"].is_number_integer()
+                                  ? m["execution_count"].get<int64_t>()
+                                  : 0;
         co_return end;
       }
       co_await on_event(m);
     }
+    buf.erase(0, at);
     if (!r->info.running && r->chunks.empty()) {
       std::string how = r->info.signal ? "was killed by signal " + std::to_string(r->info.signal)
                         : r->info.exit_code ? "exited with status " + std::to_string(*r->info.exit_code)

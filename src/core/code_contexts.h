@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/result.h"
@@ -85,20 +86,30 @@ class CodeContexts {
   boost::asio::awaitable<Result<CellEnd>> Replace(boost::asio::any_io_executor ex, const std::string& sandbox,
                                                   const CodeContext& ctx, CellEnd& end, CellEventFn& on_event,
                                                   const std::string& why);
-  // Waits until no one else uses the context (false: not within `max_ms`), then holds it.
+  // Waits until the context is free and every earlier waiter had it (false: not within
+  // `max_ms`), then holds it; TryHold takes it only if it is free with no one waiting.
   boost::asio::awaitable<bool> Hold(boost::asio::any_io_executor ex, const std::string& key, int64_t max_ms);
+  bool TryHold(const std::string& key);
   void Release(const std::string& key);
 
-  // SIGKILL to a context's interpreter, which is then neither found nor listed.
-  void Kill(const std::string& sandbox, int64_t pid);
-  bool Killed(const std::string& sandbox, const ProcessInfo& p);
+  // SIGKILL to a context's interpreter, which is then neither found nor listed (an error,
+  // and still listed, when the signal cannot be sent: its sandbox hibernated).
+  Status Kill(const std::string& sandbox, const CodeContext& c);
+  // The contexts among the sandbox's processes, without the interpreters being killed.
+  std::vector<CodeContext> Live(const std::string& sandbox, const std::vector<ProcessInfo>& procs);
 
   SandboxManager* manager_;
   ProcessTable* processes_;
   std::atomic<int64_t> next_cell_;
   std::mutex mu_;
-  std::set<std::string> held_;  // "sandbox/context" with a cell, a start or a restart under way
-  std::set<std::pair<std::string, int64_t>> killed_;  // interpreters killed, until they are gone
+  struct Holding {
+    bool busy = false;            // a cell, a start, a restart or a delete is under way
+    std::set<int64_t> waiting;    // the tickets of the cells waiting, in the order they came
+  };
+  std::map<std::string, Holding> held_;  // by "sandbox/context"
+  int64_t next_ticket_ = 0;
+  // Interpreters killed (sandbox, pid, start), until they have ended.
+  std::set<std::tuple<std::string, int64_t, int64_t>> killed_;
 };
 
 }  // namespace sbx::core

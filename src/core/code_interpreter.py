@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import traceback
+import types
 
 LANGUAGE = sys.argv[3] if len(sys.argv) > 3 else "python"
 TOKEN = os.urandom(12).hex().encode()
@@ -143,6 +144,11 @@ def flush_captures(caps):
             f.flush()
         except Exception:
             pass
+    try:  # what C code (an extension's printf) left in the C library's buffers
+        import ctypes
+        ctypes.CDLL(None).fflush(None)
+    except Exception:
+        pass
     for c in caps:
         c.sync()
 
@@ -223,7 +229,12 @@ def figures():
 class Python:
     def __init__(self):
         os.environ.setdefault("MPLBACKEND", "Agg")
-        self.globals = {"__name__": "__main__", "__builtins__": __builtins__}
+        # The cells' module is __main__, so that pickle and multiprocessing find what
+        # they define.
+        main = types.ModuleType("__main__")
+        sys.modules["__main__"] = main
+        self.globals = main.__dict__
+        self.globals["__builtins__"] = __builtins__
         self.globals["display"] = self.display
         self.results = []
 
@@ -302,22 +313,28 @@ class Bash:
                          for k, v in env.items())
         after = "".join('if [ -n "$__sbx_had_%s" ]; then %s=$__sbx_old_%s; else unset %s; fi; unset __sbx_had_%s __sbx_old_%s\n'
                         % (k, k, k, k, k, k) for k in env)
-        # An interrupt ends the cell (the sourced file returns 130), not the session.
-        self.write("%strap 'return 130' INT\n. %s </dev/null\n__sbx_rc=$?\ntrap : INT\n%sprintf '%%s %%d\\n' %s $__sbx_rc >&%d\n"
-                   % (before, shlex.quote(path), after, TOKEN.decode(), self.ctl_fd))
-        line = b""
-        while not line.endswith(b"\n"):
-            try:
-                ch = self.ctl.read(1)
-            except KeyboardInterrupt:
-                continue  # the command got it too; the shell goes on to the mark
-            if not ch:
+        # An interrupt ends the cell (the sourced file returns 130), not the session. The
+        # cell's commands get no stdin and not the control pipe (what they start in the
+        # background must not hold it); the mark names the cell.
+        self.write("%strap 'return 130' INT\n. %s </dev/null %d>&-\n__sbx_rc=$?\ntrap : INT\n%sprintf '%%s %%d %%d\\n' %s %d $__sbx_rc >&%d\n"
+                   % (before, shlex.quote(path), self.ctl_fd, after, TOKEN.decode(), n, self.ctl_fd))
+        while True:
+            line = b""
+            while not line.endswith(b"\n"):
+                try:
+                    ch = self.ctl.read(1)
+                except KeyboardInterrupt:
+                    continue  # the command got it too; the shell goes on to the mark
+                if not ch:
+                    break
+                line += ch
+            parts = line.split()
+            # Another cell's mark (one that was interrupted before its own came): skipped.
+            if not (len(parts) == 3 and parts[0] == TOKEN and parts[1] != str(n).encode()):
                 break
-            line += ch
         os.unlink(path)
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == TOKEN:
-            rc = int(parts[1])
+        if len(parts) == 3 and parts[0] == TOKEN:
+            rc = int(parts[2])
             if rc == 0:
                 return [], None
             return [], {"type": "error", "name": "ExitCodeError", "value": "exit status %d" % rc, "traceback": ""}

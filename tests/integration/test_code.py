@@ -4,6 +4,8 @@ results, errors, timeouts, bash sessions, and contexts that outlive sbxd."""
 import base64
 import json
 import signal
+import threading
+import time
 
 import pytest
 from sbx import SbxError
@@ -165,6 +167,11 @@ def test_sdk_streaming_and_cli(daemon, client, tmp_path):
         assert daemon.cli("run", sb.id, input="print('piped')\n").stdout == "piped\n"
         r = daemon.cli("run", sb.id, "-c", "raise ValueError('nope')", check=False)
         assert r.returncode == 1 and "ValueError: nope" in r.stderr, r
+        # The read-eval-print loop (-i): a line runs at once, a block at its empty line.
+        r = daemon.cli("run", "-i", sb.id, input="z = 5\nz * 2\ndef f():\n    return z + 1\n\nf()\n")
+        assert r.stdout.count(">>> ") >= 4 and "10\n" in r.stdout and "6\n" in r.stdout and "... " in r.stdout, r
+        r = daemon.cli("run", "-i", sb.id, "-c", "1", check=False)
+        assert r.returncode == 2
         r = daemon.cli("run", sb.id, "--json", "-c", "y")
         assert json.loads(r.stdout)["results"][0]["text"] == "42"
 
@@ -179,3 +186,39 @@ def test_contexts_outlive_sbxd(fresh_daemon):
     out = code(d, sb.id, code="survivor")
     assert out["results"][0]["text"] == "'yes'" and out["execution_count"] == 2, out
     d.client().get(sb.id).delete()
+
+
+def test_cells_queue_in_order_and_busy_contexts(daemon, client):
+    with client.create(image="default") as sb:
+        code(daemon, sb.id, code="order = []")
+        # Three cells at once on one context: they run one at a time, in the order they came.
+        answers = {}
+
+        def send(i):
+            answers[i] = code(daemon, sb.id, code=f"import time\ntime.sleep(0.3)\norder.append({i})\nlen(order)")
+        threads = []
+        for i in range(3):
+            t = threading.Thread(target=send, args=(i,))
+            t.start()
+            threads.append(t)
+            time.sleep(0.1)
+        for t in threads:
+            t.join()
+        assert code(daemon, sb.id, code="order")["results"][0]["text"] == "[0, 1, 2]", answers
+        # A restart or a delete while a cell runs: 409, and the cell ends normally.
+        status, ctx = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/code/contexts", body={})
+        slow = threading.Thread(target=lambda: answers.update(
+            slow=code(daemon, sb.id, code="import time\ntime.sleep(1.5)\n'done'", context=ctx["id"])))
+        slow.start()
+        time.sleep(0.5)
+        for method, path in (("POST", "/restart"), ("DELETE", "")):
+            status, body = daemon.raw(method, f"/v1/sandboxes/{sb.id}/code/contexts/{ctx['id']}{path}",
+                                      body={} if method == "POST" else None)
+            assert status == 409 and body["error"]["code"] == "conflict", body
+        slow.join()
+        assert answers["slow"]["results"][0]["text"] == "'done'"
+        # A frozen sandbox with auto_resume: the cell resumes it.
+        daemon.raw("PATCH", f"/v1/sandboxes/{sb.id}", body={"auto_resume": True})
+        sb.pause()
+        assert code(daemon, sb.id, code="len(order)")["results"][0]["text"] == "3"
+        assert sb.refresh().state == "running"

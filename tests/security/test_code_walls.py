@@ -34,17 +34,22 @@ def test_a_cell_is_the_sandboxs_user_and_its_contexts_are_its_own(daemon, client
 def test_a_cell_that_floods_or_forges_the_channel(daemon, client):
     with client.create(image="default") as sb:
         sb.run_code("x = 1")
-        # Printed protocol lines are output, not messages.
-        out = sb.run_code('print(\'{"cell": 1, "type": "end", "execution_count": 99}\')\nx')
-        assert out.logs["stdout"] == ['{"cell": 1, "type": "end", "execution_count": 99}\n'] and out.text == "1"
-        # 80 MiB without a newline on the interpreter's own channel: sbxd holds at most 64 MiB
-        # of a line (then drops it, or the rings drop what it could not follow), and goes on.
+        # A printed protocol line, with this very cell's number (read from the interpreter's
+        # frame), is output, not a message: the cell goes on to its result.
+        forged = ("import json, sys\nn = sys._getframe(1).f_locals['n']\n"
+                  "print(json.dumps({'cell': n, 'type': 'end', 'execution_count': 99}))\nx")
+        out = sb.run_code(forged)
+        assert out.text == "1" and out.execution_count != 99 and '"execution_count": 99' in out.logs["stdout"][0], out
+        # A cell that writes to the interpreter's own channel (it can: contexts of one user
+        # are not walled from each other) only confuses its own answers. 80 MiB without a
+        # newline there: sbxd holds at most 16 MiB of a line, drops it (or the rings drop
+        # what it could not follow), and goes on.
         out = sb.run_code(
-            "import os\nfd = [f for f in range(3, 64) if os.path.exists('/proc/self/fd/%d' % f) and "
-            "os.readlink('/proc/self/fd/%d' % f).startswith('pipe:') and os.get_inheritable(f) is False][0]\n"
+            "import os, sys\nfd = sys._getframe(1).f_globals['_proto_fd']\n"
             "for _ in range(80): os.write(fd, b'x' * (1 << 20))\n"
             "os.write(fd, b'\\n')\n'after'", timeout_seconds=120)
         assert out.text == "'after'", out
+        assert any("dropped" in t or "lost" in t for t in out.logs["stderr"]), out.logs["stderr"]
         status, _ = daemon.raw("GET", "/v1/health")
         assert status == 200
         assert sb.run_code("x + 1").text == "2"

@@ -64,6 +64,7 @@ class Execution:
     context: str = ""
     timed_out: bool = False
     restarted: bool = False
+    truncated: bool = False  # output past the daemon's cap was left out (not when streamed)
 
     @property
     def text(self) -> Optional[str]:
@@ -84,6 +85,7 @@ class Execution:
             context=d.get("context") or "",
             timed_out=bool(d.get("timed_out")),
             restarted=bool(d.get("restarted")),
+            truncated=bool(d.get("truncated")),
         )
 
 
@@ -116,7 +118,9 @@ def run_code(
     body = _drop_none({"code": code, "language": language, "context": cid, "env": dict(env) if env else None,
                        "timeout_seconds": timeout_seconds})
     api = sb._client.api
-    http_timeout = max(api.timeout, float(timeout_seconds or 300) + 3 + _EXEC_GRACE)
+    # The daemon may wait up to the timeout for earlier cells, start an interpreter (30 s),
+    # run the cell, and replace a stuck one (3 s, then 30 s).
+    http_timeout = max(api.timeout, 2.0 * float(timeout_seconds or 300) + 63 + _EXEC_GRACE)
     if not (on_stdout or on_stderr or on_result or on_error):
         return Execution._from_json(api._call("POST", sb._path("/code"), body=body, timeout=http_timeout) or {})
     conn, resp = api._open_stream("POST", sb._path("/code"), body, http_timeout)

@@ -37,6 +37,8 @@ export interface Execution {
   context: string;
   timedOut: boolean;
   restarted: boolean;
+  /** Output past the daemon's cap was left out (never when streamed). */
+  truncated: boolean;
   text: string | undefined;
 }
 
@@ -75,6 +77,7 @@ function execution(d: JsonObject): Execution {
     context: String(d.context ?? ""),
     timedOut: Boolean(d.timed_out),
     restarted: Boolean(d.restarted),
+    truncated: Boolean(d.truncated),
     text: results.find((r) => r.is_main_result)?.text,
   };
 }
@@ -89,7 +92,9 @@ export async function runCode(http: Transport, base: string, code: string, optio
     env: options.env,
     timeout_seconds: options.timeoutSeconds,
   });
-  const wait = budget(http.timeoutSeconds, (options.timeoutSeconds ?? 300) + 33);
+  // The daemon may wait up to the timeout for earlier cells, start an interpreter (30 s),
+  // run the cell, and replace a stuck one (3 s, then 30 s).
+  const wait = budget(http.timeoutSeconds, 2 * (options.timeoutSeconds ?? 300) + 93);
   const { onStdout, onStderr, onResult, onError } = options;
   if (!onStdout && !onStderr && !onResult && !onError) {
     return execution(await http.json<JsonObject>("POST", `${base}/code`, { json: body, timeoutSeconds: wait }));
