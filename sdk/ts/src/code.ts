@@ -1,6 +1,6 @@
 import { SbxConnectionError } from "./errors.js";
 import { budget, defined } from "./exec.js";
-import { seg, type Transport } from "./http.js";
+import { ndjsonObjects, seg, type Transport } from "./http.js";
 import type { JsonObject } from "./types.js";
 
 /**
@@ -103,48 +103,30 @@ export async function runCode(http: Transport, base: string, code: string, optio
   if (!(res.headers.get("content-type") ?? "").includes("application/x-ndjson")) {
     return execution((await res.json()) as JsonObject);
   }
-  if (!res.body) throw new SbxConnectionError("the code stream has no body");
   const out: JsonObject = { results: [], logs: { stdout: [], stderr: [] }, error: null };
   const results = out.results as unknown as CodeResult[];
   const logs = out.logs as unknown as { stdout: string[]; stderr: string[] };
-  const reader = res.body.getReader();
-  const decoder = new TextDecoder();
-  let pending = "";
-  try {
-    while (true) {
-      const { done, value } = await reader.read();
-      if (done) throw new SbxConnectionError("the code stream ended before the cell did");
-      pending += decoder.decode(value, { stream: true });
-      let nl: number;
-      while ((nl = pending.indexOf("\n")) >= 0) {
-        const line = pending.slice(0, nl).trim();
-        pending = pending.slice(nl + 1);
-        if (!line) continue;
-        const m = JSON.parse(line) as JsonObject;
-        if (m.type === "stdout" || m.type === "stderr") {
-          const text = String(m.text ?? "");
-          logs[m.type].push(text);
-          (m.type === "stdout" ? onStdout : onStderr)?.(text);
-        } else if (m.type === "result") {
-          const { type: _type, ...r } = m;
-          results.push(r as unknown as CodeResult);
-          onResult?.(r as unknown as CodeResult);
-        } else if (m.type === "error" && m.error) {
-          const e = m.error as { message?: string };
-          throw new SbxConnectionError(`the cell failed: ${e.message ?? "unknown"}`);
-        } else if (m.type === "error") {
-          const e = { name: String(m.name ?? ""), value: String(m.value ?? ""), traceback: String(m.traceback ?? "") };
-          out.error = e as unknown as JsonObject;
-          onError?.(e);
-        } else if (m.type === "end") {
-          return execution({ ...out, ...m });
-        }
-      }
+  for await (const m of ndjsonObjects(res, "the code stream")) {
+    if (m.type === "stdout" || m.type === "stderr") {
+      const text = String(m.text ?? "");
+      logs[m.type].push(text);
+      (m.type === "stdout" ? onStdout : onStderr)?.(text);
+    } else if (m.type === "result") {
+      const { type: _type, ...r } = m;
+      results.push(r as unknown as CodeResult);
+      onResult?.(r as unknown as CodeResult);
+    } else if (m.type === "error" && m.error) {
+      const e = m.error as { message?: string };
+      throw new SbxConnectionError(`the cell failed: ${e.message ?? "unknown"}`);
+    } else if (m.type === "error") {
+      const e = { name: String(m.name ?? ""), value: String(m.value ?? ""), traceback: String(m.traceback ?? "") };
+      out.error = e as unknown as JsonObject;
+      onError?.(e);
+    } else if (m.type === "end") {
+      return execution({ ...out, ...m });
     }
-  } finally {
-    reader.releaseLock();
-    await res.body.cancel().catch(() => undefined);
   }
+  throw new SbxConnectionError("the code stream ended before the cell did");
 }
 
 /** A sandbox's code contexts: `sb.codeContexts`. */

@@ -229,6 +229,35 @@ export async function readExecStreamBytes(
   return { exit, stdout: join(parts.stdout), stderr: join(parts.stderr) };
 }
 
+/**
+ * The JSON objects of an NDJSON answer, one per line as they arrive (blank lines and
+ * keep-alives skipped). The body is let go when the caller stops iterating.
+ */
+export async function* ndjsonObjects(res: Response, what: string): AsyncGenerator<JsonObject> {
+  if (!res.body) throw new SbxConnectionError(`${what}: the answer has no body`);
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let pending = "";
+  try {
+    while (true) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      pending += decoder.decode(value, { stream: true });
+      let nl: number;
+      while ((nl = pending.indexOf("\n")) >= 0) {
+        const line = pending.slice(0, nl).trim();
+        pending = pending.slice(nl + 1);
+        if (!line) continue;
+        const m = JSON.parse(line) as JsonObject;
+        if (m.type !== "keepalive") yield m;
+      }
+    }
+  } finally {
+    reader.releaseLock();
+    await res.body.cancel().catch(() => undefined);
+  }
+}
+
 export async function readExecStream(
   res: Response,
   onStdout: ((chunk: string) => void) | undefined,

@@ -1,6 +1,5 @@
 import { Terminal } from "./terminal.js";
-import type { Transport } from "./http.js";
-import { SbxConnectionError } from "./errors.js";
+import { ndjsonObjects, type Transport } from "./http.js";
 import { cmdField, defined } from "./exec.js";
 import type { Command, JsonObject } from "./types.js";
 
@@ -92,28 +91,7 @@ export class Process {
       accept: "application/x-ndjson",
       timeoutSeconds: null,
     });
-    if (!res.body) throw new SbxConnectionError("the output stream has no body");
-    const reader = res.body.getReader();
-    const decoder = new TextDecoder();
-    let pending = "";
-    try {
-      while (true) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        pending += decoder.decode(value, { stream: true });
-        let nl: number;
-        while ((nl = pending.indexOf("\n")) >= 0) {
-          const line = pending.slice(0, nl).trim();
-          pending = pending.slice(nl + 1);
-          if (!line) continue;
-          const ev = JSON.parse(line) as OutputEvent | { type: "keepalive" };
-          if (ev.type !== "keepalive") yield ev as OutputEvent;
-        }
-      }
-    } finally {
-      reader.releaseLock();
-      await res.body.cancel().catch(() => undefined);
-    }
+    for await (const ev of ndjsonObjects(res, "the output stream")) yield ev as unknown as OutputEvent;
   }
 
   /** Resolves once the process has ended, with its final description. */
