@@ -101,8 +101,9 @@ Status CodeContexts::Kill(const std::string& sandbox, const CodeContext& c) {
   return OkStatus();  // killed, or ended already
 }
 
-std::vector<CodeContext> CodeContexts::Live(const std::string& sandbox, const std::vector<ProcessInfo>& procs) {
-  std::vector<CodeContext> out;
+std::map<std::string, CodeContext> CodeContexts::Live(const std::string& sandbox,
+                                                      const std::vector<ProcessInfo>& procs) {
+  std::map<std::string, CodeContext> out;
   std::lock_guard<std::mutex> lock(mu_);
   // Marks of interpreters that have ended (or are no longer listed) go.
   std::set<std::tuple<std::string, int64_t, int64_t>> running;
@@ -111,30 +112,28 @@ std::vector<CodeContext> CodeContexts::Live(const std::string& sandbox, const st
   for (auto it = killed_.lower_bound({sandbox, INT64_MIN, INT64_MIN});
        it != killed_.end() && std::get<0>(*it) == sandbox;)
     it = running.count(*it) ? std::next(it) : killed_.erase(it);
-  for (const auto& p : procs)
-    if (auto c = ContextOf(p); c && !killed_.count({sandbox, p.pid, p.started_ms})) out.push_back(*c);
+  for (const auto& p : procs) {
+    auto c = ContextOf(p);
+    if (!c || killed_.count({sandbox, p.pid, p.started_ms})) continue;
+    auto it = out.find(c->id);
+    if (it == out.end() || c->started_ms >= it->second.started_ms) out[c->id] = *c;  // the newest of an id
+  }
   return out;
 }
 
 Result<CodeContext> CodeContexts::Find(const std::string& sandbox, const std::string& id) {
   SBX_ASSIGN_OR_RETURN(auto procs, processes_->List(sandbox));
-  std::optional<CodeContext> found;
-  for (const auto& c : Live(sandbox, procs))
-    if (c.id == id && (!found || c.started_ms >= found->started_ms)) found = c;
-  if (!found) return MakeError(Code::kNotFound, "no code context \"" + id + "\" in sandbox " + sandbox);
-  return *found;
+  auto live = Live(sandbox, procs);
+  auto it = live.find(id);
+  if (it == live.end()) return MakeError(Code::kNotFound, "no code context \"" + id + "\" in sandbox " + sandbox);
+  return it->second;
 }
 
 Result<std::vector<CodeContext>> CodeContexts::List(const std::string& sandbox) {
   if (auto v = manager_->Get(sandbox); !v.ok()) return v.error();
   SBX_ASSIGN_OR_RETURN(auto procs, processes_->List(sandbox));
-  std::map<std::string, CodeContext> by_id;  // the newest interpreter of each context
-  for (const auto& c : Live(sandbox, procs)) {
-    auto it = by_id.find(c.id);
-    if (it == by_id.end() || c.started_ms >= it->second.started_ms) by_id[c.id] = c;
-  }
   std::vector<CodeContext> out;
-  for (auto& [id, c] : by_id) out.push_back(std::move(c));
+  for (auto& [id, c] : Live(sandbox, procs)) out.push_back(std::move(c));
   return out;
 }
 
@@ -196,6 +195,8 @@ asio::awaitable<Result<CodeContext>> CodeContexts::Start(asio::any_io_executor e
     co_return err;
   }
   const int64_t pid = started->pid;
+  const CodeContext made{id, language, started->cwd, started->user.empty() ? "root" : started->user, pid,
+                         started->started_ms};
   // Its first line says it is ready (or, if it ends first, its stderr says why not).
   auto t0 = Clock::now();
   uint64_t since = 0;
@@ -210,17 +211,15 @@ asio::awaitable<Result<CodeContext>> CodeContexts::Start(asio::any_io_executor e
     for (size_t nl; (nl = out.find('\n')) != std::string::npos; out.erase(0, nl + 1)) {
       if (nl == 0) continue;  // messages come on lines of their own
       auto j = json::parse(out.substr(0, nl), nullptr, false);
-      if (j.is_object() && j.value("type", "") == "ready")
-        co_return CodeContext{id, language, started->cwd, started->user.empty() ? "root" : started->user, pid,
-                              started->started_ms};
-      (void)Kill(sandbox, CodeContext{id, language, "", "", pid, started->started_ms});
+      if (j.is_object() && j.value("type", "") == "ready") co_return made;
+      (void)Kill(sandbox, made);
       co_return MakeError(Code::kInternal, "the code interpreter said " + out.substr(0, std::min<size_t>(nl, 200)));
     }
     if (!r->info.running && r->chunks.empty())
       co_return MakeError(Code::kFailedPrecondition,
                           "the code interpreter did not start: " + (err.empty() ? std::string("it exited") : err.substr(0, 2000)));
     if (MsSince(t0) > kStartTimeoutMs) {
-      (void)Kill(sandbox, CodeContext{id, language, "", "", pid, started->started_ms});
+      (void)Kill(sandbox, made);
       co_return MakeError(Code::kUnavailable, "the code interpreter did not start within 30 s");
     }
     co_await processes_->WaitOutput(sandbox, pid, since, std::chrono::milliseconds(500));

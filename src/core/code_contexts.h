@@ -95,8 +95,9 @@ class CodeContexts {
   // SIGKILL to a context's interpreter, which is then neither found nor listed (an error,
   // and still listed, when the signal cannot be sent: its sandbox hibernated).
   Status Kill(const std::string& sandbox, const CodeContext& c);
-  // The contexts among the sandbox's processes, without the interpreters being killed.
-  std::vector<CodeContext> Live(const std::string& sandbox, const std::vector<ProcessInfo>& procs);
+  // The contexts among the sandbox's processes (the newest interpreter of each id),
+  // without the interpreters being killed.
+  std::map<std::string, CodeContext> Live(const std::string& sandbox, const std::vector<ProcessInfo>& procs);
 
   SandboxManager* manager_;
   ProcessTable* processes_;

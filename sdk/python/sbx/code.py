@@ -102,6 +102,13 @@ class CodeContext:
         return cls(d["id"], d.get("language", ""), d.get("cwd", ""), d.get("user", ""), int(d.get("pid") or 0))
 
 
+def _context_id(context: Any) -> Optional[str]:
+    """A context's id, from a CodeContext or the id itself."""
+    if context is None:
+        return None
+    return context.id if isinstance(context, CodeContext) else str(context)
+
+
 def run_code(
     sb: "Sandbox",
     code: str,
@@ -114,8 +121,7 @@ def run_code(
     on_result: Optional[Callable[[Result], None]] = None,
     on_error: Optional[Callable[[ExecutionError], None]] = None,
 ) -> Execution:
-    cid = context.id if isinstance(context, CodeContext) else context
-    body = _drop_none({"code": code, "language": language, "context": cid, "env": dict(env) if env else None,
+    body = _drop_none({"code": code, "language": language, "context": _context_id(context), "env": dict(env) if env else None,
                        "timeout_seconds": timeout_seconds})
     api = sb._client.api
     # The daemon may wait up to the timeout for earlier cells, start an interpreter (30 s),

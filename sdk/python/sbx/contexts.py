@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, TYPE_CHECKING
 
-from .code import CodeContext
+from .code import CodeContext, _context_id
 from .http import _drop_none, _seg
 
 if TYPE_CHECKING:
@@ -30,9 +30,9 @@ class CodeContexts:
         return [CodeContext._from_json(c) for c in d.get("contexts") or []]
 
     def restart(self, context: Any) -> CodeContext:
-        cid = context.id if isinstance(context, CodeContext) else str(context)
+        cid = _context_id(context)
         return CodeContext._from_json(self._sb._client.api.request("POST", self._path("/" + _seg(cid) + "/restart"), body={}))
 
     def delete(self, context: Any) -> Any:
-        cid = context.id if isinstance(context, CodeContext) else str(context)
+        cid = _context_id(context)
         return self._sb._client.api.request("DELETE", self._path("/" + _seg(cid)))
