@@ -2,6 +2,8 @@
 //   sbx-agent --sandbox-init   set up a container sandbox (config on fd 3, readiness on fd 4)
 //   sbx-agent --sandbox-serve FD   (re-executed by the above from inside the sandbox) serve
 //                                  on the listening socket FD, report readiness on fd 4
+//   sbx-agent --gvisor-init DIR   set up a gVisor sandbox (its first process; config and
+//                                 socket in the bound folder DIR) and serve
 //   sbx-agent --serve PATH     serve on a unix socket at PATH, without isolation (tests)
 //   sbx-agent --version
 #include <fcntl.h>
@@ -17,6 +19,7 @@
 #include <string>
 
 #include "agent/init/container_init.h"
+#include "agent/init/gvisor_init.h"
 #include "agent/protocol.h"
 #include "agent/server.h"
 #include "base/unique_fd.h"
@@ -97,6 +100,21 @@ int SandboxServe(const char* fd_arg) {
   return ServeInit(l);
 }
 
+int GvisorInit(const char* ctl_dir) {
+  auto lfd = sbx::agent::InitGvisorSandbox(ctl_dir);
+  if (!lfd.ok()) {
+    // runsc's log (beside the bundle) keeps the container's stderr: sbxd quotes it.
+    std::fprintf(stderr, "sbx-agent: %s\n", lfd.error().message.c_str());
+    return 1;
+  }
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) return 1;
+  close(null);
+  // The socket's folder is gone from the sandbox's view: every peer is sbxd.
+  auto st = sbx::agent::Serve(lfd->get(), /*is_init=*/true, /*outside_peers_only=*/false);
+  return st.ok() ? 0 : 1;
+}
+
 int ServeAt(const char* path) {
   sbx::UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   struct sockaddr_un addr = {};
@@ -122,11 +140,12 @@ int ServeAt(const char* path) {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "--sandbox-init") == 0) return SandboxInit();
   if (argc >= 3 && std::strcmp(argv[1], "--serve") == 0) return ServeAt(argv[2]);
+  if (argc >= 3 && std::strcmp(argv[1], "--gvisor-init") == 0 && getpid() == 1) return GvisorInit(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "--sandbox-serve") == 0 && getpid() == 1) return SandboxServe(argv[2]);
   if (argc >= 2 && std::strcmp(argv[1], "--version") == 0) {
     std::printf("sbx-agent %s (protocol %u)\n", SBX_VERSION, sbx::agent::kProtocolVersion);
     return 0;
   }
-  std::fprintf(stderr, "usage: sbx-agent --sandbox-init | --serve PATH | --version\n");
+  std::fprintf(stderr, "usage: sbx-agent --sandbox-init | --gvisor-init DIR | --serve PATH | --version\n");
   return 2;
 }

@@ -23,6 +23,7 @@ struct DiskCommands {
   std::string disk_exec_id;
   std::vector<std::string> disk_cmd;
   int64_t disk_timeout = 300;
+  std::string disk_isolation;
 
   void Add(CLI::App& app);
   std::optional<int> Run(HttpClient& c, const Globals& g);
@@ -47,6 +48,7 @@ void DiskCommands::Add(CLI::App& app) {
               "          sbx disk exec work -- ls -l /mnt/disk");
   disk_exec->add_option("id", disk_exec_id, "disk id or name")->required();
   disk_exec->add_option("--timeout", disk_timeout, "seconds (at most 300)");
+  disk_exec->add_option("--isolation", disk_isolation, "the call's wall: container or gvisor (default: sbxd's)");
   disk_exec->add_option("cmd", disk_cmd, "the command (after --)")->required();
 }
 
@@ -84,6 +86,7 @@ std::optional<int> DiskCommands::Run(HttpClient& c, const Globals& g) {
     json body = {{"cmd", disk_cmd.size() == 1 ? json(disk_cmd[0]) : json(disk_cmd)},
                  {"timeout_seconds", disk_timeout},
                  {"encoding", "base64"}};
+    if (!disk_isolation.empty()) body["isolation"] = disk_isolation;
     auto r = c.Call("POST", "/v1/disks/" + disk_exec_id + "/exec", body.dump());
     if (!r.ok()) return Fail(r.error().message);
     auto j = json::parse(r->body, nullptr, false);

@@ -27,7 +27,7 @@ void PrintSandboxes(const json& list) {
 
 struct CreateCommand {
   CLI::App* create = nullptr;
-  std::string type = "small", image, from, name;
+  std::string type = "small", image, from, name, isolation;
   int64_t ttl = 0, memory_mb = 0, idle = 0;
   std::string ttl_action;
   int cpus = 0, pids = 0;
@@ -43,6 +43,7 @@ struct CreateCommand {
 void CreateCommand::Add(CLI::App& app) {
   create = app.add_subcommand("create", "create a sandbox and wait until it is ready");
   create->add_option("--type", type, "small, default or large");
+  create->add_option("--isolation", isolation, "the wall: container or gvisor (default: sbxd's --default-isolation)");
   create->add_option("--image", image, "image to start from (default: default)");
   create->add_option("--from", from, "named snapshot to start from");
   create->add_option("--ttl", ttl, "seconds until it stops by itself (default 3600)");
@@ -65,12 +66,14 @@ void CreateCommand::Add(CLI::App& app) {
   create->add_flag("--public", is_public, "open its ports through sbxd's proxy without credentials");
   create->footer("Examples: sbx create --name my-box --allow pypi.org --allow '*.pythonhosted.org'\n"
                  "          sbx create --disk work:/mnt/work --ttl 600\n"
+                 "          sbx create --isolation gvisor --from my-template\n"
                  "          id=$(sbx create --image default --public)");
 }
 
 std::optional<int> CreateCommand::Run(HttpClient& c, const Globals& g) {
   if (*create) {
     json body = {{"type", type}, {"no_env", no_env}};
+    if (!isolation.empty()) body["isolation"] = isolation;
     if (new_privs) body["no_new_privs"] = false;
     if (!image.empty()) body["image"] = image;
     if (!from.empty()) body["from"] = from;

@@ -33,12 +33,12 @@
 #include "core/processes.h"
 #include "core/sandbox_manager.h"
 #include "layers/images.h"
-#include "runtime/container/criu_probe.h"
 #include "runtime/container/host_setup.h"
 #include "net/network.h"
 #include "runtime/registry.h"
 #include "runtime/runtime.h"
 #include "storage/store.h"
+#include "walls.h"
 
 namespace {
 
@@ -68,6 +68,9 @@ struct Flags {
   double store_overcommit = 0;  // > 0: the sum of sandboxes' disk_mb is held to this times the store
   int64_t keepalive_ms = 15000;  // streamed output: a keep-alive line after this quiet time
   std::string criu;  // CRIU binary for pause mode "hibernate"; "none": refused; empty: found (FindCriu)
+  std::string runsc;  // runsc for isolation "gvisor"; "none": refused; empty: found (FindRunsc)
+  std::string runsc_platform;  // empty: runsc's own default
+  std::string default_isolation = "container";
   // The HTTP listener's deadlines and caps (docs/API.md, "Limits of the listener").
   int64_t http_header_timeout_ms = 10000, http_idle_timeout_ms = 120000, http_body_idle_timeout_ms = 30000;
   int64_t proxy_idle_timeout_ms = 300000, max_connections = 4096, max_sandbox_connections = 64;
@@ -101,56 +104,14 @@ void Usage() {
                "            [--price-small USD_PER_HOUR] [--price-default ...] [--price-large ...]\n"
                "            [--serverless-call-usd USD] [--min-free-mb MB] [--proxy-domain DOMAIN]\n"
                "            [--keepalive-ms MS] [--store-mb MB] [--store-overcommit RATIO] [--criu PATH|none]\n"
+               "            [--runsc PATH|none] [--runsc-platform systrap|ptrace]\n"
+               "            [--default-isolation container|gvisor]\n"
                "            [--http-header-timeout-ms MS] [--http-idle-timeout-ms MS]\n"
                "            [--http-body-idle-timeout-ms MS] [--proxy-idle-timeout-ms MS]\n"
                "            [--max-connections N] [--max-sandbox-connections N]\n"
                "            [--small-body-limit BYTES] [--max-body BYTES]\n"
                "            [--default-network none|outbound] [--net-subnet CIDR] [--dns-upstream ADDR[:PORT]]\n"
                "            [--net-max-conns N]\n");
-}
-
-// The CRIU for pause mode "hibernate". `--criu PATH` names it, `--criu none` turns hibernate
-// off; without the flag: the build that the set-up makes in the cache folder
-// ($SBX_CACHE_DIR, /var/cache/sbx by default), then `criu` on PATH, each only if `criu
-// check` passes (Debian 12's own CRIU fails it on some kernels). "" when none is found.
-// The CRIU for hibernate: --criu's, or the first of the set-up's build and those on PATH
-// that passes `criu check`; either way only one that can checkpoint a test process here
-// (runtime/container/criu_probe.h). None: hibernate is off, and the log says why.
-Result<std::string> FindCriu(const std::string& flag) {
-  if (flag == "none") return std::string();
-  if (!flag.empty()) {
-    if (::access(flag.c_str(), X_OK) != 0) return ErrnoError("--criu " + flag + " is not an executable");
-    if (Status st = runtime::CriuCanCheckpoint(flag); !st.ok()) {
-      SBX_LOG(kWarn) << "hibernate is off: CRIU at " << flag << " cannot checkpoint on this kernel: "
-                        << st.error().message;
-      return std::string();
-    }
-    return flag;
-  }
-  const char* cache = std::getenv("SBX_CACHE_DIR");
-  std::vector<std::string> candidates = {std::string(cache && *cache ? cache : "/var/cache/sbx") + "/criu/criu"};
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-  for (size_t start = 0; start <= dirs.size();) {
-    size_t end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    if (end > start) candidates.push_back(dirs.substr(start, end - start) + "/criu");
-    start = end + 1;
-  }
-  for (const std::string& c : candidates) {
-    if (::access(c.c_str(), X_OK) != 0) continue;
-    auto r = Reaper::Get().Run({c, "check"});
-    if (!r.ok() || r->exit_code != 0) {
-      SBX_LOG(kInfo) << "not using " << c << " for hibernate: `criu check` failed"
-                     << (r.ok() ? ": " + r->output.substr(0, 200) : ": " + r.error().message);
-      continue;
-    }
-    Status st = runtime::CriuCanCheckpoint(c);
-    if (st.ok()) return c;
-    SBX_LOG(kWarn) << "not using " << c << " for hibernate: it cannot checkpoint on this kernel: "
-                      << st.error().message;
-  }
-  return std::string();
 }
 
 Result<std::unique_ptr<net::Network>> OpenNetwork(const Flags& f, const std::string& instance,
@@ -260,6 +221,9 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       }
       else if (k == "keepalive_ms") f->keepalive_ms = std::stoll(v);
       else if (k == "criu") f->criu = v;
+      else if (k == "runsc") f->runsc = v;
+      else if (k == "runsc_platform") f->runsc_platform = v;
+      else if (k == "default_isolation") f->default_isolation = v;
       else if (k == "default_network") f->default_network = v;
       else if (k == "net_subnet") f->net_subnet = v;
       else if (k == "dns_upstream") f->dns_upstream = v;
@@ -498,6 +462,27 @@ int Run(int argc, char** argv) {
   }
   runtime::Registry runtimes;
   runtimes.Add("container", rt.get());
+  // The gVisor wall, where runsc is found (the set-up installs it).
+  runtime::GvisorOptions go;
+  go.runsc = FindRunsc(f.runsc);
+  std::unique_ptr<runtime::Runtime> gvisor;
+  if (!go.runsc.empty()) {
+    go.platform = f.runsc_platform;
+    go.state_dir = data_dir + "/runsc";
+    go.sandboxes_dir = data_dir + "/sandboxes";
+    go.instance = co.instance;
+    go.uid_base = co.uid_base;
+    go.api_dir = co.api_dir;
+    go.agent_copy = co.agent_copy;
+    go.disk_quotas = co.disk_quotas;
+    go.max_open_files = co.max_open_files;
+    gvisor = runtime::NewGvisorRuntime(go);
+    runtimes.Add("gvisor", gvisor.get());
+  }
+  if (!runtimes.Find(f.default_isolation))
+    return fail(MakeError(Code::kInvalidArgument, "--default-isolation " + f.default_isolation +
+                                                      " is not available on this sbxd (container, or gvisor with runsc)"));
+  mo.default_isolation = f.default_isolation;
   core::SandboxManager manager(mo, store->get(), &images, &runtimes, types);
   disks::DiskStore disk_store(data_dir, store->get(), co.uid_base);
   if (auto st = disk_store.MountAll(); !st.ok()) return fail(st.error().Wrap("mounting disks"));

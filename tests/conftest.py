@@ -35,6 +35,10 @@ SBX = os.path.join(BUILD, "sbx")
 PROBE = os.path.join(BUILD, "sbx-probe")
 # CRIU for pause mode "hibernate": scripts/test.sh builds it (scripts/build-criu.sh) and
 # exports its path; daemons that need it fail to start without it (never a skip).
+# The wall every test daemon's sandboxes run on unless a test names one: the suite runs
+# once on the container wall, and a reduced set again on gVisor (scripts/test.sh).
+ISOLATION = os.environ.get("SBX_TEST_ISOLATION", "container")
+RUNSC = os.environ.get("SBX_RUNSC") or os.path.join(os.environ.get("SBX_CACHE_DIR", "/var/cache/sbx"), "runsc", "runsc")
 CRIU = os.environ.get("SBX_CRIU") or os.path.join(os.environ.get("SBX_CACHE_DIR", "/var/cache/sbx"), "criu", "criu")
 
 # Each test run takes its own stretch of host uids (10 M, picked by its pid), so that two
@@ -85,6 +89,9 @@ class Daemon:
              "--data-dir", self.data, "--uid-base", str(self.uid_base), "--default-image", "busybox",
              # No test's sandbox sends a packet unless the test asks for a network.
              *([] if any(a.startswith("--default-network") for a in self.extra_args) else ["--default-network", "none"]),
+             "--runsc", RUNSC,
+             *([] if ISOLATION == "container" or any(a.startswith("--default-isolation") for a in self.extra_args)
+               else ["--default-isolation", ISOLATION]),
              *self.extra_args],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         # Up to a minute: the first sbxd after a boot tests CRIU (20 s where a dump hangs).
@@ -165,16 +172,23 @@ class Daemon:
         for s in self.sandboxes():
             self.raw("DELETE", f"/v1/sandboxes/{s['id']}")
 
+    @property
+    def cgroup_parent(self) -> str:
+        """The cgroup folder of this daemon's sandboxes on the suite's wall (each wall has
+        its own, below every hierarchy's root)."""
+        return f"sbx-{self.instance}" + ("" if ISOLATION == "container" else f"-{ISOLATION}")
+
     # What the kernel holds for this daemon: for leak checks.
     def cgroups(self):
         out = set()
-        for ctl in ("memory", "pids", "cpu", "freezer"):
-            d = f"/sys/fs/cgroup/{ctl}/sbx-{self.instance}"
-            if os.path.isdir(d):
+        for parent in (f"sbx-{self.instance}", f"sbx-{self.instance}-gvisor"):
+            for ctl in ("memory", "pids", "cpu", "freezer"):
+                d = f"/sys/fs/cgroup/{ctl}/{parent}"
+                if os.path.isdir(d):
+                    out |= {n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))}
+            d = f"/sys/fs/cgroup/{parent}"
+            if os.path.isdir(d) and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
                 out |= {n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))}
-        d = f"/sys/fs/cgroup/sbx-{self.instance}"
-        if os.path.isdir(d) and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-            out |= {n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))}
         return out
 
     def sandbox_dirs(self):
@@ -232,8 +246,8 @@ class Daemon:
         finally:
             self.stop()
             # Sandboxes that outlived a crashed daemon: their cgroups hold them.
-            for ctl in ("memory", "pids", "cpu", "freezer"):
-                base = f"/sys/fs/cgroup/{ctl}/sbx-{self.instance}"
+            for ctl, wall in ((c, w) for c in ("memory", "pids", "cpu", "freezer") for w in ("", "-gvisor")):
+                base = f"/sys/fs/cgroup/{ctl}/sbx-{self.instance}{wall}"
                 if not os.path.isdir(base):
                     continue
                 for n in os.listdir(base):

@@ -1,6 +1,10 @@
 #include "agent/file_paths.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -16,7 +20,90 @@ namespace sbx::agent {
 
 using nlohmann::json;
 
+// openat2's resolution, one component at a time, for kernels without it (gVisor's):
+// every step opens one name with O_NOFOLLOW below a folder this walk holds, `..` goes
+// back along the walk (never through the file system's own `..`, so a folder moved away
+// cannot lead out), and symbolic links are read and resolved here, absolute ones from the
+// start folder (RESOLVE_IN_ROOT) or refused (RESOLVE_BENEATH, as is `..` above the start).
+// A magic link of /proc is read as text like any link, so none jumps anywhere.
+int WalkOpen(int dirfd, const std::string& path, int flags, uint64_t resolve, mode_t mode) {
+  const bool beneath = resolve & RESOLVE_BENEATH;
+  std::vector<UniqueFd> walk;
+  walk.emplace_back(::openat(dirfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!walk.back().valid()) return -1;
+  auto fail = [](int err) {
+    errno = err;
+    return -1;
+  };
+  std::vector<std::string> todo = Components(path);  // consumed from the back
+  std::reverse(todo.begin(), todo.end());
+  if (!path.empty() && path[0] == '/' && beneath) return fail(EXDEV);
+  int links = 0;
+  while (!todo.empty()) {
+    std::string comp = std::move(todo.back());
+    todo.pop_back();
+    const bool last = todo.empty();
+    if (comp == "..") {
+      if (walk.size() == 1) {
+        if (beneath) return fail(EXDEV);
+      } else {
+        walk.pop_back();
+      }
+      continue;
+    }
+    const int here = walk.back().get();
+    UniqueFd fd(last ? ::openat(here, comp.c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode)
+                     : ::openat(here, comp.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    bool is_link = false;
+    if (!fd.valid()) {
+      // A link that this open would not take with O_NOFOLLOW (ELOOP; ENOTDIR with
+      // O_DIRECTORY): followed below unless the caller said O_NOFOLLOW.
+      const int err = errno;
+      struct stat st;
+      if (!last || (err != ELOOP && err != ENOTDIR) || (flags & O_NOFOLLOW) ||
+          ::fstatat(here, comp.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISLNK(st.st_mode))
+        return fail(err);
+      is_link = true;
+    } else {
+      struct stat st;
+      if (::fstat(fd.get(), &st) != 0) return -1;
+      is_link = S_ISLNK(st.st_mode);
+      if (is_link && last && (flags & O_NOFOLLOW)) return fd.Release();  // O_PATH | O_NOFOLLOW: the link itself
+      if (!is_link && last) return fd.Release();
+      if (!is_link && !S_ISDIR(st.st_mode)) return fail(ENOTDIR);
+    }
+    if (!is_link) {
+      walk.push_back(std::move(fd));
+      continue;
+    }
+    if ((resolve & RESOLVE_NO_SYMLINKS) || ++links > 40) return fail(ELOOP);
+    char buf[4096];
+    ssize_t n = ::readlinkat(here, comp.c_str(), buf, sizeof buf);
+    if (n < 0) return -1;
+    if (n == static_cast<ssize_t>(sizeof buf)) return fail(ENAMETOOLONG);
+    std::string target(buf, static_cast<size_t>(n));
+    // The magic links of /proc (a process's root, cwd, exe, open files) read as absolute
+    // paths (or "pipe:[N]", which names nothing here): those are refused, as openat2
+    // refuses them. /proc's plain links (self, net, mounts) are relative and followed.
+    struct statfs fsinfo;
+    if ((resolve & RESOLVE_NO_MAGICLINKS) && !target.empty() && target[0] == '/' && ::fstatfs(here, &fsinfo) == 0 &&
+        fsinfo.f_type == PROC_SUPER_MAGIC)
+      return fail(ELOOP);
+    if (!target.empty() && target[0] == '/') {
+      if (beneath) return fail(EXDEV);
+      walk.resize(1);
+    }
+    std::vector<std::string> more = Components(target);
+    for (auto it = more.rbegin(); it != more.rend(); ++it) todo.push_back(std::move(*it));
+  }
+  // The path ended at a folder of the walk ("", "/", "..").
+  return ::openat(walk.back().get(), ".", flags | O_CLOEXEC, mode);
+}
+
 int Open2(int dirfd, const std::string& path, int flags, uint64_t resolve, mode_t mode) {
+  // Kernels without openat2 (gVisor's) get the same resolution walked here.
+  static bool have_openat2 = true;
+  if (!have_openat2) return WalkOpen(dirfd, path, flags, resolve, mode);
   struct open_how how = {};
   how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
   how.mode = mode;
@@ -26,6 +113,10 @@ int Open2(int dirfd, const std::string& path, int flags, uint64_t resolve, mode_
   do {
     fd = static_cast<int>(::syscall(SYS_openat2, dirfd, p, &how, sizeof how));
   } while (fd < 0 && errno == EAGAIN);  // a rename raced the lookup: try again
+  if (fd < 0 && errno == ENOSYS) {
+    have_openat2 = false;
+    return WalkOpen(dirfd, path, flags, resolve, mode);
+  }
   return fd;
 }
 

@@ -25,6 +25,9 @@ constexpr uint64_t kBeneath = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
 // openat2 of `path` under `dirfd` (always O_CLOEXEC; "" is `dirfd` itself), retried when
 // a rename races the lookup. Returns the fd, or -1 with errno.
 int Open2(int dirfd, const std::string& path, int flags, uint64_t resolve, mode_t mode = 0);
+// Open2's resolution walked a component at a time (what Open2 does where the kernel has no
+// openat2: gVisor's). `resolve`: RESOLVE_IN_ROOT or RESOLVE_BENEATH, and NO_SYMLINKS.
+int WalkOpen(int dirfd, const std::string& path, int flags, uint64_t resolve, mode_t mode = 0);
 
 // Refuses a path that is not absolute, is too long or holds a NUL byte.
 Status CheckPath(const std::string& p, const char* what);

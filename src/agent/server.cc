@@ -30,6 +30,8 @@ namespace {
 
 // True when this agent is PID 1 of a sandbox (its "/" is the sandbox's root).
 bool g_is_init = false;
+// Only peers outside the sandbox's pid namespace are served (see Serve).
+bool g_outside_only = false;
 
 // Serves the one request of the connection `sock`.
 void ServeConnection(int sock) {
@@ -120,11 +122,11 @@ void ServeConnection(int sock) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       break;
     }
-    // In a sandbox, only a peer outside its pid namespace (sbxd, whose pid reads as 0
+    // In a container, only a peer outside its pid namespace (sbxd, whose pid reads as 0
     // here) is served: the sandbox's own processes can reach the abstract name.
     struct ucred cred = {};
     socklen_t len = sizeof cred;
-    if (!g_is_init || (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == 0)) break;
+    if (!g_outside_only || (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == 0)) break;
     close(c);
   }
   pid_t me = getpid();
@@ -138,9 +140,10 @@ void ServeConnection(int sock) {
 
 }  // namespace
 
-Status Serve(int listen_fd, bool is_init) {
+Status Serve(int listen_fd, bool is_init, bool outside_peers_only) {
   constexpr size_t kSpares = 2;
   g_is_init = is_init;
+  g_outside_only = is_init && outside_peers_only;
   SetKeeperScope(getpid());
   sigset_t chld;
   sigemptyset(&chld);

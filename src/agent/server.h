@@ -9,7 +9,9 @@
 namespace sbx::agent {
 
 // Serves forever on `listen_fd`. When `is_init` is true the agent is PID 1 of its sandbox:
-// it reaps every orphan. Returns only on a fatal error.
-Status Serve(int listen_fd, bool is_init);
+// it reaps every orphan, and (with `outside_peers_only`) serves only peers outside the
+// sandbox's pid namespace, for a socket the sandbox's code can reach too. Returns only on a
+// fatal error.
+Status Serve(int listen_fd, bool is_init, bool outside_peers_only = true);
 
 }  // namespace sbx::agent

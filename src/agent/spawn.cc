@@ -86,6 +86,8 @@ pid_t ForkAs(const Identity& id, const char* path, char* const* argv, char* cons
     if (in < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0 ||
         (!slave.empty() && in > 2 && ::close(in) != 0)) {
       f = {'s', errno};
+    } else if (!IdsAllowed(id)) {
+      f.err = EINVAL;  // outside the sandbox's id map, as the kernel says where it keeps one
     } else if (setgroups(id.groups.size(), id.groups.data()) != 0 || setresgid(id.gid, id.gid, id.gid) != 0 ||
                setresuid(id.uid, id.uid, id.uid) != 0) {
       f.err = errno;

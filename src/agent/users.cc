@@ -125,4 +125,17 @@ std::string GroupNameOf(gid_t gid) {
   return NameOfId(gid, group);
 }
 
+namespace {
+uint32_t g_id_count = UINT32_MAX;
+}  // namespace
+
+void LimitIds(uint32_t count) { g_id_count = count; }
+
+bool IdsAllowed(const Identity& id) {
+  if (id.uid >= g_id_count || id.gid >= g_id_count) return false;
+  for (gid_t g : id.groups)
+    if (g >= g_id_count) return false;
+  return true;
+}
+
 }  // namespace sbx::agent

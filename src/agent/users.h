@@ -35,4 +35,10 @@ std::string NameOfId(uint32_t id, std::string_view table);
 std::string UserNameOf(uid_t uid);
 std::string GroupNameOf(gid_t gid);
 
+// The ids a command may take on: [0, count). The kernel enforces the user namespace's map
+// on the container wall; gVisor's kernel takes any id, so its agent is given the map's size
+// and refuses the rest as the container's kernel does (EINVAL). Default: no limit.
+void LimitIds(uint32_t count);
+bool IdsAllowed(const Identity& id);
+
 }  // namespace sbx::agent

@@ -109,7 +109,7 @@ Result<core::CreateRequest> DecodeCreate(const std::string& body) {
   const json& j = *parsed;
   core::CreateRequest c;
   auto type = GetString(j, "type", "small");
-  auto iso = GetString(j, "isolation", "container");
+  auto iso = GetString(j, "isolation");
   auto name = GetName(j, "name");
   auto image = GetString(j, "image");
   auto from = GetName(j, "from");

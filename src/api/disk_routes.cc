@@ -92,7 +92,7 @@ asio::awaitable<Response> Api::WriteDiskFile(Request& req) {
 asio::awaitable<Response> Api::DiskExec(Request& req) {
   if (!disks_) co_return NoDisks();
   // A serverless call: a fresh sandbox with the disk at /mnt/disk, one command, gone.
-  auto j = ParseObject(req.body, {"cmd", "cwd", "env", "timeout_seconds", "image", "from", "encoding", "network"});
+  auto j = ParseObject(req.body, {"cmd", "cwd", "env", "timeout_seconds", "image", "from", "encoding", "network", "isolation"});
   if (!j.ok()) co_return ErrorResponse(j.error());
   const json network = j->contains("network") ? (*j)["network"] : json();
   auto b64 = GetBase64Encoding(*j);
@@ -107,9 +107,10 @@ asio::awaitable<Response> Api::DiskExec(Request& req) {
   auto timeout = GetInt(*j, "timeout_seconds");
   auto image = GetString(*j, "image");
   auto from = GetString(*j, "from");
+  auto isolation = GetString(*j, "isolation");
   for (const Error* err : {cwd.ok() ? nullptr : &cwd.error(), env.ok() ? nullptr : &env.error(),
                            timeout.ok() ? nullptr : &timeout.error(), image.ok() ? nullptr : &image.error(),
-                           from.ok() ? nullptr : &from.error()})
+                           from.ok() ? nullptr : &from.error(), isolation.ok() ? nullptr : &isolation.error()})
     if (err) co_return ErrorResponse(*err);
   e.timeout_seconds = timeout->value_or(300);
   if (e.timeout_seconds < 1 || e.timeout_seconds > 300) co_return Bad("timeout_seconds must be between 1 and 300");
@@ -120,7 +121,8 @@ asio::awaitable<Response> Api::DiskExec(Request& req) {
   Collector out;
   agent::OutputFn collect = out.Fn();
   auto ex = co_await asio::this_coro::executor;
-  auto res = co_await manager_->RunOnDisk(ex, id, *image, *from, network, std::move(e), shell_cmd, collect);
+  auto res = co_await manager_->RunOnDisk(ex, id, *image, *from, *isolation, network, std::move(e), shell_cmd,
+                                          collect);
   if (!res.ok()) co_return ErrorResponse(res.error());
   json body = ExitJson(res->exec);
   body["cost_usd"] = res->cost_usd;

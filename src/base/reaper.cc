@@ -86,8 +86,14 @@ bool BecomeOwner(uid_t euid) {
 }  // namespace
 
 Result<Reaper::RunResult> Reaper::Run(const std::vector<std::string>& argv, const std::string& cwd, uid_t euid,
-                                      const std::function<Status(pid_t)>& before_exec, int64_t timeout_ms) {
+                                      const std::function<Status(pid_t)>& before_exec, int64_t timeout_ms,
+                                      const std::string& output_file) {
   if (argv.empty()) return MakeError(Code::kInvalidArgument, "empty command");
+  UniqueFd log;
+  if (!output_file.empty()) {
+    log.Reset(::open(output_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    if (!log.valid()) return ErrnoError("open " + output_file);
+  }
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -107,8 +113,8 @@ Result<Reaper::RunResult> Reaper::Run(const std::vector<std::string>& argv, cons
     if (pid == 0) {
       int null = ::open("/dev/null", O_RDONLY);
       ::dup2(null, 0);
-      ::dup2(out[1], 1);
-      ::dup2(out[1], 2);
+      ::dup2(log.valid() ? log.get() : out[1], 1);
+      ::dup2(log.valid() ? log.get() : out[1], 2);
       if (go[0] >= 0) {
         ::dup2(go[0], 3);
         go[0] = 3;

@@ -33,7 +33,10 @@ class Reaper {
   // `timeout_ms` > 0: past it the command is killed (SIGKILL; exit code 137) and
   // `timed_out` is set.
   Result<RunResult> Run(const std::vector<std::string>& argv, const std::string& cwd = "", uid_t euid = 0,
-                        const std::function<Status(pid_t)>& before_exec = nullptr, int64_t timeout_ms = 0);
+                        const std::function<Status(pid_t)>& before_exec = nullptr, int64_t timeout_ms = 0,
+                        const std::string& output_file = "");
+  // With `output_file`, the command's stdout and stderr are appended to that file instead
+  // (`output` stays empty): for a command that leaves processes behind holding them.
 
  private:
   void Loop();

@@ -68,7 +68,7 @@ Status SandboxManager::ValidateCreate(const CreateRequest& req) const {
   if (!runtimes_->Find(req.isolation))
     return MakeError(Code::kInvalidArgument,
                      req.isolation == "gvisor" || req.isolation == "microvm"
-                         ? "isolation \"" + req.isolation + "\" is not available on this sbxd yet"
+                         ? "isolation \"" + req.isolation + "\" is not available on this sbxd (its log says why)"
                          : "unknown isolation \"" + req.isolation + "\" (container, gvisor, microvm)");
   if (!req.name.empty() && !ValidName(req.name))
     return MakeError(Code::kInvalidArgument, "invalid name: names match [a-z0-9][a-z0-9._-]{0,62}");
@@ -110,7 +110,9 @@ Status SandboxManager::ValidateCreate(const CreateRequest& req) const {
   return OkStatus();
 }
 
-Result<SandboxView> SandboxManager::Create(const CreateRequest& req) {
+Result<SandboxView> SandboxManager::Create(const CreateRequest& asked) {
+  CreateRequest req = asked;
+  if (req.isolation.empty()) req.isolation = opts_.default_isolation;
   SBX_RETURN_IF_ERROR(ValidateCreate(req));
   if (!req.from.empty()) {
     SBX_ASSIGN_OR_RETURN(auto snap, GetSnapshot(req.from));

@@ -14,6 +14,7 @@ namespace sbx::core {
 struct ManagerOptions {
   std::string data_dir;
   std::string default_image = "default";
+  std::string default_isolation = "container";  // a create's that names none
   uint64_t output_cap = 16 << 20;
   // A streamed exec or process output sends a keep-alive after this long without output.
   int64_t keepalive_ms = 15000;

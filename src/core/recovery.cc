@@ -143,6 +143,10 @@ Status SandboxManager::Recover() {
     for (const auto& d : *dirs)
       if (!known_ids.count(d)) {
         SBX_LOG(kInfo) << "removing orphaned sandbox directory " << d;
+        // Whichever wall made it: each undoes what it holds on the host (the gVisor wall
+        // its runsc record and root mount), the layers' wall last removes the folder.
+        for (const auto& [kind, rt] : runtimes_->all())
+          if (rt != runtimes_->layers()) (void)rt->Destroy(d, DirOf(d));
         (void)runtimes_->layers()->Destroy(d, DirOf(d));
       }
   // Checkpoints of sandboxes that are not hibernated (any more).

@@ -19,7 +19,7 @@ namespace sbx::core {
 
 struct CreateRequest {
   std::string type = "small";
-  std::string isolation = "container";
+  std::string isolation;  // empty: sbxd's default (--default-isolation)
   std::string name;
   std::string image;  // empty: the default image
   std::string from;   // a named snapshot to start from (its image is implied)

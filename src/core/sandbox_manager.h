@@ -155,8 +155,10 @@ class SandboxManager {
 
   // serverless.cc. One command in a fresh sandbox with the disk at /mnt/disk (a string
   // command runs with the image's bash, else sh); the sandbox goes when it ends.
+  // `isolation`: the call's wall (empty: the default).
   boost::asio::awaitable<Result<DiskCallResult>> RunOnDisk(boost::asio::any_io_executor ex, const std::string& disk,
                                                            const std::string& image, const std::string& from,
+                                                           const std::string& isolation,
                                                            nlohmann::json network, ExecRequest req,
                                                            const std::string& shell_cmd,
                                                            agent::OutputFn on_output);

@@ -35,13 +35,14 @@ std::string SandboxManager::ShellFor(const storage::SandboxRecord& r) const {
 
 asio::awaitable<Result<DiskCallResult>> SandboxManager::RunOnDisk(asio::any_io_executor ex, const std::string& disk,
                                                                   const std::string& image, const std::string& from,
-                                                                  nlohmann::json network, ExecRequest req, const std::string& shell_cmd,
+                                                                  const std::string& isolation, nlohmann::json network, ExecRequest req, const std::string& shell_cmd,
                                                                   agent::OutputFn on_output) {
   if (!disks_) co_return MakeError(Code::kUnavailable, "disks are not available on this sbxd");
   const int64_t arrival_us = req.arrival_us ? req.arrival_us : SteadyUs();
   CreateRequest creq;
   creq.image = image;
   creq.from = from;
+  creq.isolation = isolation;
   creq.no_env = true;
   creq.user = "root";  // a disk call's command runs as root, who owns the disk
   creq.per_call = true;

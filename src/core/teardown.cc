@@ -43,7 +43,10 @@ void SandboxManager::TeardownOne(const std::string& id) {
   // the delete waits neither for a large checkpoint nor for a restored agent that does
   // not answer.
   runtime::Instance inst;
+  // The sandbox's wall: its entry's, or its row's for one that recovery queued without
+  // an entry (a warm-pool sandbox found at start).
   runtime::Runtime* rt = runtimes_->layers();
+  if (auto row = store_->GetSandbox(id); row.ok() && *row) rt = &Rt(**row);
   storage::SandboxRecord rec;
   bool cancelled = false;
   {

@@ -2,16 +2,20 @@
 
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "base/fs.h"
+#include "base/unique_fd.h"
 
 namespace sbx::runtime {
 namespace {
@@ -257,6 +261,43 @@ std::vector<std::string> ListCgroupChildren(CgroupMode mode, const std::string& 
       if (fs::IsDir(b + "/" + n)) out.insert(n);
   }
   return {out.begin(), out.end()};
+}
+
+std::optional<std::string> GroupOfPeer(int fd, const std::string& mark) {
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+  struct ucred cr = {};
+  socklen_t len = sizeof cr;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || cr.pid <= 0) return std::nullopt;
+  int pidfd = -1;
+  len = sizeof pidfd;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) != 0) {
+    // Linux before 6.5 has no SO_PEERPIDFD (Debian 12's 6.1 among them): pin the peer's
+    // pid with pidfd_open. That leaves a window SO_PEERPIDFD closes: a peer that exits
+    // after connect and whose pid the host hands out again (after a whole wrap of the
+    // pid space) before this call.
+    if (errno != ENOPROTOOPT) return std::nullopt;
+    pidfd = static_cast<int>(::syscall(SYS_pidfd_open, cr.pid, 0));
+  }
+  if (pidfd < 0) return std::nullopt;
+  UniqueFd pin(pidfd);
+  auto text = fs::ReadFile("/proc/" + std::to_string(cr.pid) + "/cgroup", 1 << 16);
+  if (!text.ok()) return std::nullopt;
+  std::istringstream in(*text);
+  std::string line, id;
+  while (std::getline(in, line)) {
+    size_t at = line.find(mark);
+    if (at == std::string::npos) continue;
+    std::string rest = line.substr(at + mark.size());
+    std::string this_id = rest.substr(0, rest.find('/'));
+    if (!id.empty() && this_id != id) return std::nullopt;  // hierarchies disagree
+    id = this_id;
+  }
+  if (id.empty()) return std::nullopt;
+  // Still the same process (not exited, so its pid was not reused) after the read.
+  if (::syscall(SYS_pidfd_send_signal, pin.get(), 0, nullptr, 0) != 0) return std::nullopt;
+  return id;
 }
 
 }  // namespace sbx::runtime

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,5 +71,10 @@ class CgroupDir {
 // The groups directly below `parent` (relative), in any hierarchy that has them.
 std::vector<std::string> ListCgroupChildren(CgroupMode mode, const std::string& parent,
                                             const std::string& root = "/sys/fs/cgroup");
+
+// The sandbox whose cgroup holds the peer process of the unix socket `fd`: the path
+// component after `mark` ("/sbx-<instance>/") in its cgroups, which must agree in every
+// hierarchy. Read while a pidfd pins the peer, so that a reused pid cannot pass for it.
+std::optional<std::string> GroupOfPeer(int fd, const std::string& mark);
 
 }  // namespace sbx::runtime

@@ -197,6 +197,26 @@ struct ContainerOptions {
 };
 
 std::unique_ptr<Runtime> NewContainerRuntime(const ContainerOptions& opts);
+
+// The gVisor wall (src/runtime/gvisor/): each sandbox is a runsc container whose system
+// calls a user-space kernel serves. Its files are the container wall's (an overlay of the
+// same layers, the same user mapping), so templates and forks cross between the two.
+struct GvisorOptions {
+  std::string runsc;                 // the runsc binary
+  std::string platform = "systrap";  // runsc --platform (systrap, ptrace)
+  std::string state_dir;             // runsc --root: its record of running sandboxes
+  std::string sandboxes_dir;         // the folder of sandboxes' folders (each named by its id)
+  std::string instance;              // this daemon's name in shared places (cgroups)
+  uid_t uid_base = 100000;           // sandbox root maps to this host uid
+  uid_t uid_count = 65536;
+  std::string cgroup_root = "/sys/fs/cgroup";
+  // sbxd's in-sandbox API folder and the agent's binary in it (as ContainerOptions').
+  std::string api_dir;
+  std::string agent_copy;
+  bool disk_quotas = false;  // sandboxes' folders are limited subvolumes (runtime/quota.h)
+  uint64_t max_open_files = 2048;
+};
+std::unique_ptr<Runtime> NewGvisorRuntime(const GvisorOptions& opts);
 // A runtime without isolation: sbx-agent --serve as a plain child process, in a directory
 // of its own. For unit tests that need no root.
 std::unique_ptr<Runtime> NewFakeRuntime(const std::string& agent_path);

@@ -12,7 +12,7 @@ import sbx
 def inotify_fds(d, sid):
     """inotify instances held by the sandbox's processes, seen from the host."""
     n = 0
-    with open(f"/sys/fs/cgroup/pids/sbx-{d.instance}/{sid}/cgroup.procs") as f:
+    with open(f"/sys/fs/cgroup/pids/{d.cgroup_parent}/{sid}/cgroup.procs") as f:
         for pid in f.read().split():
             try:
                 for fd in os.listdir(f"/proc/{pid}/fd"):

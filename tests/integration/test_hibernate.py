@@ -39,7 +39,7 @@ ASK = ("import socket; c = socket.create_connection(('127.0.0.1', 8123)); "
 
 def memory_rss(d: Daemon, sid: str) -> int:
     """Resident memory charged to the sandbox's cgroup (v1 memory.stat), in bytes."""
-    with open(f"/sys/fs/cgroup/memory/sbx-{d.instance}/{sid}/memory.stat") as f:
+    with open(f"/sys/fs/cgroup/memory/{d.cgroup_parent}/{sid}/memory.stat") as f:
         for line in f:
             k, v = line.split()
             if k == "total_rss":
@@ -48,7 +48,7 @@ def memory_rss(d: Daemon, sid: str) -> int:
 
 
 def cgroup_pids(d: Daemon, sid: str):
-    with open(f"/sys/fs/cgroup/pids/sbx-{d.instance}/{sid}/cgroup.procs") as f:
+    with open(f"/sys/fs/cgroup/pids/{d.cgroup_parent}/{sid}/cgroup.procs") as f:
         return f.read().split()
 
 
@@ -300,7 +300,7 @@ def test_delete_cancels_a_restore_in_flight():
         t.start()
         for _ in range(200):  # until the restore is under way (CRIU in the cgroup)
             try:
-                with open(f"/sys/fs/cgroup/pids/sbx-{d.instance}/{sb.id}/cgroup.procs") as f:
+                with open(f"/sys/fs/cgroup/pids/{d.cgroup_parent}/{sb.id}/cgroup.procs") as f:
                     if f.read().split():
                         break
             except OSError:

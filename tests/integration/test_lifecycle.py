@@ -6,16 +6,16 @@ import time
 import pytest
 
 import sbx
-from conftest import Daemon
+from conftest import ISOLATION, Daemon
 
 
 def freezer_state(d, sid):
-    with open(f"/sys/fs/cgroup/freezer/sbx-{d.instance}/{sid}/freezer.state") as f:
+    with open(f"/sys/fs/cgroup/freezer/{d.cgroup_parent}/{sid}/freezer.state") as f:
         return f.read().strip()
 
 
 def cpu_ns(d, sid):
-    with open(f"/sys/fs/cgroup/cpuacct/sbx-{d.instance}/{sid}/cpuacct.usage") as f:
+    with open(f"/sys/fs/cgroup/cpuacct/{d.cgroup_parent}/{sid}/cpuacct.usage") as f:
         return int(f.read())
 
 

@@ -43,7 +43,7 @@ def test_claimed_sandbox_is_indistinguishable_from_a_cold_one(pooled):
     got = c.get(b.id)
     assert got.data["name"] == "tenant-b" and got.data["metadata"] == {"t": "b"}
     assert got.data["resources"]["memory_mb"] == 128
-    limit = open(f"/sys/fs/cgroup/memory/sbx-{d.instance}/{b.id}/memory.limit_in_bytes").read().strip()
+    limit = open(f"/sys/fs/cgroup/memory/{d.cgroup_parent}/{b.id}/memory.limit_in_bytes").read().strip()
     assert int(limit) == 128 << 20
     # Billing starts at the claim.
     assert got.data["billed_seconds"] < 5

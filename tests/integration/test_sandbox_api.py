@@ -1,12 +1,13 @@
 """Create, exec, list, stop/start and delete through the SDK, the CLI and raw HTTP."""
 import json
+import os
 import time
 
 import pytest
 
 import sbx
 
-from conftest import criu_checkpoints
+from conftest import RUNSC, criu_checkpoints
 
 
 def test_health_and_openapi_need_no_key(daemon):
@@ -14,10 +15,12 @@ def test_health_and_openapi_need_no_key(daemon):
     assert status == 200 and body["status"] == "ok" and body["version"]
     # The shared daemon runs on a store and with CRIU (hibernate where CRIU can checkpoint).
     works = criu_checkpoints()[0]
-    assert body["features"] == {"hibernate": works, "store": True, "isolation": ["container"]}
+    # The gVisor wall where runsc is installed (the test command installs it).
+    walls = ["container", "gvisor"] if os.access(RUNSC, os.X_OK) else ["container"]
+    assert body["features"] == {"hibernate": works, "store": True, "isolation": walls}
     assert body["store"]["size_mb"] > 0 and body["store"]["committed_mb"] >= 0
     shown = "hibernate, store" if works else "store"
-    assert daemon.cli("health").stdout.strip() == f"ok, sbxd {body['version']} (container; {shown})"
+    assert daemon.cli("health").stdout.strip() == f"ok, sbxd {body['version']} ({', '.join(walls)}; {shown})"
     status, doc = daemon.raw("GET", "/v1/openapi.json", auth=False)
     assert status == 200 and "/v1/sandboxes/{id}/exec" in doc["paths"]
 

@@ -6,13 +6,19 @@ import threading
 import pytest
 
 import sbx
+from conftest import ISOLATION
+
+
+# A named pipe made on gVisor lives in its kernel only (runsc keeps no host file for it),
+# so a snapshot there cannot hold one (docs/API.md, "Differences").
+FIFO = "" if ISOLATION == "gvisor" else "mkfifo /project/fifo && "
 
 
 def test_snapshot_captures_exactly_what_the_sandbox_had(client, daemon):
     with client.create(image="busybox") as src:
         src.exec(
             "mkdir -p /project/sub && echo data > /project/file && chmod 640 /project/file && "
-            "ln -s file /project/link && chmod 1750 /project/sub && mkfifo /project/fifo && "
+            "ln -s file /project/link && chmod 1750 /project/sub && " + FIFO +
             "echo big > /project/big && head -c 3000000 /dev/urandom >> /project/big && "
             "ln /project/file /project/hard && rm /etc/passwd && rm -r /usr/sbin && "
             "mkdir /opaque && touch /opaque/keep", check=True)
@@ -32,9 +38,10 @@ def test_snapshot_captures_exactly_what_the_sandbox_had(client, daemon):
                 r = c.exec("test -e /etc/passwd; echo $?; test -e /usr/sbin; echo $?; ls /project")
                 assert r.stdout.split("\n")[:2] == ["1", "1"]  # deletions stay deleted (whiteouts)
                 assert "later" not in r.stdout
-                assert c.exec("cat /project/link; stat -c '%a %u:%g %F' /project/file /project/sub /project/fifo; "
+                fifo = "" if ISOLATION == "gvisor" else "/project/fifo"
+                assert c.exec(f"cat /project/link; stat -c '%a %u:%g %F' /project/file /project/sub {fifo}; "
                               "stat -c %h /project/hard").stdout == \
-                    "data\n640 0:0 regular file\n1750 0:0 directory\n644 0:0 fifo\n2\n"
+                    "data\n640 0:0 regular file\n1750 0:0 directory\n" + ("644 0:0 fifo\n" if fifo else "") + "2\n"
         finally:
             client.api.delete_named_snapshot("snap-exact")
 

@@ -60,7 +60,7 @@ def host_run(script, *args):
 
 def sandbox_pid(daemon, sid):
     """A host pid of a process inside sandbox `sid` (from its cgroup)."""
-    for d in (f"/sys/fs/cgroup/pids/sbx-{daemon.instance}/{sid}", f"/sys/fs/cgroup/sbx-{daemon.instance}/{sid}"):
+    for d in (f"/sys/fs/cgroup/pids/{daemon.cgroup_parent}/{sid}", f"/sys/fs/cgroup/{daemon.cgroup_parent}/{sid}"):
         if os.path.exists(d + "/cgroup.procs"):
             with open(d + "/cgroup.procs") as f:
                 return int(f.readline())

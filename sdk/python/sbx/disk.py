@@ -42,18 +42,21 @@ class Disk:
         timeout_seconds: Optional[int] = None,
         image: Optional[str] = None,
         network: Union[str, Dict[str, Any], None] = None,
+        isolation: Optional[str] = None,
         check: bool = False,
     ) -> ExecResult:
         """Run one command in a fresh sandbox on this disk. Past ``timeout_seconds`` (at
         most 300) the daemon answers 504; this raises :class:`ExecTimeoutError` whose
         ``.result`` carries the partial output. ``network`` is the call's sandbox's
         (a mode string or a ``{"mode", "allow", "deny"}`` dict; the daemon's default
-        mode otherwise)."""
+        mode otherwise). ``isolation`` is the call's wall (``"container"``,
+        ``"gvisor"``; the daemon's default otherwise)."""
         if isinstance(network, str):
             network = {"mode": network}
         body = _drop_none({"cmd": cmd if isinstance(cmd, str) else list(cmd), "cwd": cwd,
                            "env": dict(env) if env is not None else None,
-                           "timeout_seconds": timeout_seconds, "image": image, "network": network})
+                           "timeout_seconds": timeout_seconds, "image": image, "network": network,
+                           "isolation": isolation})
         http_timeout = max(self._client.api.timeout, float(timeout_seconds or 300) + 60.0)
         try:
             d = self._client.api._call("POST", "/v1/disks/" + _seg(self.id) + "/exec", body=body,

@@ -68,6 +68,7 @@ export class Disk {
       image: options.image,
       from: options.from,
       network: typeof options.network === "string" ? { mode: options.network } : options.network,
+      isolation: options.isolation,
     });
     const limit = options.timeoutSeconds ?? DISK_EXEC_TIMEOUT;
     const d = await this.client.http.json<JsonObject>("POST", this.path("/exec"), {

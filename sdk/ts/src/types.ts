@@ -253,6 +253,8 @@ export interface DiskExecOptions {
   from?: string;
   /** The call's sandbox's network (default: the daemon's default mode). */
   network?: string | NetworkRules;
+  /** The call's wall: `"container"`, `"gvisor"` (default: the daemon's default). */
+  isolation?: string;
   /** Throw `ExecError` when the command exits with a non-zero code. */
   check?: boolean;
 }

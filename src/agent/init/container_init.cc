@@ -73,24 +73,6 @@ Status Mask(const std::string& path) {
 
 // Creates each directory of `rel` (absolute inside the root) below `root`, refusing
 // symlinks and non-directories on the way, so an image cannot redirect a mount.
-// /etc/resolv.conf names sbxd's resolver (after the pivot: every path is the sandbox's).
-// A symbolic link there (to a host-side resolver's file) is replaced by the file.
-Status WriteResolvConf(const std::string& nameserver) {
-  struct stat st;
-  if (::stat("/etc", &st) != 0 || !S_ISDIR(st.st_mode)) return OkStatus();
-  const std::string text = "# sbx: the sandbox's resolver (its network rules apply to names)\nnameserver " +
-                           nameserver + "\n";
-  // Not a FIFO or a device an image (or a snapshot) put there: a regular file, or none.
-  if (::lstat("/etc/resolv.conf", &st) == 0 && !S_ISREG(st.st_mode) && ::unlink("/etc/resolv.conf") != 0)
-    return OkStatus();  // a folder there: the image's stays
-  int fd = ::open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
-  if (fd < 0) return OkStatus();  // a read-only or odd /etc: the image's stays
-  ssize_t n = ::write(fd, text.data(), text.size());
-  ::close(fd);
-  if (n != static_cast<ssize_t>(text.size())) return ErrnoError("write /etc/resolv.conf");
-  return OkStatus();
-}
-
 Status EnsureDirsUnder(const std::string& root, const std::string& rel) {
   std::string path = root;
   size_t i = 1;
@@ -153,6 +135,24 @@ Status LoopbackUp() {
 }
 
 }  // namespace
+
+// /etc/resolv.conf names sbxd's resolver (after the pivot: every path is the sandbox's).
+// A symbolic link there (to a host-side resolver's file) is replaced by the file.
+Status WriteResolvConf(const std::string& nameserver) {
+  struct stat st;
+  if (::stat("/etc", &st) != 0 || !S_ISDIR(st.st_mode)) return OkStatus();
+  const std::string text = "# sbx: the sandbox's resolver (its network rules apply to names)\nnameserver " +
+                           nameserver + "\n";
+  // Not a FIFO or a device an image (or a snapshot) put there: a regular file, or none.
+  if (::lstat("/etc/resolv.conf", &st) == 0 && !S_ISREG(st.st_mode) && ::unlink("/etc/resolv.conf") != 0)
+    return OkStatus();  // a folder there: the image's stays
+  int fd = ::open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) return OkStatus();  // a read-only or odd /etc: the image's stays
+  ssize_t n = ::write(fd, text.data(), text.size());
+  ::close(fd);
+  if (n != static_cast<ssize_t>(text.size())) return ErrnoError("write /etc/resolv.conf");
+  return OkStatus();
+}
 
 Result<SandboxConfig> SandboxConfig::FromJson(const std::string& s) {
   auto j = nlohmann::json::parse(s, nullptr, false);

@@ -1,0 +1,136 @@
+"""The gVisor wall (isolation "gvisor"): what is true of it alone. The rest of the suite
+runs on it too, as a reduced set with SBX_TEST_ISOLATION=gvisor (scripts/test.sh)."""
+import os
+import platform
+import signal
+import subprocess
+import time
+
+import pytest
+
+import sbx
+from conftest import RUNSC
+
+
+def runsc_list(d):
+    """The sandboxes runsc keeps a record of for this daemon."""
+    out = subprocess.run([RUNSC, "--root", os.path.join(d.data, "runsc"), "list", "-quiet"],
+                         capture_output=True, text=True)
+    return set(out.stdout.split()) if out.returncode == 0 else set()
+
+
+def test_the_sandbox_runs_on_gvisors_kernel(client, daemon):
+    assert "gvisor" in daemon.client().health()["features"]["isolation"]
+    with client.create(image="busybox", isolation="gvisor") as sb:
+        assert sb.data["isolation"] == "gvisor"
+        assert "gVisor" in sb.exec("dmesg").stdout
+        # The host's kernel is not what the sandbox sees.
+        host = platform.release()
+        assert host not in sb.exec("uname -r").stdout
+        assert host not in sb.exec("cat /proc/version").stdout
+        # The sentry is a host process of the sandbox's own uid range, in its cgroup.
+        assert sb.id in runsc_list(daemon)
+        assert sb.id in daemon.cgroups()
+
+
+def test_the_agents_socket_is_out_of_reach_of_the_sandboxs_code(client, daemon):
+    """The agent listens on a host socket that runsc serves in a folder bound into the
+    sandbox; that folder is covered, and nobody but the sandbox's root could pass its
+    permissions, not even from a user and mount namespace of their own."""
+    probe = (
+        "import socket,struct,sys\n"
+        "s=socket.socket(socket.AF_UNIX)\n"
+        "s.settimeout(3)\n"
+        "try:\n"
+        "  s.connect('/run/sbx-ctl/a.sock'); s.sendall(struct.pack('<IB3x',0,9)); print('ANSWER', s.recv(100))\n"
+        "except OSError as e: print('REFUSED', e.errno)\n"
+    )
+    with client.create(image="default", isolation="gvisor") as sb:
+        sb.files.write("/tmp/probe.py", probe)
+        assert sb.exec("ls -A /run/sbx-ctl").stdout == ""
+        for user in ("user", "root"):
+            out = sb.exec("python3 /tmp/probe.py", user=user).stdout
+            assert out.startswith("REFUSED"), (user, out)
+        # Unshared: a mount namespace of one's own, in a user namespace of one's own.
+        out = sb.exec("python3 -c 'import os; os.unshare(os.CLONE_NEWUSER | os.CLONE_NEWNS); "
+                      "exec(open(\"/tmp/probe.py\").read())'", user="user").stdout
+        assert "ANSWER" not in out, out
+
+
+def test_templates_cross_walls_and_forks_keep_theirs(client, daemon):
+    with client.create(image="busybox") as src:
+        assert src.data["isolation"] == "container"
+        src.exec("echo from-the-container > /root/note", check=True)
+        src.snapshot("gv-cross-1")
+    try:
+        with client.create(from_="gv-cross-1", isolation="gvisor") as gv:
+            assert gv.exec("cat /root/note").stdout == "from-the-container\n"
+            gv.exec("echo from-gvisor >> /root/note; rm /bin/ls", check=True)
+            gv.snapshot("gv-cross-2")
+            fork = gv.fork()
+            try:
+                assert fork.data["isolation"] == "gvisor"
+                assert fork.exec("cat /root/note").stdout == "from-the-container\nfrom-gvisor\n"
+            finally:
+                fork.delete()
+        # Back on the container wall: the removal made on gVisor holds there too.
+        with client.create(from_="gv-cross-2", isolation="container") as back:
+            assert back.exec("cat /root/note").stdout == "from-the-container\nfrom-gvisor\n"
+            assert back.exec("test -e /bin/ls").exit_code == 1
+    finally:
+        for n in ("gv-cross-1", "gv-cross-2"):
+            try:
+                client.snapshots.delete(n)
+            except sbx.NotFoundError:
+                pass
+
+
+def test_pause_holds_the_user_space_kernel_still(client, daemon):
+    with client.create(image="busybox", isolation="gvisor") as sb:
+        sb.exec("(i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done) >/dev/null 2>&1 &", check=True)
+        time.sleep(0.3)
+        sb.pause()
+        freezer = f"/sys/fs/cgroup/freezer/sbx-{daemon.instance}-gvisor/{sb.id}/freezer.state"
+        if os.path.exists(freezer):
+            assert open(freezer).read().strip() == "FROZEN"
+        time.sleep(0.5)
+        sb.resume()
+        a = int(sb.exec("cat /tmp/n").stdout)
+        time.sleep(0.3)
+        assert int(sb.exec("cat /tmp/n").stdout) > a
+
+
+def test_a_sandbox_outlives_sbxd_and_delete_leaves_nothing(fresh_daemon):
+    d = fresh_daemon
+    c = d.client()
+    sb = c.create(image="busybox", isolation="gvisor")
+    sb.exec("echo kept > /root/f; sleep 1000 >/dev/null 2>&1 &", check=True)
+    d.stop(signal.SIGKILL)
+    assert d.processes(), "the sandbox's runsc must outlive its daemon"
+    d.start()
+    c = d.client()
+    got = c.get(sb.id)
+    assert got.state == "running"
+    assert got.exec("cat /root/f").stdout == "kept\n"
+    assert "sleep 1000" in got.exec("ps -o args").stdout
+    got.stop()
+    got.start()
+    assert got.exec("cat /root/f").stdout == "kept\n"
+    got.delete()
+    d.wait_clean()
+    assert not runsc_list(d)
+    assert not d.sandbox_mounts()
+
+
+def test_without_runsc_gvisor_is_refused_clearly():
+    from conftest import Daemon
+    d = Daemon("norunsc", extra_args=["--runsc", "none"])
+    try:
+        assert "gvisor" not in d.client().health()["features"]["isolation"]
+        status, body = d.raw("POST", "/v1/sandboxes", body={"image": "busybox", "isolation": "gvisor"})
+        assert status == 400 and body["error"]["code"] == "invalid_request", body
+        assert "gvisor" in body["error"]["message"]
+        status, body = d.raw("POST", "/v1/sandboxes", body={"image": "busybox", "isolation": "vm"})
+        assert status == 400 and "unknown isolation" in body["error"]["message"], body
+    finally:
+        d.destroy()
