@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -119,7 +120,49 @@ std::string MakeCrunBundle() {
 
 }  // namespace
 
-int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
+// gVisor's runsc for its peer rows: $SBX_RUNSC, else the set-up's cached one ("" if none).
+std::string FindRunsc() {
+  const char* env = std::getenv("SBX_RUNSC");
+  const char* cache = std::getenv("SBX_CACHE_DIR");
+  std::string p = env && *env ? env : std::string(cache && *cache ? cache : "/var/cache/sbx") + "/runsc/runsc";
+  return ::access(p.c_str(), X_OK) == 0 ? p : "";
+}
+
+// runsc on the same bundle as crun: run to exit, and exec into a running one.
+void RunscRows(const std::string& bundle, int runs, std::vector<Row>* rows) {
+  std::string runsc = FindRunsc();
+  if (runsc.empty()) {
+    rows->push_back(Row{"runsc run /bin/true (create-to-exit)", {}, "true", "no runsc (scripts/install-runsc.sh)"});
+    return;
+  }
+  char tmpl[] = "/var/tmp/sbx-bench-runsc-XXXXXX";
+  if (!mkdtemp(tmpl)) return;
+  const std::string state = tmpl;
+  std::vector<std::string> base = {runsc, "--root", state, "--network", "none", "--ignore-cgroups"};
+  std::fprintf(stderr, "measuring runsc...\n");
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> v = base;
+    v.insert(v.end(), more.begin(), more.end());
+    return v;
+  };
+  std::string id = "sbx-bench-gv-" + std::to_string(getpid());
+  rows->push_back(SpawnRow("runsc run /bin/true (create-to-exit)", with({"run", "--bundle", bundle, id}), runs));
+  auto text = fs::ReadFile(bundle + "/config.json");
+  auto cfg = json::parse(text.ok() ? *text : "", nullptr, false);
+  if (!cfg.is_discarded()) {
+    json sleeping = cfg;
+    sleeping["process"]["args"] = {"/bin/sleep", "100000"};
+    if (fs::WriteFile(bundle + "/config.json", sleeping.dump()).ok() &&
+        TimeSpawn(with({"run", "--detach", "--bundle", bundle, id})) >= 0) {
+      rows->push_back(SpawnRow("runsc exec /bin/true into a running sandbox", with({"exec", id, "/bin/true"}), runs));
+      TimeSpawn(with({"delete", "--force", id}));
+    }
+    (void)fs::WriteFile(bundle + "/config.json", cfg.dump());
+  }
+  (void)fs::RemoveTree(state);
+}
+
+int RunBench(const Globals& g, int runs, const std::string& image, const std::string& isolation, bool peers) {
   if (runs < 5) runs = 5;
   std::vector<Row> rows;
   std::fprintf(stderr, "measuring the floor (fork+exec /bin/true)...\n");
@@ -155,13 +198,20 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
           TimeSpawn({"crun", "delete", "--force", id});
         }
       }
+      if (isolation == "gvisor") {
+        cfg["process"]["args"] = {"/bin/true"};
+        (void)fs::WriteFile(crun_bundle + "/config.json", cfg.dump());
+        RunscRows(crun_bundle, runs, &rows);
+      }
       (void)fs::RemoveTree(crun_bundle);
     }
   }
 
   HttpClient c(g.url, g.api_key);
   json create_body = {{"type", "small"}, {"image", image}, {"no_env", true}, {"ttl_seconds", 600}};
-  Row create{"sbx create to ready (" + image + ")", {}, "true", ""};
+  if (!isolation.empty()) create_body["isolation"] = isolation;
+  const std::string wall = isolation.empty() ? "" : ", " + isolation;
+  Row create{"sbx create to ready (" + image + wall + ")", {}, "true", ""};
   Row exec{"sbx exec argv true, HTTP keep-alive round trip", {}, "true", ""};
   Row exec_sh{"sbx exec \"true\" via /bin/sh -c", {}, "true", ""};
   Row del{"sbx delete (answer)", {}, "true", ""};
@@ -241,6 +291,7 @@ int RunBench(const Globals& g, int runs, const std::string& image, bool peers) {
       snap.ms.push_back(ms);
     }
     json from_body = {{"type", "small"}, {"from", base + "-0"}, {"no_env", true}, {"ttl_seconds", 600}};
+    if (!isolation.empty()) from_body["isolation"] = isolation;
     // Two unmeasured creates let a warm pool learn the template.
     for (int i = 0; i < 2; ++i) {
       auto w2 = call("POST", "/v1/sandboxes", from_body, nullptr);

@@ -23,6 +23,7 @@ struct BenchCommands {
   int disk_gap = 0;
   int hib_runs = 10;
   std::string hib_criu;
+  std::string bench_isolation;
 
   void Add(CLI::App& app);
   std::optional<int> Run(HttpClient& c, const Globals& g);
@@ -31,6 +32,7 @@ struct BenchCommands {
 void BenchCommands::Add(CLI::App& app) {
   bench = app.add_subcommand("bench", "measure create, exec and delete against peer tools");
   bench->footer("Examples: sbx bench --runs 20\n"
+              "          sbx bench --isolation gvisor --runs 20\n"
               "          sbx bench patterns --runs 5");
   bench_patterns = bench->add_subcommand("patterns", "the three tool-call patterns, timed (seed experiment)");
   bench_patterns->footer("Example: sbx bench patterns --runs 5 --gap-ms 500");
@@ -46,6 +48,8 @@ void BenchCommands::Add(CLI::App& app) {
   bench_hib->add_option("--criu", hib_criu, "CRIU binary for the floor (default $SBX_CRIU, else the build cache's)");
   bench->add_option("--runs", runs, "samples per row (default 50)");
   bench->add_option("--image", bench_image, "image for sandboxes (default busybox)");
+  bench->add_option("--isolation", bench_isolation,
+                    "the sandboxes' wall: container or gvisor (default: sbxd's); gvisor adds runsc's own rows");
   bench->add_flag("--no-peers", no_peers, "skip the peer tools");
 }
 
@@ -61,7 +65,7 @@ std::optional<int> BenchCommands::Run(HttpClient& c, const Globals& g) {
     }
     return RunBenchHibernate(g, hib_runs, g.data_dir, hib_criu);
   }
-  if (*bench) return RunBench(g, runs, bench_image, !no_peers);
+  if (*bench) return RunBench(g, runs, bench_image, bench_isolation, !no_peers);
   return std::nullopt;
 }
 

@@ -63,7 +63,7 @@ void PrintExecObject(const std::string& out, const std::string& err, nlohmann::j
 int RunInteractiveExec(HttpClient& c, const Globals& g, const std::string& id, const nlohmann::json& body);
 
 // `sbx bench`: returns the process exit code.
-int RunBench(const Globals& g, int runs, const std::string& image, bool peers);
+int RunBench(const Globals& g, int runs, const std::string& image, const std::string& isolation, bool peers);
 // `sbx bench disk-exec`: serverless calls on a disk, and a test suite against the host.
 int RunBenchDiskExec(const Globals& g, int runs, const std::string& data_dir, int gap_ms);
 // `sbx bench hibernate`: hibernate and restore of a sandbox holding ~100 MB of Python

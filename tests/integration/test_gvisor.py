@@ -6,7 +6,6 @@ import signal
 import subprocess
 import time
 
-import pytest
 
 import sbx
 from conftest import RUNSC
@@ -120,6 +119,23 @@ def test_a_sandbox_outlives_sbxd_and_delete_leaves_nothing(fresh_daemon):
     d.wait_clean()
     assert not runsc_list(d)
     assert not d.sandbox_mounts()
+
+
+def test_network_none_is_loopback_only_in_a_namespace_of_its_own(client, daemon):
+    """The sandbox's sockets are the host kernel's in a network namespace of the sandbox's
+    own: with mode none it holds a loopback only, and nothing of the host's listens there
+    (sbxd's API is on the host's loopback, not this one)."""
+    with client.create(image="default", isolation="gvisor") as sb:
+        assert sb.data["network"]["mode"] == "none"
+        links = [l.split(":")[0].strip() for l in sb.exec("cat /proc/net/dev").stdout.splitlines()[2:]]
+        assert links == ["lo"], links
+        port = daemon.port
+        out = sb.exec(f"python3 -c \"import socket; s=socket.socket(); s.settimeout(2); "
+                      f"print(s.connect_ex(('127.0.0.1', {port})))\"").stdout.strip()
+        assert out == "111", out  # ECONNREFUSED: sbxd's port is not in this namespace
+        # Its own servers work on its own loopback.
+        assert sb.exec("python3 -c \"import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+                       "c=socket.create_connection(s.getsockname()); print('ok')\"").stdout == "ok\n"
 
 
 def test_without_runsc_gvisor_is_refused_clearly():

@@ -274,8 +274,9 @@ def test_metrics_histograms_and_states(client, daemon):
             assert f'{name}_bucket{{le="+Inf"}}' in text
         assert daemon.metric("sbx_create_seconds_count") >= 1
         assert daemon.metric("sbx_exec_seconds_count") >= 1
-        assert 'sbx_sandboxes{state="paused",isolation="container"}' in text
-        paused = [l for l in text.splitlines() if l.startswith('sbx_sandboxes{state="paused",isolation="container"}')]
+        line = f'sbx_sandboxes{{state="paused",isolation="{ISOLATION}"}}'
+        assert line in text
+        paused = [l for l in text.splitlines() if l.startswith(line)]
         assert float(paused[0].split()[1]) >= 1
         assert 'sbx_sandboxes{state="running",isolation="microvm"} 0' in text
         assert daemon.metric("process_open_fds") > 0 and daemon.metric("process_resident_memory_bytes") > 0

@@ -6,6 +6,8 @@ import pty
 import select
 import subprocess
 
+import pytest
+
 from conftest import SBX, require_hibernate
 
 
@@ -14,6 +16,7 @@ def host(path):
         return f.read()
 
 
+@pytest.mark.container_wall("gVisor shows a command line and boot id of its own")
 def test_kernel_command_line_and_boot_id_are_the_sandboxes_own(daemon):
     c = daemon.client()
     with c.create(image="busybox") as a, c.create(image="busybox") as b:

@@ -98,6 +98,7 @@ def test_an_image_that_writes_through_links_is_refused(daemon, sentinel_dir):
     assert "hostile-links" not in [i["name"] for i in body["images"]]
 
 
+@pytest.mark.container_wall("runsc answers an image whose /run is a trap with a start failure (500), not 400")
 @pytest.mark.parametrize("proc_is_a_file,run_only", [(False, False), (True, False), (False, True)],
                          ids=["dev-tmp", "dev-tmp-proc", "run"])
 def test_an_image_with_trapped_mount_points_touches_no_host_file(daemon, sentinel_dir, proc_is_a_file, run_only):
@@ -130,6 +131,7 @@ def test_an_image_with_trapped_mount_points_touches_no_host_file(daemon, sentine
         assert sb.exec("echo ok").stdout == "ok\n"
 
 
+@pytest.mark.container_wall("a named pipe made on gVisor lives in its kernel only")
 def test_a_snapshot_of_trapped_files_copies_them_as_they_are(client, daemon, sentinel_dir):
     """Links to host paths, a fifo, and a socket in the sandbox: the capture copies them
     as entries (never follows or opens them) and does not hang on the fifo."""
@@ -159,6 +161,7 @@ def test_a_snapshot_of_trapped_files_copies_them_as_they_are(client, daemon, sen
         daemon.raw("DELETE", f"/v1/snapshots/{name}")
 
 
+@pytest.mark.container_wall("gVisor lets root inside kill PID 1 (the agent): the sandbox ends")
 def test_kill_minus_one_and_signals_stay_inside(client, daemon):
     victim = client.create(image="busybox")
     attacker = client.create(image="busybox")

@@ -4,7 +4,10 @@ import os
 import socket
 import time
 
+import pytest
 
+
+@pytest.mark.container_wall("on gVisor a fork bomb meets the host's limit on the sentry's threads and stubs, and the sandbox ends whole")
 def test_fork_bomb_stops_at_the_pids_limit(daemon):
     c = daemon.client()
     with c.create(image="busybox", resources={"pids": 64}) as bomb, c.create(image="busybox") as other:
@@ -31,6 +34,7 @@ def test_fork_bomb_stops_at_the_pids_limit(daemon):
         assert bomb.exec("ps -o comm | grep -c '^bomb' || true").stdout.strip() == "0"
 
 
+@pytest.mark.container_wall("on gVisor the host's OOM killer ends the sentry: the sandbox ends whole")
 def test_memory_bomb_is_killed_by_its_own_limit(daemon):
     c = daemon.client()
     with c.create(image="default", resources={"memory_mb": 64}) as sb:
@@ -57,6 +61,7 @@ def test_background_process_outlives_a_normal_exec(daemon):
         assert "sleep 1000" in sb.exec("ps -o args").stdout
 
 
+@pytest.mark.container_wall("on gVisor systrap's stub processes show on the host")
 def test_500_orphans_are_reaped_while_others_are_served(daemon):
     """500 children orphaned at once (their parents exit at once) are reparented to the
     sandbox's init and reaped there: no zombie is left, nothing of them shows on the host,

@@ -4,11 +4,16 @@ processes, and on the host it is the sandbox's mapped uid, never root."""
 import os
 import time
 
+import pytest
 
+
+@pytest.mark.container_wall("gVisor's /proc/PID/status has no CapAmb or NoNewPrivs lines")
 def test_a_user_command_has_no_capabilities_and_no_way_back(daemon, client):
     with client.create(image="default") as sb:
         probe = r"""
 import os
+
+import pytest
 st = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
 print(*(st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapAmb", "NoNewPrivs")))
 for f in (lambda: os.setuid(0), lambda: os.setgid(0), lambda: os.setgroups([0]), lambda: os.chown("/tmp", 0, 0)):
@@ -27,6 +32,7 @@ for f in (lambda: os.setuid(0), lambda: os.setgid(0), lambda: os.setgroups([0]),
         assert r.exit_code != 0 and "uid=0" not in r.stdout
 
 
+@pytest.mark.container_wall("gVisor (2024-07) lets every user read every process's /proc/PID/environ (docs/API.md, Isolation (gvisor))")
 def test_a_user_cannot_reach_roots_processes(daemon, client):
     with client.create(image="default") as sb:
         root = sb.processes.start(["sleep", "300"], env={"ROOTS_SECRET": "s3cret"}, user="root")
@@ -38,6 +44,7 @@ def test_a_user_cannot_reach_roots_processes(daemon, client):
         root.kill()
 
 
+@pytest.mark.container_wall("on gVisor every process of the sandbox is served by the sentry: no host process is the user's")
 def test_a_user_process_is_the_mapped_uid_on_the_host(daemon, client):
     with client.create(image="default") as sb:
         p = sb.processes.start(["sleep", "31337"], user="user")

@@ -22,13 +22,23 @@ nlohmann::json Mount(const std::string& dest, const std::string& type, const std
 
 }  // namespace
 
-nlohmann::json BundleSpec(const GvisorOptions& o, const StartSpec& spec, const std::string& netns) {
+// The type's limits as runsc reads them: it sizes gVisor's own memory by the limit, so that
+// its kernel, not the host's, ends a process that asks for more (the sandbox lives on).
+nlohmann::json Resources(const Limits& l) {
+  nlohmann::json r = nlohmann::json::object();
+  if (l.memory_bytes) r["memory"] = {{"limit", l.memory_bytes}};
+  if (l.cpus) r["cpu"] = {{"quota", 100000 * l.cpus}, {"period", 100000}};
+  if (l.pids) r["pids"] = {{"limit", l.pids}};
+  return r;
+}
+
+nlohmann::json BundleSpec(const GvisorOptions& o, const StartSpec& spec, const std::string& cgroup) {
   nlohmann::json caps = nlohmann::json::array();
   for (const char* c : kCaps) caps.push_back(c);
   // /tmp and /dev/shm hold half of the sandbox's memory at most, as on the container wall.
   const std::string tmp_size = "size=" + std::to_string(spec.limits.memory_bytes ? spec.limits.memory_bytes / 2 : 1ull << 30);
   nlohmann::json mounts = nlohmann::json::array({
-      Mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev"}),
+      Mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev", "hidepid=2"}),
       Mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}),
       Mount("/dev/pts", "devpts", "devpts", {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}),
       Mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", tmp_size}),
@@ -41,9 +51,10 @@ nlohmann::json BundleSpec(const GvisorOptions& o, const StartSpec& spec, const s
   // Disks: the host folders sbxd mounted for them.
   for (const auto& b : spec.binds) mounts.push_back(Mount(b.target, "bind", b.source, {"rbind", "rw", "nosuid", "nodev"}));
 
+  // No network namespace of runsc's making: the sandbox's sockets live in the one runsc
+  // runs in (runsc --network=host there).
   nlohmann::json ns = nlohmann::json::array(
       {{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}}, {{"type", "user"}}});
-  ns.push_back(netns.empty() ? nlohmann::json{{"type", "network"}} : nlohmann::json{{"type", "network"}, {"path", netns}});
   nlohmann::json map = nlohmann::json::array({{{"containerID", 0}, {"hostID", o.uid_base}, {"size", o.uid_count}}});
   const uint64_t nofile = o.max_open_files;
   return {
@@ -59,7 +70,8 @@ nlohmann::json BundleSpec(const GvisorOptions& o, const StartSpec& spec, const s
       {"root", {{"path", RootOf(spec.dir)}, {"readonly", false}}},
       {"hostname", spec.hostname},
       {"mounts", mounts},
-      {"linux", {{"namespaces", ns}, {"uidMappings", map}, {"gidMappings", map}}},
+      {"linux", {{"namespaces", ns}, {"uidMappings", map}, {"gidMappings", map}, {"cgroupsPath", cgroup},
+                 {"resources", Resources(spec.limits)}}},
   };
 }
 

@@ -22,10 +22,10 @@ inline std::string BundleOf(const std::string& dir) { return dir + "/bundle"; } 
 inline std::string NetnsOf(const std::string& dir) { return dir + "/netns"; }    // its network namespace
 
 // config.json for the sandbox `spec`: the agent (opts.agent_copy in opts.api_dir) as its
-// first process, running as root of the user mapping [0, uid_count) -> [uid_base, ...).
-// `netns`: the path of the network namespace runsc's netstack takes its link from
-// (empty: loopback only).
-nlohmann::json BundleSpec(const GvisorOptions& opts, const StartSpec& spec, const std::string& netns);
+// first process, running as root of the user mapping [0, uid_count) -> [uid_base, ...),
+// on the network namespace runsc runs in (NetnsOf). `cgroup`: the sandbox's cgroup (a path below each hierarchy's root),
+// made by sbxd with the same limits.
+nlohmann::json BundleSpec(const GvisorOptions& opts, const StartSpec& spec, const std::string& cgroup);
 
 // The agent's init.json (the part of the set-up runsc does not do).
 std::string AgentInit(const GvisorOptions& opts, const StartSpec& spec);

@@ -7,15 +7,19 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
-#include "agent/client.h"
+#include "agent/protocol.h"
 #include "base/fs.h"
 #include "base/log.h"
 #include "base/proc.h"
@@ -38,6 +42,18 @@ using gvisor::NetnsOf;
 using gvisor::RootOf;
 
 constexpr int kReadyTimeoutMs = 20000;
+// The host memory the sentry, its gofer and their page tables take beyond the memory they
+// give the sandbox: the cgroup holds the type's memory plus this. gVisor sizes its own
+// memory by the type's (runsc reads the limit from the bundle when it boots), so its
+// kernel ends a process that asks for more, and the sandbox lives on.
+constexpr uint64_t kSentryOverheadBytes = 192ull << 20;
+
+// Host processes and threads: the sentry's threads, and systrap's stub processes (one or
+// more per address space inside), several for each of the sandbox's processes. Past the
+// limit the sentry cannot go on and the sandbox ends whole.
+CgroupLimits HostLimits(const Limits& l) {
+  return {l.cpus, l.memory_bytes ? l.memory_bytes + kSentryOverheadBytes : 0, l.pids ? l.pids * 3 + 256 : 0};
+}
 
 // Dials the agent's socket through an O_PATH handle on its folder (/proc/self/fd/N/a.sock):
 // the host path may be longer than a socket address holds.
@@ -94,17 +110,27 @@ Status MountRoot(const StartSpec& spec) {
   return st;
 }
 
-// A new network namespace kept by a bind mount on `path` (as `ip netns add` does), made
-// from a thread of its own: namespaces are per thread.
+// A new network namespace with its loopback up, kept by a bind mount on `path` (as `ip
+// netns add` does), made from a thread of its own: namespaces are per thread.
 Status MakeNetns(const std::string& path) {
   int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoError("create " + path);
   ::close(fd);
   Status st = OkStatus();
   std::thread t([&] {
-    if (::unshare(CLONE_NEWNET) != 0)
+    if (::unshare(CLONE_NEWNET) != 0) {
       st = ErrnoError("make a network namespace");
-    else if (::mount("/proc/thread-self/ns/net", path.c_str(), nullptr, MS_BIND, nullptr) != 0)
+      return;
+    }
+    UniqueFd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    struct ifreq ifr = {};
+    std::strcpy(ifr.ifr_name, "lo");
+    if (!sock.valid() || ::ioctl(sock.get(), SIOCGIFFLAGS, &ifr) != 0 ||
+        (ifr.ifr_flags |= IFF_UP, ::ioctl(sock.get(), SIOCSIFFLAGS, &ifr) != 0)) {
+      st = ErrnoError("bring the sandbox's loopback up");
+      return;
+    }
+    if (::mount("/proc/thread-self/ns/net", path.c_str(), nullptr, MS_BIND, nullptr) != 0)
       st = ErrnoError("keep the network namespace at " + path);
   });
   t.join();
@@ -124,6 +150,7 @@ class GvisorRuntime : public Runtime {
   Capabilities Caps() const override {
     Capabilities c;
     c.freeze = true;                  // the cgroup freezer holds the sentry and its gofer
+    c.network = true;                 // the host's sockets in the sandbox's own namespace
     c.fast_capture = o_.disk_quotas;  // btrfs snapshots on the store
     return c;
   }
@@ -133,10 +160,15 @@ class GvisorRuntime : public Runtime {
   CgroupDir Cgroup(const std::string& id) const { return CgroupDir(mode_, Group(id), o_.cgroup_root); }
 
   // runsc with the options every call shares.
-  std::vector<std::string> Runsc(std::vector<std::string> args, bool network = false) const {
-    std::vector<std::string> argv = {o_.runsc,    "--root",       o_.state_dir, "--network", network ? "sandbox" : "none",
-                                     "--overlay2", "none",         "--host-uds", "all",       "--ignore-cgroups"};
+  // runsc with the options every call shares; with `netns`, run in that network namespace
+  // (nsenter: util-linux, on every Debian) on the host's network stack there.
+  // runsc 2024-07's own network stack cannot start on kernels that give every namespace
+  // /proc/sys/net/core/rmem_default (it takes any such namespace for the host's).
+  std::vector<std::string> Runsc(std::vector<std::string> args, const std::string& netns = "") const {
+    std::vector<std::string> argv = {o_.runsc,    "--root", o_.state_dir, "--network", netns.empty() ? "none" : "host",
+                                     "--overlay2", "none",   "--host-uds", "all"};
     if (!o_.platform.empty()) argv.insert(argv.begin() + 1, {"--platform", o_.platform});
+    if (!netns.empty()) argv.insert(argv.begin(), {"nsenter", "--net=" + netns, "--"});
     argv.insert(argv.end(), args.begin(), args.end());
     return argv;
   }
@@ -165,11 +197,12 @@ class GvisorRuntime : public Runtime {
     SBX_RETURN_IF_ERROR(cg.Kill());
     // What an earlier start of this sandbox left in runsc's record (a crash of sbxd).
     Release(spec.id, spec.dir);
-    SBX_RETURN_IF_ERROR(cg.Create({spec.limits.cpus, spec.limits.memory_bytes, spec.limits.pids}));
+    SBX_RETURN_IF_ERROR(cg.Create(HostLimits(spec.limits)));
     auto fail = [&](Error e) -> Result<Instance> {
       (void)cg.Kill();
       Release(spec.id, spec.dir);
       (void)cg.Remove();
+      RemoveOtherHierarchies(spec.id);
       return e.Wrap("starting sandbox " + spec.id);
     };
     if (auto st = MountRoot(spec); !st.ok()) return fail(st.error());
@@ -181,18 +214,19 @@ class GvisorRuntime : public Runtime {
     if (::chown(ctl.c_str(), o_.uid_base, o_.uid_base) != 0) return fail(ErrnoError("chown " + ctl));
     if (auto st = fs::WriteFile(ctl + "/init.json", gvisor::AgentInit(o_, spec), true, 0644); !st.ok())
       return fail(st.error());
-    std::string netns;
+    // The sandbox's network namespace: runsc runs in it, and the sandbox's sockets are
+    // the host kernel's sockets there (runsc --network=host), behind the link's rules.
+    const std::string netns = NetnsOf(spec.dir);
+    DropNetns(netns);
+    if (auto st = MakeNetns(netns); !st.ok()) return fail(st.error());
     if (spec.link) {
-      // runsc's netstack takes over the link it finds in this namespace at start.
-      netns = NetnsOf(spec.dir);
-      if (auto st = MakeNetns(netns); !st.ok()) return fail(st.error());
       UniqueFd ns(::open(netns.c_str(), O_RDONLY | O_CLOEXEC));
       if (!ns.valid()) return fail(ErrnoError("open " + netns));
       if (auto st = netlink::AttachVeth(*spec.link, ns.get()); !st.ok()) return fail(st.error());
     }
     const std::string bundle = BundleOf(spec.dir);
     if (auto st = fs::MkdirAll(bundle, 0700); !st.ok()) return fail(st.error());
-    if (auto st = fs::WriteFile(bundle + "/config.json", gvisor::BundleSpec(o_, spec, netns).dump(), true, 0600);
+    if (auto st = fs::WriteFile(bundle + "/config.json", gvisor::BundleSpec(o_, spec, "/" + Group(spec.id)).dump(), true, 0600);
         !st.ok())
       return fail(st.error());
     const std::string log = bundle + "/runsc.log", pid_file = bundle + "/pid";
@@ -200,11 +234,13 @@ class GvisorRuntime : public Runtime {
     (void)::unlink(pid_file.c_str());
     // runsc, and every process it leaves (the sentry, the gofer), in the sandbox's cgroup.
     auto ran = Reaper::Get().Run(
-        Runsc({"run", "--detach", "--bundle", bundle, "--pid-file", pid_file, spec.id}, spec.link.has_value()), "",
+        Runsc({"run", "--detach", "--bundle", bundle, "--pid-file", pid_file, spec.id}, netns), "",
         0, [&](pid_t pid) { return cg.AddProcess(pid); }, kReadyTimeoutMs, log);
     if (!ran.ok()) return fail(ran.error());
     if (ran->exit_code != 0)
       return fail(MakeError(Code::kInternal, "runsc could not start the sandbox: " + Tail(log)));
+    // runsc wrote the bundle's limits into the cgroup: the host's share comes on top.
+    if (auto st = cg.SetLimits(HostLimits(spec.limits)); !st.ok()) return fail(st.error());
     auto pid_text = fs::ReadFile(pid_file, 64);
     pid_t pid = pid_text.ok() ? static_cast<pid_t>(std::atoi(pid_text->c_str())) : 0;
     if (pid <= 0) return fail(MakeError(Code::kInternal, "runsc wrote no sandbox pid"));
@@ -232,8 +268,10 @@ class GvisorRuntime : public Runtime {
       auto r = Reaper::Get().Run(Runsc({"delete", "--force", id}), "", 0, nullptr, 10000, bundle + "/runsc.log");
       if (!r.ok()) SBX_LOG(kWarn) << "runsc delete " << id << ": " << r.error().message;
     }
+    // A plain unmount, so that the layers are free at once (a layer the collection removes
+    // next must not be held by a detached overlay); lazily only if something still holds it.
     const std::string root = RootOf(dir);
-    if (fs::IsMountPoint(root) && ::umount2(root.c_str(), MNT_DETACH) != 0)
+    if (fs::IsMountPoint(root) && ::umount2(root.c_str(), 0) != 0 && ::umount2(root.c_str(), MNT_DETACH) != 0)
       SBX_LOG(kWarn) << "unmount " << root << ": " << std::strerror(errno);
     DropNetns(NetnsOf(dir));
   }
@@ -243,11 +281,28 @@ class GvisorRuntime : public Runtime {
     SBX_RETURN_IF_ERROR(cg.Kill());
     if (const ProcessHandle* p = ProcessOf(inst); p && p->pidfd.valid()) proc::PidfdWait(p->pidfd.get(), 10000);
     Release(id, o_.sandboxes_dir + "/" + id);
-    return cg.Remove();
+    SBX_RETURN_IF_ERROR(cg.Remove());
+    RemoveOtherHierarchies(id);
+    return OkStatus();
   }
 
+  // runsc joins the sandbox's cgroup in every v1 hierarchy it knows (blkio, cpuset,
+  // devices...), beyond the four sbxd manages: those go too once the sandbox is empty.
+  void RemoveOtherHierarchies(const std::string& id) {
+    if (mode_ != CgroupMode::kV1) return;
+    auto hierarchies = fs::ListDir(o_.cgroup_root);
+    if (!hierarchies.ok()) return;
+    for (const auto& h : *hierarchies) {
+      std::string d = o_.cgroup_root + "/" + h + "/" + Group(id);
+      if (::rmdir(d.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR)
+        SBX_LOG(kWarn) << "remove " << d << ": " << std::strerror(errno);
+    }
+  }
+
+  // The host's limits only: gVisor's own memory stays what it booted with (a claimed
+  // pooled sandbox asking for more memory than its type gets the host's share only).
   Status UpdateLimits(const std::string& id, const Limits& l) override {
-    return Cgroup(id).SetLimits({l.cpus, l.memory_bytes, l.pids});
+    return Cgroup(id).SetLimits(HostLimits(l));
   }
   Status SetDiskLimit(const std::string& dir, uint64_t bytes) override {
     if (!o_.disk_quotas || bytes == 0) return OkStatus();
@@ -275,6 +330,7 @@ class GvisorRuntime : public Runtime {
     SBX_RETURN_IF_ERROR(cg.Kill());
     Release(id, dir);
     SBX_RETURN_IF_ERROR(cg.Remove());
+    RemoveOtherHierarchies(id);
     if (o_.disk_quotas) return RemoveLimitedDir(dir);
     return fs::RemoveTree(dir);
   }
@@ -305,10 +361,10 @@ class GvisorRuntime : public Runtime {
     return Usage{g.CpuUsageNs(), g.MemoryCurrent(), g.Pids().size()};
   }
 
-  // runsc's netstack takes the link it finds at start: a running sandbox cannot gain one.
-  Status AttachLink(const std::string& id, const Instance&, const NetLink&) override {
-    return MakeError(Code::kFailedPrecondition,
-                     "sandbox " + id + " runs on gVisor, whose network is set at start: stop and start it to apply");
+  Status AttachLink(const std::string& id, const Instance&, const NetLink& link) override {
+    UniqueFd ns(::open(NetnsOf(o_.sandboxes_dir + "/" + id).c_str(), O_RDONLY | O_CLOEXEC));
+    if (!ns.valid()) return ErrnoError("open the network namespace of sandbox " + id);
+    return netlink::AttachVeth(link, ns.get());
   }
   Status DetachLink(const NetLink& link, bool wait) override {
     return wait ? netlink::DeleteLink(link.host_if) : netlink::DeleteLinkLater(link.host_if);
