@@ -25,13 +25,12 @@
 #include "base/proc.h"
 #include "base/reaper.h"
 #include "base/scope_exit.h"
-#include "layers/layer_copy.h"
 #include "runtime/cgroup.h"
 #include "runtime/container/checkpoint.h"
 #include "runtime/container/user_ns.h"
 #include "runtime/netlink.h"
+#include "runtime/overlay_files.h"
 #include "runtime/process_handle.h"
-#include "runtime/quota.h"
 #include "runtime/runtime.h"
 #include "runtime/unix_dialer.h"
 
@@ -151,7 +150,7 @@ class ContainerRuntime : public Runtime {
  public:
   explicit ContainerRuntime(ContainerOptions o)
       : o_(std::move(o)), mode_(DetectCgroupMode(o_.cgroup_root)), owners_(o_.owner_base, o_.owner_count),
-        checkpoints_(&o_, mode_, &owners_) {}
+        checkpoints_(&o_, mode_, &owners_), files_(o_.disk_quotas, o_.uid_base) {}
   std::string Kind() const override { return "container"; }
 
   std::string Group(const std::string& id) const { return CgroupName(o_, id); }
@@ -159,23 +158,7 @@ class ContainerRuntime : public Runtime {
   // have their socket (still used when such a sandbox is adopted).
   std::string LegacySocket(const std::string& dir) const { return dir + "/ctl/a.sock"; }
 
-  Status Prepare(const StartSpec& spec) override {
-    if (o_.disk_quotas && ::access(spec.dir.c_str(), F_OK) != 0) {
-      // A subvolume of its own, limited to the sandbox's disk: its files can fill only it.
-      SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir.substr(0, spec.dir.rfind('/')), 0711));
-      SBX_RETURN_IF_ERROR(MakeLimitedDir(spec.dir, spec.limits.disk_bytes));
-    }
-    SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir, 0711));
-    for (const char* d : {"upper", "work"}) {
-      std::string p = spec.dir + "/" + d;
-      if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST)
-        return ErrnoError("mkdir " + p);
-      if (::chown(p.c_str(), o_.uid_base, o_.uid_base) != 0) return ErrnoError("chown " + p);
-    }
-    std::string root = spec.dir + "/root";
-    if (::mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("mkdir " + root);
-    return OkStatus();
-  }
+  Status Prepare(const StartSpec& spec) override { return files_.Prepare(spec); }
 
   Result<Instance> Start(const StartSpec& spec) override {
     if (mode_ == CgroupMode::kNone)
@@ -352,26 +335,12 @@ class ContainerRuntime : public Runtime {
     return checkpoints_.Restore(spec, dir);
   }
 
-  bool HasFiles(const std::string& dir) override { return fs::IsDir(dir + "/upper"); }
-
-  // On the store, a snapshot of the sandbox's subvolume (constant time; its layer is the
-  // snapshot's upper); else a copy of the overlay's upper folder, whiteouts and all.
+  bool HasFiles(const std::string& dir) override { return files_.Has(dir); }
   Result<Captured> CaptureFiles(const std::string& dir, const std::string& dst) override {
-    if (o_.disk_quotas) {
-      SBX_RETURN_IF_ERROR(SnapshotDir(dir, dst));
-      return Captured{"upper", std::nullopt};
-    }
-    SBX_ASSIGN_OR_RETURN(layers::CopyStats copied, layers::CopyTree(dir + "/upper", dst));
-    return Captured{"", copied.bytes};
+    return files_.Capture(dir, dst);
   }
-  Status RemoveLayer(const std::string& path) override {
-    return o_.disk_quotas ? RemoveLimitedDir(path) : fs::RemoveTree(path);
-  }
-
-  Status SetDiskLimit(const std::string& dir, uint64_t bytes) override {
-    if (!o_.disk_quotas || bytes == 0) return OkStatus();
-    return SetDirLimit(dir, bytes);
-  }
+  Status RemoveLayer(const std::string& path) override { return files_.RemoveLayer(path); }
+  Status SetDiskLimit(const std::string& dir, uint64_t bytes) override { return files_.SetLimit(dir, bytes); }
 
   Status UpdateLimits(const std::string& id, const Limits& l) override {
     return CgroupDir(mode_, Group(id), o_.cgroup_root).SetLimits({l.cpus, l.memory_bytes, l.pids});
@@ -387,8 +356,7 @@ class ContainerRuntime : public Runtime {
     CgroupDir cg(mode_, Group(id), o_.cgroup_root);
     SBX_RETURN_IF_ERROR(cg.Kill());
     SBX_RETURN_IF_ERROR(cg.Remove());
-    if (o_.disk_quotas) return RemoveLimitedDir(dir);
-    return fs::RemoveTree(dir);
+    return files_.RemoveDir(dir);
   }
 
   Result<Instance> Adopt(const StartSpec& spec, const std::string& saved_state, bool frozen) override {
@@ -453,6 +421,7 @@ class ContainerRuntime : public Runtime {
   CgroupMode mode_;
   NsOwners owners_;
   Checkpointer checkpoints_;
+  OverlayFiles files_;
 };
 
 }  // namespace

@@ -24,12 +24,11 @@
 #include "base/log.h"
 #include "base/proc.h"
 #include "base/reaper.h"
-#include "layers/layer_copy.h"
 #include "runtime/cgroup.h"
 #include "runtime/gvisor/bundle.h"
 #include "runtime/netlink.h"
 #include "runtime/process_handle.h"
-#include "runtime/quota.h"
+#include "runtime/overlay_files.h"
 #include "runtime/runtime.h"
 #include "runtime/unix_dialer.h"
 
@@ -144,7 +143,8 @@ void DropNetns(const std::string& path) {
 
 class GvisorRuntime : public Runtime {
  public:
-  explicit GvisorRuntime(GvisorOptions o) : o_(std::move(o)), mode_(DetectCgroupMode(o_.cgroup_root)) {}
+  explicit GvisorRuntime(GvisorOptions o)
+      : o_(std::move(o)), mode_(DetectCgroupMode(o_.cgroup_root)), files_(o_.disk_quotas, o_.uid_base) {}
   std::string Kind() const override { return "gvisor"; }
 
   Capabilities Caps() const override {
@@ -173,21 +173,7 @@ class GvisorRuntime : public Runtime {
     return argv;
   }
 
-  Status Prepare(const StartSpec& spec) override {
-    if (o_.disk_quotas && ::access(spec.dir.c_str(), F_OK) != 0) {
-      SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir.substr(0, spec.dir.rfind('/')), 0711));
-      SBX_RETURN_IF_ERROR(MakeLimitedDir(spec.dir, spec.limits.disk_bytes));
-    }
-    SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir, 0711));
-    for (const char* d : {"upper", "work"}) {
-      std::string p = spec.dir + "/" + d;
-      if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("mkdir " + p);
-      if (::chown(p.c_str(), o_.uid_base, o_.uid_base) != 0) return ErrnoError("chown " + p);
-    }
-    std::string root = RootOf(spec.dir);
-    if (::mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("mkdir " + root);
-    return OkStatus();
-  }
+  Status Prepare(const StartSpec& spec) override { return files_.Prepare(spec); }
 
   Result<Instance> Start(const StartSpec& spec) override {
     if (mode_ == CgroupMode::kNone)
@@ -304,23 +290,12 @@ class GvisorRuntime : public Runtime {
   Status UpdateLimits(const std::string& id, const Limits& l) override {
     return Cgroup(id).SetLimits(HostLimits(l));
   }
-  Status SetDiskLimit(const std::string& dir, uint64_t bytes) override {
-    if (!o_.disk_quotas || bytes == 0) return OkStatus();
-    return SetDirLimit(dir, bytes);
-  }
-
-  bool HasFiles(const std::string& dir) override { return fs::IsDir(dir + "/upper"); }
+  Status SetDiskLimit(const std::string& dir, uint64_t bytes) override { return files_.SetLimit(dir, bytes); }
+  bool HasFiles(const std::string& dir) override { return files_.Has(dir); }
   Result<Captured> CaptureFiles(const std::string& dir, const std::string& dst) override {
-    if (o_.disk_quotas) {
-      SBX_RETURN_IF_ERROR(SnapshotDir(dir, dst));
-      return Captured{"upper", std::nullopt};
-    }
-    SBX_ASSIGN_OR_RETURN(layers::CopyStats copied, layers::CopyTree(dir + "/upper", dst));
-    return Captured{"", copied.bytes};
+    return files_.Capture(dir, dst);
   }
-  Status RemoveLayer(const std::string& path) override {
-    return o_.disk_quotas ? RemoveLimitedDir(path) : fs::RemoveTree(path);
-  }
+  Status RemoveLayer(const std::string& path) override { return files_.RemoveLayer(path); }
 
   Status Freeze(const std::string& id) override { return Cgroup(id).Freeze(); }
   Status Thaw(const std::string& id) override { return Cgroup(id).Thaw(); }
@@ -331,8 +306,7 @@ class GvisorRuntime : public Runtime {
     Release(id, dir);
     SBX_RETURN_IF_ERROR(cg.Remove());
     RemoveOtherHierarchies(id);
-    if (o_.disk_quotas) return RemoveLimitedDir(dir);
-    return fs::RemoveTree(dir);
+    return files_.RemoveDir(dir);
   }
 
   Result<Instance> Adopt(const StartSpec& spec, const std::string& saved_state, bool frozen) override {
@@ -382,6 +356,7 @@ class GvisorRuntime : public Runtime {
  private:
   GvisorOptions o_;
   CgroupMode mode_;
+  OverlayFiles files_;
 };
 
 }  // namespace

@@ -1,0 +1,53 @@
+#include "runtime/overlay_files.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/fs.h"
+#include "layers/layer_copy.h"
+#include "runtime/quota.h"
+
+namespace sbx::runtime {
+
+Status OverlayFiles::Prepare(const StartSpec& spec) const {
+  if (quotas_ && ::access(spec.dir.c_str(), F_OK) != 0) {
+    // A subvolume of its own, limited to the sandbox's disk: its files can fill only it.
+    SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir.substr(0, spec.dir.rfind('/')), 0711));
+    SBX_RETURN_IF_ERROR(MakeLimitedDir(spec.dir, spec.limits.disk_bytes));
+  }
+  SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir, 0711));
+  for (const char* d : {"upper", "work"}) {
+    std::string p = spec.dir + "/" + d;
+    if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("mkdir " + p);
+    if (::chown(p.c_str(), root_uid_, root_uid_) != 0) return ErrnoError("chown " + p);
+  }
+  std::string root = spec.dir + "/root";
+  if (::mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("mkdir " + root);
+  return OkStatus();
+}
+
+bool OverlayFiles::Has(const std::string& dir) const { return fs::IsDir(dir + "/upper"); }
+
+Result<Runtime::Captured> OverlayFiles::Capture(const std::string& dir, const std::string& dst) const {
+  if (quotas_) {
+    SBX_RETURN_IF_ERROR(SnapshotDir(dir, dst));
+    return Runtime::Captured{"upper", std::nullopt};
+  }
+  SBX_ASSIGN_OR_RETURN(layers::CopyStats copied, layers::CopyTree(dir + "/upper", dst));
+  return Runtime::Captured{"", copied.bytes};
+}
+
+Status OverlayFiles::RemoveLayer(const std::string& path) const {
+  return quotas_ ? RemoveLimitedDir(path) : fs::RemoveTree(path);
+}
+
+Status OverlayFiles::SetLimit(const std::string& dir, uint64_t bytes) const {
+  if (!quotas_ || bytes == 0) return OkStatus();
+  return SetDirLimit(dir, bytes);
+}
+
+Status OverlayFiles::RemoveDir(const std::string& dir) const {
+  return quotas_ ? RemoveLimitedDir(dir) : fs::RemoveTree(dir);
+}
+
+}  // namespace sbx::runtime
