@@ -12,8 +12,6 @@ def test_a_user_command_has_no_capabilities_and_no_way_back(daemon, client):
     with client.create(image="default") as sb:
         probe = r"""
 import os
-
-import pytest
 st = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
 print(*(st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapAmb", "NoNewPrivs")))
 for f in (lambda: os.setuid(0), lambda: os.setgid(0), lambda: os.setgroups([0]), lambda: os.chown("/tmp", 0, 0)):

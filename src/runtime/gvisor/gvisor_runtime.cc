@@ -43,8 +43,9 @@ using gvisor::RootOf;
 constexpr int kReadyTimeoutMs = 20000;
 // The host memory the sentry, its gofer and their page tables take beyond the memory they
 // give the sandbox: the cgroup holds the type's memory plus this. gVisor sizes its own
-// memory by the type's (runsc reads the limit from the bundle when it boots), so its
-// kernel ends a process that asks for more, and the sandbox lives on.
+// memory by the type's (runsc reads the limit from the bundle when it boots: that is what
+// the sandbox's code sees); gVisor has no OOM killer of its own, so a sandbox that goes
+// past the host's limit is ended whole by the host's.
 constexpr uint64_t kSentryOverheadBytes = 192ull << 20;
 
 // Host processes and threads: the sentry's threads, and systrap's stub processes (one or
@@ -159,7 +160,6 @@ class GvisorRuntime : public Runtime {
   std::string Group(const std::string& id) const { return Parent() + "/" + id; }
   CgroupDir Cgroup(const std::string& id) const { return CgroupDir(mode_, Group(id), o_.cgroup_root); }
 
-  // runsc with the options every call shares.
   // runsc with the options every call shares; with `netns`, run in that network namespace
   // (nsenter: util-linux, on every Debian) on the host's network stack there.
   // runsc 2024-07's own network stack cannot start on kernels that give every namespace
