@@ -62,7 +62,7 @@ set +e
 /usr/bin/python3 -m pytest -p no:cacheprovider -q -ra "$ROOT/tests/integration" "$ROOT/tests/security" "$@"
 rc=$?
 # The gVisor wall's leg: a reduced set of the same tests with every daemon's sandboxes on
-# gVisor (about 10 minutes; docs/design.md says which files and why the rest are left out).
+# gVisor (about 5 minutes; docs/design.md says which files and why the rest are left out).
 if [ -z "$*" ]; then
   log "integration and security tests again, on the gVisor wall (a reduced set)"
   SBX_TEST_ISOLATION=gvisor /usr/bin/python3 -m pytest -p no:cacheprovider -q -ra \
