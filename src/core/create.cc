@@ -114,15 +114,6 @@ Result<SandboxView> SandboxManager::Create(const CreateRequest& asked) {
   CreateRequest req = asked;
   if (req.isolation.empty()) req.isolation = opts_.default_isolation;
   SBX_RETURN_IF_ERROR(ValidateCreate(req));
-  // A wall without a network (gVisor's, for now): loopback unless the create asks for more,
-  // which it cannot have.
-  if (!runtimes_->Find(req.isolation)->Caps().network) {
-    if (req.network.is_null()) req.network = {{"mode", "none"}};
-    auto rules = ValidateNetwork(req.network);
-    if (rules.ok() && rules->mode != "none")
-      return MakeError(Code::kInvalidArgument, "isolation \"" + req.isolation +
-                                                   "\" has no network on this sbxd yet: give network mode \"none\"");
-  }
   if (!req.from.empty()) {
     SBX_ASSIGN_OR_RETURN(auto snap, GetSnapshot(req.from));
     std::vector<std::string> layers = LayerPaths(snap.layers_json);

@@ -43,10 +43,8 @@ void SandboxManager::TeardownOne(const std::string& id) {
   // the delete waits neither for a large checkpoint nor for a restored agent that does
   // not answer.
   runtime::Instance inst;
-  // The sandbox's wall: its entry's, or its row's for one that recovery queued without
-  // an entry (a warm-pool sandbox found at start).
   runtime::Runtime* rt = runtimes_->layers();
-  if (auto row = store_->GetSandbox(id); row.ok() && *row) rt = &Rt(**row);
+  bool has_entry = false;
   storage::SandboxRecord rec;
   bool cancelled = false;
   {
@@ -54,6 +52,7 @@ void SandboxManager::TeardownOne(const std::string& id) {
     while (true) {
       EntryPtr e = table_.Deleting(id);
       if (e) rt = &Rt(e->rec);
+      has_entry = has_entry || e;
       if (!e || (!e->busy && e->captures == 0)) {
         if (e) {
           inst = e->inst;
@@ -73,6 +72,10 @@ void SandboxManager::TeardownOne(const std::string& id) {
       table_.WaitSettled(lock, std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
     }
   }
+  // One that recovery queued without an entry (a warm-pool sandbox found at start): its
+  // row says its wall.
+  if (!has_entry)
+    if (auto row = store_->GetSandbox(id); row.ok() && *row) rt = &Rt(**row);
   // The checkpoint goes before the sandbox's folder: a folder gone means all of it is.
   Status st = rt->Stop(id, inst);
   if (st.ok()) st = rt->DropCheckpoint(CheckpointDir(id));

@@ -77,7 +77,6 @@ struct Capabilities {
   bool hibernate_with_open_connections = false;
   bool fast_capture = false;      // CaptureFiles in constant time, whatever the files
   bool memory_snapshots = false;  // a template may keep the memory of its sandbox
-  bool network = false;           // a link to the host (network mode "outbound")
 };
 
 class Runtime {

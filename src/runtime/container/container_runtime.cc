@@ -316,7 +316,6 @@ class ContainerRuntime : public Runtime {
     c.freeze = true;
     c.hibernate = !o_.criu.empty();  // with a CRIU binary
     c.fast_capture = o_.disk_quotas;  // btrfs snapshots on the store
-    c.network = true;
     return c;
   }
 

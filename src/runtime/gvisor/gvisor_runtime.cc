@@ -94,7 +94,6 @@ Status MountRoot(const StartSpec& spec) {
     lower += (lower.empty() ? "" : ":") + std::filesystem::path(l).lexically_relative(spec.dir).string();
   const std::string opts = "lowerdir=" + lower + ",upperdir=upper,workdir=work,userxattr";
   const std::string root = RootOf(spec.dir);
-  if (fs::IsMountPoint(root)) (void)::umount2(root.c_str(), MNT_DETACH);
   Status st = OkStatus();
   std::thread t([&] {
     if (::unshare(CLONE_FS) != 0) {
@@ -137,8 +136,14 @@ Status MakeNetns(const std::string& path) {
   return st;
 }
 
+// Unmounts `path` if something is mounted there (EINVAL: nothing is).
+void Unmount(const std::string& path, int flags) {
+  if (::umount2(path.c_str(), flags) != 0 && errno != EINVAL && errno != ENOENT)
+    SBX_LOG(kWarn) << "unmount " << path << ": " << std::strerror(errno);
+}
+
 void DropNetns(const std::string& path) {
-  if (fs::IsMountPoint(path)) (void)::umount2(path.c_str(), MNT_DETACH);
+  Unmount(path, MNT_DETACH);
   (void)::unlink(path.c_str());
 }
 
@@ -151,7 +156,6 @@ class GvisorRuntime : public Runtime {
   Capabilities Caps() const override {
     Capabilities c;
     c.freeze = true;                  // the cgroup freezer holds the sentry and its gofer
-    c.network = true;                 // the host's sockets in the sandbox's own namespace
     c.fast_capture = o_.disk_quotas;  // btrfs snapshots on the store
     return c;
   }
@@ -203,7 +207,6 @@ class GvisorRuntime : public Runtime {
     // The sandbox's network namespace: runsc runs in it, and the sandbox's sockets are
     // the host kernel's sockets there (runsc --network=host), behind the link's rules.
     const std::string netns = NetnsOf(spec.dir);
-    DropNetns(netns);
     if (auto st = MakeNetns(netns); !st.ok()) return fail(st.error());
     if (spec.link) {
       UniqueFd ns(::open(netns.c_str(), O_RDONLY | O_CLOEXEC));
@@ -217,7 +220,6 @@ class GvisorRuntime : public Runtime {
       return fail(st.error());
     const std::string log = bundle + "/runsc.log", pid_file = bundle + "/pid";
     (void)::unlink(log.c_str());
-    (void)::unlink(pid_file.c_str());
     // runsc, and every process it leaves (the sentry, the gofer), in the sandbox's cgroup.
     auto ran = Reaper::Get().Run(
         Runsc({"run", "--detach", "--bundle", bundle, "--pid-file", pid_file, spec.id}, netns), "",
@@ -248,17 +250,19 @@ class GvisorRuntime : public Runtime {
   }
 
   // Ends what runsc keeps of the sandbox (its record, the root's mount, the namespace).
+  // Its pid file marks a record runsc still has: the delete runs once per start (Stop and
+  // Destroy both release; a start after a stop finds nothing left).
   void Release(const std::string& id, const std::string& dir) {
     const std::string bundle = BundleOf(dir);
-    if (fs::IsDir(bundle)) {
+    if (fs::Exists(bundle + "/pid")) {
       auto r = Reaper::Get().Run(Runsc({"delete", "--force", id}), "", 0, nullptr, 10000, bundle + "/runsc.log");
       if (!r.ok()) SBX_LOG(kWarn) << "runsc delete " << id << ": " << r.error().message;
+      (void)::unlink((bundle + "/pid").c_str());
     }
     // A plain unmount, so that the layers are free at once (a layer the collection removes
     // next must not be held by a detached overlay); lazily only if something still holds it.
     const std::string root = RootOf(dir);
-    if (fs::IsMountPoint(root) && ::umount2(root.c_str(), 0) != 0 && ::umount2(root.c_str(), MNT_DETACH) != 0)
-      SBX_LOG(kWarn) << "unmount " << root << ": " << std::strerror(errno);
+    if (::umount2(root.c_str(), 0) != 0 && errno == EBUSY) Unmount(root, MNT_DETACH);
     DropNetns(NetnsOf(dir));
   }
 
