@@ -78,6 +78,7 @@ struct Flags {
   // Sandboxes' networking (docs/network.md).
   std::string default_network = "outbound";
   std::string net_subnet = "10.250.0.0/16";
+  std::string net_subnet6 = "auto";  // auto: a unique local /64 made from net_subnet; none: IPv4 only
   std::string dns_upstream;  // empty: the first IPv4 nameserver of /etc/resolv.conf
   int64_t net_max_conns = 1024;
 };
@@ -111,7 +112,7 @@ void Usage() {
                "            [--max-connections N] [--max-sandbox-connections N]\n"
                "            [--small-body-limit BYTES] [--max-body BYTES]\n"
                "            [--default-network none|outbound] [--net-subnet CIDR] [--dns-upstream ADDR[:PORT]]\n"
-               "            [--net-max-conns N]\n");
+               "            [--net-subnet6 auto|none|CIDR] [--net-max-conns N]\n");
 }
 
 Result<std::unique_ptr<net::Network>> OpenNetwork(const Flags& f, const std::string& instance,
@@ -121,6 +122,13 @@ Result<std::unique_ptr<net::Network>> OpenNetwork(const Flags& f, const std::str
   auto subnet = net::Cidr::Parse(f.net_subnet);
   if (!subnet) return MakeError(Code::kInvalidArgument, "--net-subnet wants an IPv4 CIDR");
   o.subnet = *subnet;
+  if (f.net_subnet6 == "auto") {
+    o.subnet6 = net::DefaultSubnet6(*subnet);
+  } else if (f.net_subnet6 != "none") {
+    o.subnet6 = net::Cidr::Parse(f.net_subnet6);
+    if (!o.subnet6 || !o.subnet6->base.v6)
+      return MakeError(Code::kInvalidArgument, "--net-subnet6 wants auto, none or an IPv6 CIDR (a /64 to a /112)");
+  }
   SBX_ASSIGN_OR_RETURN(auto upstream, net::ParseUpstream(f.dns_upstream));
   o.upstream = upstream.first;
   o.upstream_port = upstream.second;
@@ -226,6 +234,7 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       else if (k == "default_isolation") f->default_isolation = v;
       else if (k == "default_network") f->default_network = v;
       else if (k == "net_subnet") f->net_subnet = v;
+      else if (k == "net_subnet6") f->net_subnet6 = v;
       else if (k == "dns_upstream") f->dns_upstream = v;
       else if (k == "net_max_conns") f->net_max_conns = std::stoll(v);
       else if (k == "uid_base") f->uid_base = std::stoll(v);
@@ -420,7 +429,9 @@ int Run(int argc, char** argv) {
   std::unique_ptr<net::Network> network;
   if (auto n = OpenNetwork(f, co.instance, data_dir); n.ok()) {
     network = std::move(*n);
-    SBX_LOG(kInfo) << "network: sandboxes in " << f.net_subnet << ", resolver on port " << network->resolver_port()
+    SBX_LOG(kInfo) << "network: sandboxes in " << f.net_subnet
+                   << (network->subnet6() ? " and " + network->subnet6()->ToString() : std::string(", IPv4 only"))
+                   << ", resolver on port " << network->resolver_port()
                    << ", default mode " << f.default_network;
   } else if (n.error().code == Code::kInvalidArgument) {
     return fail(n.error());  // a flag's value (--net-subnet, --dns-upstream) is wrong

@@ -11,7 +11,11 @@ Addresses inside the lab namespace (all on its loopback):
                    source (reads a byte count on a line, sends that many bytes)
     10.99.0.10     HTTP on a private address (reached only when a rule allows it)
     169.254.169.254 HTTP, standing in for cloud metadata (routed into the lab, never off the machine)
-The host's end of the link is 203.0.113.(4k+1); the lab's is 203.0.113.(4k+2).
+    2001:db8:100::10, 2001:db8:100::11  HTTP over IPv6, the "public" web server's addresses
+    fd99::10       HTTP on a private (unique local) IPv6 address
+    fd00:ec2::254  HTTP, standing in for IPv6 cloud metadata
+The host's end of the link is 203.0.113.(4k+1) and 2001:db8:ff:k::1; the lab's is
+203.0.113.(4k+2) and 2001:db8:ff:k::2.
 
 Run as a script inside the namespace it serves: `netlab.py serve DIR` (HTTP on every
 address above, DNS, each request logged to DIR/http.log and DIR/dns.log).
@@ -33,7 +37,11 @@ WEB = "198.51.100.10"
 DNS = "198.51.100.53"
 PRIVATE_WEB = "10.99.0.10"
 METADATA = "169.254.169.254"
-SERVED = (WEB, PRIVATE_WEB, METADATA)
+WEB6 = "2001:db8:100::10"
+WEB6_B = "2001:db8:100::11"
+PRIVATE_WEB6 = "fd99::10"
+METADATA6 = "fd00:ec2::254"
+SERVED = (WEB, PRIVATE_WEB, METADATA, WEB6, WEB6_B, PRIVATE_WEB6, METADATA6)
 
 
 def sh(*args, check=True):
@@ -47,7 +55,9 @@ class Lab:
         self.host_if, self.lab_if = f"sbxlh{n}", f"sbxli{n}"
         self.host_addr, self.lab_addr = f"203.0.113.{4 * n + 1}", f"203.0.113.{4 * n + 2}"
         self.dir = tempfile.mkdtemp(prefix="sbxlab-")
+        self.host_addr6, self.lab_addr6 = f"2001:db8:ff:{n:x}::1", f"2001:db8:ff:{n:x}::2"
         self.routes = [f"198.51.100.0/24", f"{METADATA}/32", "10.99.0.0/24"]
+        self.routes6 = ["2001:db8:100::/48", "fd99::/64", f"{METADATA6}/128"]
         self.proc = None
 
     def start(self):
@@ -55,17 +65,21 @@ class Lab:
         sh("ip", "netns", "add", self.ns)
         sh("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.lab_if, "netns", self.ns)
         sh("ip", "addr", "add", f"{self.host_addr}/30", "dev", self.host_if)
+        sh("ip", "addr", "add", f"{self.host_addr6}/64", "dev", self.host_if, "nodad")
         sh("ip", "link", "set", self.host_if, "up")
         ip = ["ip", "-n", self.ns]
         sh(*ip, "addr", "add", f"{self.lab_addr}/30", "dev", self.lab_if)
+        sh(*ip, "addr", "add", f"{self.lab_addr6}/64", "dev", self.lab_if, "nodad")
         sh(*ip, "link", "set", self.lab_if, "up")
         sh(*ip, "link", "set", "lo", "up")
         for a in (*SERVED, DNS):
-            sh(*ip, "addr", "add", f"{a}/32", "dev", "lo")
+            sh(*ip, "addr", "add", f"{a}/128" if ":" in a else f"{a}/32", "dev", "lo", *(["nodad"] * (":" in a)))
         # No default route: the lab answers only the host's end of its link (where
         # sandboxes' traffic comes from, masqueraded), and sends nothing anywhere else.
         for r in self.routes:
             sh("ip", "route", "replace", r, "via", self.lab_addr)
+        for r in self.routes6:
+            sh("ip", "-6", "route", "replace", r, "via", self.lab_addr6)
         self.set_records({})
         self.proc = subprocess.Popen(["ip", "netns", "exec", self.ns, sys.executable, os.path.abspath(__file__),
                                       "serve", self.dir], stdout=subprocess.DEVNULL, stderr=open(
@@ -80,7 +94,7 @@ class Lab:
         raise RuntimeError("lab servers did not start")
 
     def set_records(self, records):
-        """records: name -> list of IPv4 addresses (TTL 300), or {"a": [...], "ttl": N}."""
+        """records: name -> list of IPv4 addresses (TTL 300), or {"a": [...], "aaaa": [...], "ttl": N}."""
         tmp = os.path.join(self.dir, "records.json.tmp")
         with open(tmp, "w") as f:
             json.dump(records, f)
@@ -109,6 +123,8 @@ class Lab:
     def stop_namespace(self):
         for r in self.routes:
             sh("ip", "route", "del", r, check=False)
+        for r in self.routes6:
+            sh("ip", "-6", "route", "del", r, check=False)
         sh("ip", "link", "del", self.host_if, check=False)
         sh("ip", "netns", "del", self.ns, check=False)
 
@@ -132,6 +148,10 @@ class Server(ThreadingHTTPServer):
         # Not HTTPServer's: it looks its own name up in DNS.
         socketserver.TCPServer.server_bind(self)
         self.server_name, self.server_port = self.server_address[:2]
+
+
+class Server6(Server):
+    address_family = socket.AF_INET6
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -163,7 +183,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def dns_answer(query, records):
-    """A DNS answer to `query` from `records` (A records only; NXDOMAIN otherwise)."""
+    """A DNS answer to `query` from `records` (A and AAAA records; NXDOMAIN otherwise)."""
     qid, flags, qd = struct.unpack(">HHH", query[:6])
     at, labels = 12, []
     while query[at]:
@@ -182,6 +202,11 @@ def dns_answer(query, records):
     if entry is not None and qtype == 1:
         for a in entry.get("a", []):
             answers += b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, entry.get("ttl", 300), 4) + socket.inet_aton(a)
+            count += 1
+    if entry is not None and qtype == 28:
+        for a in entry.get("aaaa", []):
+            answers += (b"\xc0\x0c" + struct.pack(">HHIH", 28, 1, entry.get("ttl", 300), 16) +
+                        socket.inet_pton(socket.AF_INET6, a))
             count += 1
     header = struct.pack(">HHHHHH", qid, 0x8180 | rcode, 1, count, 0, 0)
     return name, header + question + answers
@@ -217,7 +242,7 @@ def serve(root):
     os.makedirs(os.path.join(root, "www"), exist_ok=True)
     servers = []
     for a in SERVED:
-        s = Server((a, 80), Handler)
+        s = (Server6 if ":" in a else Server)((a, 80), Handler)
         servers.append(s)
         threading.Thread(target=s.serve_forever, daemon=True).start()
     dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -40,13 +40,14 @@ json SandboxJson(const core::SandboxView& v) {
             {"cost_usd", v.cost_usd}};
   auto md = json::parse(r.metadata_json, nullptr, false);
   j["metadata"] = md.is_object() ? md : json::object();
-  // The rules as given (normalized), the address while it has a link, the bytes so far.
+  // The rules as given (normalized), the addresses while it has a link, the bytes so far.
   auto row = json::parse(r.network_json, nullptr, false);
   json net = {{"mode", "none"}, {"allow", json::array()}, {"deny", json::array()}};
   if (row.is_object())
     for (const char* k : {"mode", "allow", "deny"})
       if (row.contains(k)) net[k] = row[k];
   net["address"] = v.address.empty() ? json(nullptr) : json(v.address);
+  net["address6"] = v.address6.empty() ? json(nullptr) : json(v.address6);
   net["tx_bytes"] = v.tx_bytes;
   net["rx_bytes"] = v.rx_bytes;
   j["network"] = net;

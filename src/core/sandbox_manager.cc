@@ -80,7 +80,10 @@ SandboxView SandboxManager::View(const Entry& e) const {
   v.rec = e.rec;
   std::tie(v.billed_seconds, v.cost_usd) = metering_.Billed(e.rec);
   std::tie(v.tx_bytes, v.rx_bytes) = NetworkBytes(e);
-  if (auto link = LinkOfRow(e.rec)) v.address = net::Address::V4(link->sandbox).ToString();
+  if (auto link = LinkOfRow(e.rec)) {
+    v.address = net::Address::V4(link->sandbox).ToString();
+    if (link->has_v6) v.address6 = net::Address{true, link->sandbox6}.ToString();
+  }
   v.network_mbps = MbpsOf(e.rec);
   return v;
 }

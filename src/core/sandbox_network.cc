@@ -33,6 +33,16 @@ net::Rules RulesOfRow(const json& j) {
 
 int SlotOfRow(const json& j) { return j.contains("slot") && j["slot"].is_number_integer() ? j["slot"].get<int>() : 0; }
 
+runtime::NetLink RuntimeLink(const net::Network::Link& l) {
+  runtime::NetLink link{l.host_if, l.sandbox.v4(), l.gateway.v4(), 31};
+  if (l.sandbox6 && l.gateway6) {
+    link.has_v6 = true;
+    link.sandbox6 = l.sandbox6->bytes;
+    link.gateway6 = l.gateway6->bytes;
+  }
+  return link;
+}
+
 }  // namespace
 
 Result<net::Rules> SandboxManager::ValidateNetwork(const json& network) const {
@@ -53,15 +63,13 @@ std::optional<runtime::NetLink> SandboxManager::LinkOfRow(const SandboxRecord& r
   json j = RowNetwork(r);
   const int slot = SlotOfRow(j);
   if (slot == 0 || RulesOfRow(j).mode != "outbound") return std::nullopt;
-  net::Network::Link l = network_->LinkOf(slot);
-  return runtime::NetLink{l.host_if, l.sandbox.v4(), l.gateway.v4(), 31};
+  return RuntimeLink(network_->LinkOf(slot));
 }
 
 std::optional<runtime::NetLink> SandboxManager::HibernatedLink(const SandboxRecord& r) const {
   json j = RowNetwork(r);
   if (!network_ || !j.value("hibernated_link", false) || SlotOfRow(j) == 0) return std::nullopt;
-  net::Network::Link l = network_->LinkOf(SlotOfRow(j));
-  return runtime::NetLink{l.host_if, l.sandbox.v4(), l.gateway.v4(), 31};
+  return RuntimeLink(network_->LinkOf(SlotOfRow(j)));
 }
 
 void SandboxManager::MarkHibernatedLink(SandboxRecord* r, const std::optional<runtime::NetLink>& link) {

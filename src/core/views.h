@@ -28,9 +28,9 @@ struct SandboxView {
   storage::SandboxRecord rec;
   double billed_seconds = 0;
   double cost_usd = 0;
-  // Its network: its address while it has a link (else empty), and the bytes it sent
-  // and received through its links so far.
-  std::string address;
+  // Its network: its addresses while it has a link (else empty; IPv6 when sandboxes
+  // have it), and the bytes it sent and received through its links so far.
+  std::string address, address6;
   uint64_t tx_bytes = 0, rx_bytes = 0;
   int network_mbps = 0;  // its type's limit each way (0: none)
 };

@@ -32,6 +32,14 @@ std::string Elements(const std::vector<Cidr>& cidrs, bool v6) {
 
 std::string Quoted(const std::string& s) { return "\"" + s + "\""; }
 
+// The families a link's sets are kept for: each set's name suffix before its slot (IPv6
+// sets end "6_"), and its element type.
+std::vector<std::pair<const char*, const char*>> Families(bool v6) {
+  std::vector<std::pair<const char*, const char*>> f = {{"", "ipv4_addr"}};
+  if (v6) f.emplace_back("6_", "ipv6_addr");
+  return f;
+}
+
 // What a table's comment can carry: nft takes 128 characters at most, and a quote or
 // backslash would end or escape the string.
 bool Commentable(const std::string& s) {
@@ -110,28 +118,39 @@ Result<std::string> Firewall::Output(const std::string& cmds) {
 
 // A link's chain `sN` (its outbound traffic) and sets: allowN and denyN (the rules'
 // CIDRs), learnedN and refusedN (addresses the resolver answered for permitted and for
-// denied names, each with a timeout).
+// denied names, each with a timeout); with IPv6, the same sets for it (allow6_N, ...).
 std::string Firewall::LinkCommands(const LinkRules& l) const {
   const std::string t = "inet " + o_.table + " ";
   const std::string n = std::to_string(l.slot);
   const std::string chain = t + "s" + n;
+  const bool v6 = o_.subnet6 && l.sandbox6;
   std::ostringstream c;
   c << "add chain " << chain << "\n"
     << "flush chain " << chain << "\n";
-  for (const char* set : {"allow", "deny"}) {
-    c << "add set " << t << set << n << " { type ipv4_addr; flags interval; auto-merge; }\n"
-      << "flush set " << t << set << n << "\n";
+  for (const auto& [fam, type] : Families(v6)) {
+    for (const char* set : {"allow", "deny"}) {
+      c << "add set " << t << set << fam << n << " { type " << type << "; flags interval; auto-merge; }\n"
+        << "flush set " << t << set << fam << n << "\n";
+    }
+    for (const char* set : {"learned", "refused"}) {
+      c << "add set " << t << set << fam << n << " { type " << type << "; flags timeout; }\n"
+        << "flush set " << t << set << fam << n << "\n";
+    }
+    const bool is6 = *fam != '\0';
+    if (auto e = Elements(l.rules.allow_cidrs, is6); !e.empty()) c << "add element " << t << "allow" << fam << n << " { " << e << " }\n";
+    if (auto e = Elements(l.rules.deny_cidrs, is6); !e.empty()) c << "add element " << t << "deny" << fam << n << " { " << e << " }\n";
   }
-  for (const char* set : {"learned", "refused"}) {
-    c << "add set " << t << set << n << " { type ipv4_addr; flags timeout; }\n"
-      << "flush set " << t << set << n << "\n";
-  }
-  if (auto e = Elements(l.rules.allow_cidrs, false); !e.empty()) c << "add element " << t << "allow" << n << " { " << e << " }\n";
-  if (auto e = Elements(l.rules.deny_cidrs, false); !e.empty()) c << "add element " << t << "deny" << n << " { " << e << " }\n";
   auto rule = [&](const std::string& r) { c << "add rule " << chain << " " << r << "\n"; };
-  // Its own source address only; IPv4 only (a link has no IPv6 address yet).
+  // A destination check in each family the link has: `set` names a set of the link's
+  // ("deny") or, starting with '@', one of the table's ("@closed").
+  auto both = [&](const std::string& set, const std::string& verdict) {
+    const bool own = set[0] != '@';
+    rule("ip daddr @" + (own ? set + n : set.substr(1)) + " " + verdict);
+    if (v6) rule("ip6 daddr @" + (own ? set + "6_" + n : set.substr(1) + "6") + " " + verdict);
+  };
+  // Its own source addresses only (no IPv6 at all on a link without it).
   rule("ip saddr != " + l.sandbox.ToString() + " drop");
-  rule("meta nfproto ipv6 drop");
+  rule(v6 ? "ip6 saddr != " + l.sandbox6->ToString() + " drop" : "meta nfproto ipv6 drop");
   // The type's limit each way, policed by a token bucket that holds one second at that
   // rate (nftables' own): a burst passes at full speed, a sustained stream at the rate.
   const std::string limit = "limit rate over " + std::to_string(int64_t{l.mbps} * 125000) + " bytes/second drop";
@@ -140,23 +159,26 @@ std::string Firewall::LinkCommands(const LinkRules& l) const {
   if (l.rules.mode != "outbound") {
     rule("goto refuse");
   } else {
-    rule("ip daddr @closed goto refuse");
-    rule("ip daddr " + o_.subnet.ToString() + " goto refuse");  // other sandboxes, whatever `allow` says
-    rule("ip daddr @deny" + n + " goto refuse");
-    rule("ip daddr @refused" + n + " goto refuse");
+    both("@closed", "goto refuse");
+    // Other sandboxes, whatever `allow` says.
+    rule("ip daddr " + o_.subnet.ToString() + " goto refuse");
+    if (v6) rule("ip6 daddr " + o_.subnet6->ToString() + " goto refuse");
+    both("deny", "goto refuse");
+    both("refused", "goto refuse");
     if (o_.max_conns > 0) rule("ct state new ct count over " + std::to_string(o_.max_conns) + " goto refuse");
-    rule("ip daddr @allow" + n + " accept");
-    rule("ip daddr @private goto refuse");
+    both("allow", "accept");
+    both("@private", "goto refuse");
     if (l.rules.has_allow()) {
-      rule("ip daddr @learned" + n + " accept");
+      both("learned", "accept");
       rule("goto refuse");
     } else {
       rule("accept");
     }
   }
   c << "add element " << t << "links { " << Quoted(l.host_if) << " }\n"
-    << "add element " << t << "sources { " << Quoted(l.host_if) << " . " << l.sandbox.ToString() << " }\n"
-    << "add element " << t << "marks { " << Quoted(l.host_if) << " : " << (o_.mark_base | static_cast<uint32_t>(l.slot))
+    << "add element " << t << "sources { " << Quoted(l.host_if) << " . " << l.sandbox.ToString() << " }\n";
+  if (v6) c << "add element " << t << "sources6 { " << Quoted(l.host_if) << " . " << l.sandbox6->ToString() << " }\n";
+  c << "add element " << t << "marks { " << Quoted(l.host_if) << " : " << (o_.mark_base | static_cast<uint32_t>(l.slot))
     << " }\n"
     << "add element " << t << "out { " << Quoted(l.host_if) << " : jump s" << n << " }\n";
   if (l.mbps > 0) {
@@ -168,19 +190,23 @@ std::string Firewall::LinkCommands(const LinkRules& l) const {
   return c.str();
 }
 
-std::string Firewall::RemoveCommands(int slot, const std::string& host_if, const Address& sandbox, bool limited) const {
+std::string Firewall::RemoveCommands(int slot, const std::string& host_if, const Address& sandbox,
+                                     const std::optional<Address>& sandbox6, bool limited) const {
   const std::string t = "inet " + o_.table + " ";
   const std::string n = std::to_string(slot);
+  const bool v6 = o_.subnet6 && sandbox6;
   std::ostringstream c;
   c << "delete element " << t << "out { " << Quoted(host_if) << " }\n"
     << "delete element " << t << "links { " << Quoted(host_if) << " }\n"
     << "delete element " << t << "sources { " << Quoted(host_if) << " . " << sandbox.ToString() << " }\n"
     << "delete element " << t << "marks { " << Quoted(host_if) << " }\n";
+  if (v6) c << "delete element " << t << "sources6 { " << Quoted(host_if) << " . " << sandbox6->ToString() << " }\n";
   if (limited)
     c << "delete element " << t << "in { " << Quoted(host_if) << " }\nflush chain " << t << "d" << n
       << "\ndelete chain " << t << "d" << n << "\n";
   c << "flush chain " << t << "s" << n << "\ndelete chain " << t << "s" << n << "\n";
-  for (const char* set : {"allow", "deny", "learned", "refused"}) c << "delete set " << t << set << n << "\n";
+  for (const auto& [fam, type] : Families(v6))
+    for (const char* set : {"allow", "deny", "learned", "refused"}) c << "delete set " << t << set << fam << n << "\n";
   return c.str();
 }
 
@@ -203,7 +229,14 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     << "add set " << t << " closed { type ipv4_addr; flags interval; auto-merge; elements = { "
     << Elements(ClosedRanges(), false) << " } }\n"
     << "add set " << t << " private { type ipv4_addr; flags interval; auto-merge; elements = { "
-    << Elements(PrivateRanges(), false) << " } }\n"
+    << Elements(PrivateRanges(), false) << " } }\n";
+  if (o_.subnet6)
+    c << "add set " << t << " sources6 { type ifname . ipv6_addr; }\n"
+      << "add set " << t << " closed6 { type ipv6_addr; flags interval; auto-merge; elements = { "
+      << Elements(ClosedRanges(), true) << " } }\n"
+      << "add set " << t << " private6 { type ipv6_addr; flags interval; auto-merge; elements = { "
+      << Elements(PrivateRanges(), true) << " } }\n";
+  c
     << "add chain " << t << " refuse\n"
     << "add rule " << t << " refuse meta l4proto tcp reject with tcp reset\n"
     << "add rule " << t << " refuse reject with icmpx type admin-prohibited\n"
@@ -220,12 +253,21 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     // A link of this sbxd's that has no rules (should one ever exist) passes nothing.
     << "add rule " << t << " forward iifname " << Quoted(o_.link_prefix + "*") << " drop\n";
   // Any sbxd's links ("sx*") pass: each sbxd's own table judges them.
-  if (o_.forward_only_sandboxes) c << "add rule " << t << " forward iifname != \"sx*\" oifname != \"sx*\" drop\n";
+  if (o_.forward_only_sandboxes)
+    c << "add rule " << t << " forward meta nfproto ipv4 iifname != \"sx*\" oifname != \"sx*\" drop\n";
+  if (o_.subnet6 && o_.forward_only_sandboxes6)
+    c << "add rule " << t << " forward meta nfproto ipv6 iifname != \"sx*\" oifname != \"sx*\" drop\n";
+  // IPv6 neighbour discovery between a link's two ends (hop limit 255: never routed).
+  const std::string nd = "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept\n";
   // To the host: the resolver's port only, and that only from sandboxes.
   c << "add chain " << t << " input { type filter hook input priority filter; policy accept; }\n"
     // Its own source address only (whatever the host's rp_filter), at most kDnsConns
     // queries tracked at once per link, over UDP.
-    << "add rule " << t << " input iifname @links iifname . ip saddr != @sources drop\n"
+    << "add rule " << t << " input iifname @links iifname . ip saddr != @sources drop\n";
+  if (o_.subnet6)
+    c << "add rule " << t << " input iifname @links " << nd
+      << "add rule " << t << " input iifname @links iifname . ip6 saddr != @sources6 drop\n";
+  c
     << "add rule " << t << " input iifname @links udp dport " << port << " ct state new add @dns { iifname ct count over "
     << kDnsConns << " } goto refuse\n"
     << "add rule " << t << " input iifname @links udp dport " << port << " accept\n"
@@ -237,7 +279,12 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     << "add rule " << t << " input udp dport " << port << " drop\n"
     // Nothing from the host itself enters a sandbox but answers (the resolver's).
     << "add chain " << t << " output { type filter hook output priority filter; policy accept; }\n"
-    << "add rule " << t << " output oifname @links ct state established,related accept\n"
+    << "add rule " << t << " output oifname @links ct state established,related accept\n";
+  // Neighbour discovery; other multicast (the host's own listener reports) goes nowhere.
+  if (o_.subnet6)
+    c << "add rule " << t << " output oifname @links " << nd
+      << "add rule " << t << " output oifname @links ip6 daddr ff00::/8 drop\n";
+  c
     << "add rule " << t << " output oifname @links goto refuse\n"
     << "add rule " << t << " output oifname " << Quoted(o_.link_prefix + "*") << " goto refuse\n"
     // Every DNS query of a sandbox goes to the resolver, whatever server it names (over
@@ -250,6 +297,8 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     << "\n"
     << "add chain " << t << " postrouting { type nat hook postrouting priority srcnat; policy accept; }\n"
     << "add rule " << t << " postrouting ip saddr " << subnet << " oifname != @links masquerade\n";
+  if (o_.subnet6)
+    c << "add rule " << t << " postrouting ip6 saddr " << o_.subnet6->ToString() << " oifname != @links masquerade\n";
   for (const auto& l : links) c << LinkCommands(l);
   MutexLock lock(mu_);
   Status st = Run(c.str());
@@ -276,26 +325,34 @@ Status Firewall::Apply(const LinkRules& l) {
   return Run(LinkCommands(l));
 }
 
-Status Firewall::Remove(int slot, const std::string& host_if, const Address& sandbox, bool limited) {
+Status Firewall::Remove(int slot, const std::string& host_if, const Address& sandbox,
+                        const std::optional<Address>& sandbox6, bool limited) {
   MutexLock lock(mu_);
-  return Run(RemoveCommands(slot, host_if, sandbox, limited));
+  return Run(RemoveCommands(slot, host_if, sandbox, sandbox6, limited));
 }
 
 Status Firewall::Learn(int slot, const std::vector<std::pair<Address, uint32_t>>& addrs, bool deny, uint32_t min_ttl) {
-  const std::string set = "inet " + o_.table + " " + (deny ? "refused" : "learned") + std::to_string(slot);
-  std::map<std::string, uint32_t> ttls;  // one element per address, the longest TTL
-  for (const auto& [a, ttl] : addrs)
-    if (!a.v6) ttls[a.ToString()] = std::max({ttls[a.ToString()], ttl, min_ttl});
-  if (ttls.empty()) return OkStatus();
-  std::string plain, timed;
-  for (const auto& [a, ttl] : ttls) {
-    plain += (plain.empty() ? "" : ", ") + a;
-    timed += (timed.empty() ? "" : ", ") + a + " timeout " + std::to_string(ttl) + "s";
+  std::string cmds;
+  for (const bool v6 : {false, true}) {
+    if (v6 && !o_.subnet6) continue;  // no IPv6 packet of a sandbox's passes anyway
+    const std::string set = "inet " + o_.table + " " + (deny ? "refused" : "learned") + (v6 ? "6_" : "") +
+                            std::to_string(slot);
+    std::map<std::string, uint32_t> ttls;  // one element per address, the longest TTL
+    for (const auto& [a, ttl] : addrs)
+      if (a.v6 == v6) ttls[a.ToString()] = std::max({ttls[a.ToString()], ttl, min_ttl});
+    if (ttls.empty()) continue;
+    std::string plain, timed;
+    for (const auto& [a, ttl] : ttls) {
+      plain += (plain.empty() ? "" : ", ") + a;
+      timed += (timed.empty() ? "" : ", ") + a + " timeout " + std::to_string(ttl) + "s";
+    }
+    // An element already there keeps its old timeout on `add`: delete and add it again.
+    cmds += "add element " + set + " { " + plain + " }\ndelete element " + set + " { " + plain + " }\nadd element " +
+            set + " { " + timed + " }\n";
   }
-  // An element already there keeps its old timeout on `add`: delete and add it again.
+  if (cmds.empty()) return OkStatus();
   MutexLock lock(mu_);
-  return Run("add element " + set + " { " + plain + " }\ndelete element " + set + " { " + plain + " }\nadd element " +
-             set + " { " + timed + " }\n");
+  return Run(cmds);
 }
 
 Result<std::vector<std::string>> Firewall::DropOrphans() {

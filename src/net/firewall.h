@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,11 +28,13 @@ struct FirewallOptions {
   std::string link_prefix;  // every link of this sbxd is named so ("sx<tag>-")
   uint32_t mark_base = 0;   // a link's connections are marked mark_base | slot
   Cidr subnet;         // the sandboxes' addresses (IPv4)
+  std::optional<Cidr> subnet6;  // and IPv6 (none: no IPv6 packet of a sandbox's passes)
   uint16_t resolver_port = 0;  // where sbxd's resolver listens (any address of the host)
   int max_conns = 0;   // concurrent connections a sandbox may open (0: no cap)
   // The host forwarded nothing before sbxd turned forwarding on: forward nothing that is
   // not a sandbox's, as before.
   bool forward_only_sandboxes = false;
+  bool forward_only_sandboxes6 = false;  // the same for IPv6
   // The folder holding this sbxd's state: the table's comment ("<folder> pid <pid>"), so
   // that another sbxd can tell the table is an orphan once the folder and sbxd are gone.
   std::string owner;
@@ -42,6 +45,7 @@ struct LinkRules {
   int slot = 0;
   std::string host_if;
   Address sandbox;  // its address (IPv4)
+  std::optional<Address> sandbox6;  // and IPv6, when sandboxes have it
   Rules rules;
   int mbps = 0;  // each way (0: no limit)
 };
@@ -62,7 +66,8 @@ class Firewall {
   // Adds or replaces one link's chain and sets (its learned addresses are forgotten).
   Status Apply(const LinkRules& link);
   // Removes what Apply or Install made for a link (`limited`: it had a bandwidth limit).
-  Status Remove(int slot, const std::string& host_if, const Address& sandbox, bool limited);
+  Status Remove(int slot, const std::string& host_if, const Address& sandbox, const std::optional<Address>& sandbox6,
+                bool limited);
   // Addresses answered for a name: allowed (an allow-list sandbox may reach them) or
   // denied, each for its TTL (at least `min_ttl` seconds).
   Status Learn(int slot, const std::vector<std::pair<Address, uint32_t>>& addrs, bool deny, uint32_t min_ttl);
@@ -78,7 +83,8 @@ class Firewall {
 
  private:
   std::string LinkCommands(const LinkRules& l) const;
-  std::string RemoveCommands(int slot, const std::string& host_if, const Address& sandbox, bool limited) const;
+  std::string RemoveCommands(int slot, const std::string& host_if, const Address& sandbox,
+                             const std::optional<Address>& sandbox6, bool limited) const;
   Status Run(const std::string& cmds) SBX_REQUIRES(mu_);
   // Run, and what nft printed.
   Result<std::string> Output(const std::string& cmds) SBX_REQUIRES(mu_);

@@ -1,6 +1,7 @@
 #include "net/network.h"
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "base/fs.h"
@@ -15,23 +16,78 @@ constexpr uint32_t kMinLearnedTtl = 60;
 
 int SlotCount(const Cidr& subnet) { return 1 << (32 - subnet.prefix - 1); }
 
-}  // namespace
-
-Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& o) {
-  if (o.subnet.base.v6 || o.subnet.prefix < 16 || o.subnet.prefix > 24)
-    return MakeError(Code::kInvalidArgument, "the sandboxes' subnet must be an IPv4 /16 to /24");
-  if (o.upstream.v6) return MakeError(Code::kInvalidArgument, "the upstream resolver must be an IPv4 address");
-  std::unique_ptr<Network> n(new Network(o));
-  // Forwarding: on for the sandboxes. A host that forwarded nothing before sbxd first
-  // turned it on (remembered in the state folder, across restarts) forwards only theirs.
-  SBX_RETURN_IF_ERROR(fs::MkdirAll(o.state_dir, 0700));
-  const std::string was_file = o.state_dir + "/ip_forward-before";
-  const std::string sysctl = "/proc/sys/net/ipv4/ip_forward";
+// Whether the host forwarded none of a family's packets before sbxd first turned
+// forwarding on (remembered in `was_file`, across restarts).
+Result<bool> ForwardedNothingBefore(const std::string& was_file, const std::string& sysctl) {
   if (!fs::Exists(was_file)) {
     SBX_ASSIGN_OR_RETURN(std::string now, fs::ReadFile(sysctl));
     SBX_RETURN_IF_ERROR(fs::WriteFileAtomic(was_file, now.substr(0, 1) + "\n", 0600));
   }
   SBX_ASSIGN_OR_RETURN(std::string was, fs::ReadFile(was_file));
+  return was.rfind('0', 0) == 0;
+}
+
+// A host that takes its IPv6 default route from router advertisements stops hearing them
+// once it forwards (accept_ra 1 means "unless forwarding"), and would lose that route when
+// it expires: such interfaces get 2 ("even when forwarding"). Only those: any other link
+// (a container's, say) goes on ignoring advertisements, so it can never become the
+// host's router.
+void KeepRouterAdvertisements() {
+  constexpr unsigned long kDefault = 0x10000, kAddrconf = 0x40000;  // RTF_DEFAULT, RTF_ADDRCONF
+  std::ifstream in("/proc/net/ipv6_route");
+  std::set<std::string> devs;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream w(line);
+    std::string dst, dst_len, src, src_len, hop, metric, ref, use, flags, dev;
+    if (!(w >> dst >> dst_len >> src >> src_len >> hop >> metric >> ref >> use >> flags >> dev)) continue;
+    const unsigned long f = std::strtoul(flags.c_str(), nullptr, 16);
+    if ((f & kDefault) && (f & kAddrconf) && dev.find('/') == std::string::npos && dev != "." && dev != "..")
+      devs.insert(dev);
+  }
+  for (const auto& dev : devs) {
+    const std::string path = "/proc/sys/net/ipv6/conf/" + dev + "/accept_ra";
+    auto v = fs::ReadFile(path);
+    if (v.ok() && v->rfind('1', 0) == 0 && fs::WriteFile(path, "2", false).ok())
+      SBX_LOG(kInfo) << "network: " << dev << " takes the host's IPv6 default route from router advertisements: "
+                     << "accept_ra 2, so it keeps them while the host forwards for sandboxes";
+  }
+}
+
+}  // namespace
+
+Cidr DefaultSubnet6(const Cidr& v4) {
+  Cidr c;
+  c.base.v6 = true;
+  c.base.bytes[0] = 0xfd;
+  c.base.bytes[1] = 0x5b;
+  for (int i = 0; i < 4; ++i) c.base.bytes[2 + i] = v4.base.bytes[i];
+  c.prefix = 64;
+  return c;
+}
+
+Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& opts) {
+  NetworkOptions o = opts;
+  if (o.subnet.base.v6 || o.subnet.prefix < 16 || o.subnet.prefix > 24)
+    return MakeError(Code::kInvalidArgument, "the sandboxes' subnet must be an IPv4 /16 to /24");
+  if (o.subnet6 && (!o.subnet6->base.v6 || o.subnet6->prefix < 64 || o.subnet6->prefix > 112))
+    return MakeError(Code::kInvalidArgument, "the sandboxes' IPv6 subnet must be an IPv6 /64 to /112");
+  if (o.upstream.v6) return MakeError(Code::kInvalidArgument, "the upstream resolver must be an IPv4 address");
+  const std::string sysctl6 = "/proc/sys/net/ipv6/conf/all/forwarding";
+  if (o.subnet6 && !fs::Exists(sysctl6)) {
+    SBX_LOG(kWarn) << "network: this host has no IPv6: sandboxes reach out over IPv4 only";
+    o.subnet6.reset();
+  }
+  std::unique_ptr<Network> n(new Network(o));
+  // Forwarding: on for the sandboxes. A host that forwarded nothing of a family before
+  // sbxd first turned it on forwards only theirs.
+  SBX_RETURN_IF_ERROR(fs::MkdirAll(o.state_dir, 0700));
+  const std::string sysctl = "/proc/sys/net/ipv4/ip_forward";
+  SBX_ASSIGN_OR_RETURN(bool only4, ForwardedNothingBefore(o.state_dir + "/ip_forward-before", sysctl));
+  bool only6 = false;
+  if (o.subnet6) {
+    SBX_ASSIGN_OR_RETURN(only6, ForwardedNothingBefore(o.state_dir + "/ip6_forward-before", sysctl6));
+    if (only6) KeepRouterAdvertisements();
+  }
 
   Network* self = n.get();
   n->resolver_ = std::make_unique<Resolver>(
@@ -46,9 +102,11 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& o) {
   fo.link_prefix = "sx" + o.tag.substr(0, 5) + "-";
   fo.mark_base = static_cast<uint32_t>(std::stoul(o.tag.substr(0, 2), nullptr, 16)) << 24;
   fo.subnet = o.subnet;
+  fo.subnet6 = o.subnet6;
   fo.resolver_port = n->resolver_port_;
   fo.max_conns = o.max_conns;
-  fo.forward_only_sandboxes = was.rfind('0', 0) == 0;
+  fo.forward_only_sandboxes = only4;
+  fo.forward_only_sandboxes6 = only6;
   fo.owner = o.state_dir;
   n->firewall_ = std::make_unique<Firewall>(fo);
   if (auto gone = n->firewall_->DropOrphans(); !gone.ok()) {
@@ -61,6 +119,7 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& o) {
   // at Install; only a host without it gets the empty one here.)
   SBX_RETURN_IF_ERROR(n->firewall_->InstallIfAbsent());
   SBX_RETURN_IF_ERROR(fs::WriteFile(sysctl, "1", false));
+  if (o.subnet6) SBX_RETURN_IF_ERROR(fs::WriteFile(sysctl6, "1", false));
   return n;
 }
 
@@ -107,6 +166,16 @@ Network::Link Network::LinkOf(int slot) const {
   const uint32_t base = o_.subnet.base.v4();
   l.gateway = Address::V4(base + 2 * static_cast<uint32_t>(slot));
   l.sandbox = Address::V4(base + 2 * static_cast<uint32_t>(slot) + 1);
+  if (o_.subnet6) {
+    // The subnet's last 16 bits are its hosts' (a /112 at most); 2 * slot + 1 fits them.
+    for (int i : {0, 1}) {
+      Address a = o_.subnet6->base;
+      const unsigned v = 2 * static_cast<unsigned>(slot) + static_cast<unsigned>(i);
+      a.bytes[14] = static_cast<uint8_t>(v >> 8);
+      a.bytes[15] = static_cast<uint8_t>(v);
+      (i == 0 ? l.gateway6 : l.sandbox6) = a;
+    }
+  }
   return l;
 }
 
@@ -151,6 +220,7 @@ LinkRules Network::RulesOf(const Entry& e) const {
   l.slot = e.slot;
   l.host_if = LinkOf(e.slot).host_if;
   l.sandbox = LinkOf(e.slot).sandbox;
+  l.sandbox6 = LinkOf(e.slot).sandbox6;
   l.rules = e.rules;
   l.mbps = e.mbps;
   return l;
@@ -184,7 +254,7 @@ Status Network::Remove(const std::string& id, int slot) {
     installed = it->second;
   }
   const Link l = LinkOf(slot);
-  SBX_RETURN_IF_ERROR(firewall_->Remove(slot, l.host_if, l.sandbox, installed.mbps > 0));
+  SBX_RETURN_IF_ERROR(firewall_->Remove(slot, l.host_if, l.sandbox, l.sandbox6, installed.mbps > 0));
   {
     MutexLock lock(mu_);
     rules_.erase(slot);

@@ -1,5 +1,6 @@
 // Sandboxes' networking on this host, whatever their wall: their addresses (a slot each in
-// sbxd's subnet: a /31 whose lower address is the host's end), the firewall that holds
+// sbxd's subnet: a /31 whose lower address is the host's end, and the same in its IPv6
+// subnet as a /127), the firewall that holds
 // their rules and sbxd's resolver. A wall makes the link itself (runtime/netlink.h for a
 // veth) from the addresses given here; core keeps each sandbox's slot and rules in its row.
 #pragma once
@@ -22,12 +23,20 @@ namespace sbx::net {
 struct NetworkOptions {
   std::string tag;  // a few hex digits unique to this sbxd on the host (its links' and table's names)
   Cidr subnet;      // IPv4, a /16 to a /24
+  // IPv6, a /64 to a /112 (none: sandboxes reach out over IPv4 only). Turned off when the
+  // host has no IPv6.
+  std::optional<Cidr> subnet6;
   Address upstream;  // where the resolver asks (IPv4)
   uint16_t upstream_port = 53;
   uint16_t resolver_port = 0;  // 0: any free port
   int max_conns = 0;
   std::string state_dir;  // where what sbxd changed on the host is remembered
 };
+
+// The IPv6 subnet that goes with an IPv4 one when none is given: a unique local /64 made
+// from its base (10.250.0.0/16: fd5b:afa:0::/64), so that sbxds on one host with
+// different IPv4 subnets never share one.
+Cidr DefaultSubnet6(const Cidr& v4);
 
 // Where the resolver asks: `flag` as ADDR[:PORT] (IPv4), or when empty the first IPv4
 // nameserver of the host's /etc/resolv.conf (sbxd asks from the host, so a loopback
@@ -43,11 +52,13 @@ class Network {
     int slot = 0;
     std::string host_if;
     Address sandbox, gateway;
+    std::optional<Address> sandbox6, gateway6;  // when sandboxes have IPv6
   };
   Link LinkOf(int slot) const;
   // The resolver's address in every sandbox (any address on port 53 reaches it too).
   Address resolver_address() const;
   uint16_t resolver_port() const { return resolver_port_; }
+  const std::optional<Cidr>& subnet6() const { return o_.subnet6; }
 
   // A free slot for sandbox `id` (kResourceExhausted when the subnet is full); Hold
   // takes a slot that a row names again (sbxd's start).

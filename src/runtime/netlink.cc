@@ -110,34 +110,57 @@ Status SetUp(int fd, int index, const std::string& what) {
   return Call(fd, m, what);
 }
 
-Status AddAddress(int fd, int index, uint32_t addr, int prefix, const std::string& what) {
+// An address on a link: IPv4 (4 bytes) or IPv6 (16, used at once: no duplicate
+// address detection on a point-to-point link whose other end is ours).
+Status AddAddress(int fd, int index, int family, const void* addr, int prefix, const std::string& what) {
   struct ifaddrmsg ifa = {};
-  ifa.ifa_family = AF_INET;
+  ifa.ifa_family = static_cast<unsigned char>(family);
   ifa.ifa_prefixlen = static_cast<unsigned char>(prefix);
   ifa.ifa_index = static_cast<unsigned>(index);
+  if (family == AF_INET6) ifa.ifa_flags = IFA_F_NODAD;
   Msg m(RTM_NEWADDR, NLM_F_CREATE | NLM_F_REPLACE, &ifa, sizeof ifa);
-  uint32_t local = htonl(addr);
-  m.Attr(IFA_LOCAL, &local, 4);
-  m.Attr(IFA_ADDRESS, &local, 4);
+  if (family == AF_INET) {
+    m.Attr(IFA_LOCAL, addr, 4);
+    m.Attr(IFA_ADDRESS, addr, 4);
+  } else {
+    m.Attr(IFA_ADDRESS, addr, 16);
+  }
   return Call(fd, m, what);
 }
 
-Status AddDefaultRoute(int fd, int index, uint32_t gateway) {
+Status AddAddress4(int fd, int index, uint32_t host_order, int prefix, const std::string& what) {
+  const uint32_t addr = htonl(host_order);
+  return AddAddress(fd, index, AF_INET, &addr, prefix, what);
+}
+
+Status AddDefaultRoute(int fd, int index, int family, const void* gateway) {
   struct rtmsg rt = {};
-  rt.rtm_family = AF_INET;
+  rt.rtm_family = static_cast<unsigned char>(family);
   rt.rtm_table = RT_TABLE_MAIN;
   rt.rtm_protocol = RTPROT_BOOT;
   rt.rtm_scope = RT_SCOPE_UNIVERSE;
   rt.rtm_type = RTN_UNICAST;
   Msg m(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, &rt, sizeof rt);
-  uint32_t gw = htonl(gateway);
-  m.Attr(RTA_GATEWAY, &gw, 4);
+  m.Attr(RTA_GATEWAY, gateway, family == AF_INET ? 4 : 16);
   m.U32(RTA_OIF, static_cast<uint32_t>(index));
-  return Call(fd, m, "add the sandbox's default route");
+  return Call(fd, m, family == AF_INET ? "add the sandbox's default route" : "add the sandbox's IPv6 default route");
 }
 
 Status WriteSysctl(const std::string& path, const std::string& value) {
   return fs::WriteFile(path, value, false);
+}
+
+// IPv6 on one end of a link (this thread's network namespace): off, or on with its
+// address given (no router advertisements heard: the other end is ours).
+Status ConfigureIpv6(const std::string& ifname, bool on) {
+  const std::string conf = "/proc/sys/net/ipv6/conf/" + ifname + "/";
+  if (!on) {
+    (void)WriteSysctl(conf + "disable_ipv6", "1");  // a host without IPv6 has no such file
+    return OkStatus();
+  }
+  SBX_RETURN_IF_ERROR(WriteSysctl(conf + "accept_ra", "0"));
+  SBX_RETURN_IF_ERROR(WriteSysctl(conf + "autoconf", "0"));
+  return WriteSysctl(conf + "disable_ipv6", "0");
 }
 
 Status ConfigureInside(const NetLink& link, int netns_fd) {
@@ -159,10 +182,14 @@ Status ConfigureInside(const NetLink& link, int netns_fd) {
       return;
     }
     // /proc/sys/net is the opening thread's namespace's.
-    (void)WriteSysctl("/proc/sys/net/ipv6/conf/eth0/disable_ipv6", "1");
-    result = AddAddress(fd->get(), index, link.sandbox, link.prefix, "address the sandbox's eth0");
+    result = ConfigureIpv6("eth0", link.has_v6);
+    if (result.ok()) result = AddAddress4(fd->get(), index, link.sandbox, link.prefix, "address the sandbox's eth0");
+    if (result.ok() && link.has_v6)
+      result = AddAddress(fd->get(), index, AF_INET6, link.sandbox6.data(), 127, "address the sandbox's eth0 (IPv6)");
     if (result.ok()) result = SetUp(fd->get(), index, "bring the sandbox's eth0 up");
-    if (result.ok()) result = AddDefaultRoute(fd->get(), index, link.gateway);
+    const uint32_t gateway = htonl(link.gateway);
+    if (result.ok()) result = AddDefaultRoute(fd->get(), index, AF_INET, &gateway);
+    if (result.ok() && link.has_v6) result = AddDefaultRoute(fd->get(), index, AF_INET6, link.gateway6.data());
   });
   t.join();
   return result;
@@ -220,14 +247,16 @@ Status DeleteLinkLater(const std::string& host_if) {
 }
 
 Status ConfigureHostEnd(const NetLink& link) {
-  const std::string conf = "/proc/sys/net/ipv6/conf/" + link.host_if + "/disable_ipv6";
-  (void)WriteSysctl(conf, "1");
-  // Strict reverse-path filtering: a packet from the sandbox's end must come from its address.
+  SBX_RETURN_IF_ERROR(ConfigureIpv6(link.host_if, link.has_v6));
+  // Strict reverse-path filtering: a packet from the sandbox's end must come from its
+  // address (for IPv6, the firewall checks it).
   SBX_RETURN_IF_ERROR(WriteSysctl("/proc/sys/net/ipv4/conf/" + link.host_if + "/rp_filter", "1"));
   SBX_ASSIGN_OR_RETURN(UniqueFd fd, Open());
   int index = static_cast<int>(::if_nametoindex(link.host_if.c_str()));
   if (index == 0) return ErrnoError("find link " + link.host_if);
-  SBX_RETURN_IF_ERROR(AddAddress(fd.get(), index, link.gateway, link.prefix, "address " + link.host_if));
+  SBX_RETURN_IF_ERROR(AddAddress4(fd.get(), index, link.gateway, link.prefix, "address " + link.host_if));
+  if (link.has_v6)
+    SBX_RETURN_IF_ERROR(AddAddress(fd.get(), index, AF_INET6, link.gateway6.data(), 127, "address " + link.host_if + " (IPv6)"));
   return SetUp(fd.get(), index, "bring " + link.host_if + " up");
 }
 

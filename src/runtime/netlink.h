@@ -1,7 +1,7 @@
 // A sandbox's link to the host, made with rtnetlink: a veth pair whose inner end is the
-// sandbox's `eth0` (a point-to-point /31 with the host's end as its gateway). For walls
-// whose sandbox has a network namespace of its own (the container; gVisor's netstack sits
-// behind one too).
+// sandbox's `eth0` (a point-to-point /31, and a /127 with IPv6, with the host's end as its
+// gateway). For walls whose sandbox has a network namespace of its own (the container;
+// gVisor's netstack sits behind one too).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@
 namespace sbx::runtime::netlink {
 
 // Creates the pair with its inner end, `eth0`, in the network namespace `netns_fd`, and
-// configures both ends (addresses, up, the sandbox's default route; no IPv6 on either).
+// configures both ends (addresses, up, the sandbox's default routes; IPv6 only if the link has it).
 // A leftover link of the same host name (a namespace still being torn down) is replaced.
 Status AttachVeth(const NetLink& link, int netns_fd);
 // Creates the pair with both ends on the host, the inner one named `peer`, for CRIU's

@@ -6,6 +6,8 @@
 
 #include <sys/types.h>
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,12 +33,15 @@ struct Bind {
 };
 
 // A sandbox's link to the host (IPv4 addresses in host byte order): the host's end
-// `host_if` with `gateway`, the sandbox's `eth0` with `sandbox`, a point-to-point /31.
+// `host_if` with `gateway`, the sandbox's `eth0` with `sandbox`, a point-to-point /31;
+// with IPv6 (`has_v6`), the same pair as a /127 (network byte order).
 struct NetLink {
   std::string host_if;
   uint32_t sandbox = 0;
   uint32_t gateway = 0;
   int prefix = 31;
+  bool has_v6 = false;
+  std::array<uint8_t, 16> sandbox6{}, gateway6{};
 };
 
 // Bytes through a sandbox's link, as the sandbox sees them.

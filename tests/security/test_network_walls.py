@@ -1,7 +1,8 @@
 """The walls every sandbox with a network has, whatever its rules: the host (its
 addresses, its loopback services, sbxd's API), cloud metadata, other sandboxes and
-private ranges stay out of reach; no raw sockets, no other source address, no IPv6 route.
+private ranges stay out of reach, over IPv4 and IPv6; no raw sockets, no other source address.
 Against the lab network of tests/netlab.py only (nothing leaves this machine)."""
+import ipaddress
 import json
 import socket
 import threading
@@ -134,10 +135,11 @@ print(struct.unpack("i", s.recv(4096)[16:20])[0])
         assert b.exec(["python3", "-c", code]).stdout.strip() in ("-1", "-13")  # EPERM (gVisor: EACCES)
 
 
-def test_no_raw_sockets_no_spoofing_no_ipv6(c):
+def test_no_raw_sockets_no_spoofing(c, net_lab):
     code = r"""
-import socket
+import socket, sys
 for fam, kind, proto in ((socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW),
+                         (socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW),
                          (socket.AF_PACKET, socket.SOCK_RAW, 0)):
     try:
         socket.socket(fam, kind, proto)
@@ -151,16 +153,53 @@ try:
     print("transparent")
 except OSError:
     print("refused")
+# IPv6 from an address that is not the sandbox's (IPV6_FREEBIND binds any address without
+# a privilege): the link drops it, so the connection never opens.
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+s.settimeout(3)
 try:
-    socket.create_connection(("2001:db8::1", 80), timeout=2)
-    print("v6")
-except OSError as e:
-    print("no-v6")
+    s.setsockopt(socket.IPPROTO_IPV6, 78, 1)  # IPV6_FREEBIND
+    s.bind((sys.argv[1], 0))
+    s.connect((sys.argv[2], 80))
+    print("spoofed")
+except OSError:
+    print("refused")
 """
+    seen = len(net_lab.http_log())
     with c.create(image="default") as sb:
-        r = sb.exec(["python3", "-c", code])
+        r = sb.exec(["python3", "-c", code, net_lab.lab_addr6.replace("::2", "::99"), netlab.WEB6])
         out = r.stdout.split() + [r.stderr[-300:]] * bool(r.exit_code)
-        assert out == ["refused", "refused", "refused", "no-v6"], out
+        assert out == ["refused"] * 5, out
+    assert net_lab.lab_addr6.replace("::2", "::99") not in net_lab.http_log()[seen:]
+
+
+def test_ipv6_host_metadata_private_ranges_and_other_sandboxes_are_closed(c, net_daemon, net_lab):
+    any_host = Listener("::")
+    loop = Listener("::1")
+    try:
+        # Whatever the rules allow, even every IPv6 address: the host and metadata stay closed.
+        with c.create(image="default", network={"allow": ["::/0", "fd00:ec2::/32", "fe80::/10"]}) as sb, \
+                c.create(image="default") as other:
+            addr6 = sb.network["address6"]
+            gateway6 = str(ipaddress.IPv6Address(addr6) - 1)  # the host's end: the even address below
+            other.exec("nohup python3 -m http.server 8000 --bind :: >/dev/null 2>&1 &")
+            other.exec("for i in $(seq 50); do python3 -c 'import socket; socket.create_connection((\"::1\", 8000), 1)' "
+                       "&& break; sleep 0.1; done")
+            targets = [f"[{net_lab.host_addr6}]:{any_host.port}", f"[{gateway6}]:{any_host.port}",
+                       f"[{gateway6}]:{net_daemon.port}", f"[{netlab.METADATA6}]:80", f"[::1]:{loop.port}",
+                       f"[{other.network['address6']}]:8000", f"[{netlab.PRIVATE_WEB6}]:80", f"[{netlab.WEB6}]:80"]
+            got = connects(sb, *targets)
+            assert got.pop(f"[{netlab.WEB6}]:80") == "connected"  # the rules are not the wall
+            # A private range is reached only when an `allow` CIDR names it: ::/0 does.
+            assert got.pop(f"[{netlab.PRIVATE_WEB6}]:80") == "connected"
+            assert all(v.startswith("ERR") for v in got.values()), got
+        with c.create(image="default") as sb:
+            got = connects(sb, f"[{netlab.PRIVATE_WEB6}]:80", f"[{netlab.METADATA6}]:80")
+            assert all(v.startswith("ERR") for v in got.values()), got
+        assert any_host.accepted == 0 and loop.accepted == 0
+    finally:
+        any_host.close()
+        loop.close()
 
 
 def test_the_host_cannot_reach_into_a_sandbox_and_dns_is_udp_only(c, net_daemon):

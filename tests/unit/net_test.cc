@@ -92,6 +92,17 @@ TEST(NetRules, UpstreamFlag) {
   }
 }
 
+TEST(NetRules, DefaultIpv6SubnetFollowsTheIpv4One) {
+  // A unique local /64 carrying the IPv4 subnet's base: two sbxds with different IPv4
+  // subnets never share one, and it lies in fc00::/7, which no sandbox reaches unasked.
+  EXPECT_EQ(DefaultSubnet6(*Cidr::Parse("10.250.0.0/16")).ToString(), "fd5b:afa::/64");
+  EXPECT_EQ(DefaultSubnet6(*Cidr::Parse("10.252.7.0/24")).ToString(), "fd5b:afc:700::/64");
+  const Cidr six = DefaultSubnet6(*Cidr::Parse("192.168.3.0/24"));
+  bool is_private = false;
+  for (const auto& c : PrivateRanges()) is_private = is_private || c.Contains(six.base);
+  EXPECT_TRUE(is_private);
+}
+
 std::string Query(const std::string& name, uint16_t id = 0x1234) {
   std::string q = {static_cast<char>(id >> 8), static_cast<char>(id & 0xff), 1, 0, 0, 1, 0, 0, 0, 0, 0, 0};
   size_t start = 0;

@@ -174,6 +174,8 @@ export interface NetworkInfo {
   deny: string[];
   /** Its IPv4 address while it has a link (mode outbound and running). */
   address: string | null;
+  /** Its IPv6 address while it has a link, when the daemon gives sandboxes IPv6. */
+  address6: string | null;
   tx_bytes: number;
   rx_bytes: number;
 }
