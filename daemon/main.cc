@@ -134,16 +134,19 @@ Result<std::unique_ptr<net::Network>> OpenNetwork(const Flags& f, const std::str
   o.upstream_port = upstream.second;
   o.max_conns = static_cast<int>(f.net_max_conns);
   o.state_dir = data_dir + "/network";
-  // The resolver keeps its port across restarts: the firewall sends DNS there until the
+  // The resolver keeps its ports across restarts: the firewall sends DNS there until the
   // new table replaces the old.
   if (auto port = fs::ReadFile(o.state_dir + "/resolver-port"); port.ok()) o.resolver_port = static_cast<uint16_t>(std::atoi(port->c_str()));
+  if (auto port = fs::ReadFile(o.state_dir + "/resolver-tcp-port"); port.ok())
+    o.resolver_tcp_port = static_cast<uint16_t>(std::atoi(port->c_str()));
   auto n = net::Network::Open(o);
-  if (!n.ok() && o.resolver_port != 0) {
-    o.resolver_port = 0;  // taken meanwhile: any port
+  if (!n.ok() && (o.resolver_port != 0 || o.resolver_tcp_port != 0)) {
+    o.resolver_port = o.resolver_tcp_port = 0;  // taken meanwhile: any ports
     n = net::Network::Open(o);
   }
   if (!n.ok()) return n.error();
   (void)fs::WriteFileAtomic(o.state_dir + "/resolver-port", std::to_string((*n)->resolver_port()) + "\n", 0600);
+  (void)fs::WriteFileAtomic(o.state_dir + "/resolver-tcp-port", std::to_string((*n)->resolver_tcp_port()) + "\n", 0600);
   return n;
 }
 

@@ -53,7 +53,7 @@ GVISOR_LEG=(
   tests/integration/test_users.py tests/integration/test_disks.py tests/integration/test_ports.py
   tests/security/test_code_walls.py tests/security/test_user_walls.py tests/security/test_hostile.py
   tests/security/test_resources.py tests/security/test_host_traces.py tests/security/test_network_walls.py
-  tests/integration/test_network_v6.py
+  tests/integration/test_network_v6.py tests/integration/test_network_dns.py
 )
 log "integration and security tests"
 export SBX_BUILD_DIR="$BUILD"

@@ -6,7 +6,7 @@ addresses only), with a logging HTTP server and a DNS server inside it.
 
 Addresses inside the lab namespace (all on its loopback):
     198.51.100.10  HTTP (port 80), the "public" web server
-    198.51.100.53  DNS (port 53): answers from a JSON file the test writes (lab.set_records)
+    198.51.100.53  DNS (port 53, UDP and TCP): answers from a JSON file the test writes (lab.set_records)
     198.51.100.10  port 9000: a sink (reads to EOF, answers the byte count); port 9001: a
                    source (reads a byte count on a line, sends that many bytes)
     10.99.0.10     HTTP on a private address (reached only when a rule allows it)
@@ -262,6 +262,29 @@ def serve(root):
                 print("dns:", e, file=sys.stderr)
 
     threading.Thread(target=dns_loop, daemon=True).start()
+
+    def dns_tcp(c):
+        """DNS over TCP: length-prefixed queries, each answered; logged with "tcp"."""
+        peer = c.getpeername()[0]
+        f = c.makefile("rb")
+        while True:
+            head = f.read(2)
+            if len(head) < 2:
+                break
+            query = f.read(struct.unpack(">H", head)[0])
+            with open(os.path.join(root, "records.json")) as r:
+                records = json.load(r)
+            name, answer = dns_answer(query, records)
+            with open(os.path.join(root, "dns.log"), "a") as log:
+                log.write(f"{peer} {name} tcp\n")
+            c.sendall(struct.pack(">H", len(answer)) + answer)
+        c.close()
+
+    dns_listener = socket.socket()
+    dns_listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    dns_listener.bind((DNS, 53))
+    dns_listener.listen(16)
+    threading.Thread(target=accept_loop, args=(dns_listener, dns_tcp), daemon=True).start()
     for port, fn in ((9000, sink), (9001, source)):
         ls = socket.socket()
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

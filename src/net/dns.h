@@ -14,7 +14,7 @@
 namespace sbx::net::dns {
 
 constexpr uint16_t kTypeA = 1, kTypeAAAA = 28;
-constexpr int kRcodeRefused = 5;
+constexpr int kRcodeServFail = 2, kRcodeRefused = 5;
 
 struct Question {
   uint16_t id = 0;

@@ -20,6 +20,8 @@ namespace {
 // DNS queries a link may have tracked at once (UDP entries live 30 s unanswered, 120 s
 // once answered): a flood of them cannot fill the host's connection tracking table.
 constexpr int kDnsConns = 512;
+// DNS connections over TCP a link may have open at once (the resolver serves 64 in all).
+constexpr int kDnsTcpConns = 8;
 
 std::string Elements(const std::vector<Cidr>& cidrs, bool v6) {
   std::string out;
@@ -214,6 +216,7 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
   const std::string t = "inet " + o_.table;
   const std::string subnet = o_.subnet.ToString();
   const std::string port = std::to_string(o_.resolver_port);
+  const std::string tcp_port = std::to_string(o_.resolver_tcp_port);
   std::ostringstream c;
   // Its comment names its owner, for another sbxd to tell an orphan (DropOrphans).
   const std::string owner = o_.owner + " pid " + std::to_string(::getpid());
@@ -226,6 +229,7 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     << "add map " << t << " marks { type ifname : mark; }\n"
     << "add set " << t << " sources { type ifname . ipv4_addr; }\n"
     << "add set " << t << " dns { type ifname; flags dynamic; size 65535; }\n"
+    << "add set " << t << " dnstcp { type ifname; flags dynamic; size 65535; }\n"
     << "add set " << t << " closed { type ipv4_addr; flags interval; auto-merge; elements = { "
     << Elements(ClosedRanges(), false) << " } }\n"
     << "add set " << t << " private { type ipv4_addr; flags interval; auto-merge; elements = { "
@@ -259,10 +263,10 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     c << "add rule " << t << " forward meta nfproto ipv6 iifname != \"sx*\" oifname != \"sx*\" drop\n";
   // IPv6 neighbour discovery between a link's two ends (hop limit 255: never routed).
   const std::string nd = "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept\n";
-  // To the host: the resolver's port only, and that only from sandboxes.
+  // To the host: the resolver's ports only, and those only from sandboxes.
   c << "add chain " << t << " input { type filter hook input priority filter; policy accept; }\n"
     // Its own source address only (whatever the host's rp_filter), at most kDnsConns
-    // queries tracked at once per link, over UDP.
+    // queries tracked at once per link over UDP, kDnsTcpConns connections over TCP.
     << "add rule " << t << " input iifname @links iifname . ip saddr != @sources drop\n";
   if (o_.subnet6)
     c << "add rule " << t << " input iifname @links " << nd
@@ -271,12 +275,17 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     << "add rule " << t << " input iifname @links udp dport " << port << " ct state new add @dns { iifname ct count over "
     << kDnsConns << " } goto refuse\n"
     << "add rule " << t << " input iifname @links udp dport " << port << " accept\n"
+    << "add rule " << t << " input iifname @links tcp dport " << tcp_port
+    << " ct state new add @dnstcp { iifname ct count over " << kDnsTcpConns << " } goto refuse\n"
+    << "add rule " << t << " input iifname @links tcp dport " << tcp_port << " accept\n"
     << "add rule " << t << " input iifname @links goto refuse\n"
     << "add rule " << t << " input iifname " << Quoted(o_.link_prefix + "*") << " goto refuse\n"
-    // The resolver's UDP port is sbxd's alone (bound without SO_REUSEADDR), so from
-    // anywhere else it is closed. The same number over TCP is not sbxd's: a host
-    // program listening there (another sbxd's API, say) must be reachable.
+    // The resolver's UDP port is sbxd's alone (bound without SO_REUSEADDR), and so is
+    // its TCP port: from anywhere else they are closed. The UDP port's number over TCP
+    // is not sbxd's: a host program listening there (another sbxd's API, say) must be
+    // reachable.
     << "add rule " << t << " input udp dport " << port << " drop\n"
+    << "add rule " << t << " input tcp dport " << tcp_port << " drop\n"
     // Nothing from the host itself enters a sandbox but answers (the resolver's).
     << "add chain " << t << " output { type filter hook output priority filter; policy accept; }\n"
     << "add rule " << t << " output oifname @links ct state established,related accept\n";
@@ -287,14 +296,14 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
   c
     << "add rule " << t << " output oifname @links goto refuse\n"
     << "add rule " << t << " output oifname " << Quoted(o_.link_prefix + "*") << " goto refuse\n"
-    // Every DNS query of a sandbox goes to the resolver, whatever server it names (over
-    // TCP it is refused there).
+    // Every DNS query of a sandbox goes to the resolver, whatever server it names, over
+    // UDP or TCP.
     << "add chain " << t << " prerouting { type nat hook prerouting priority dstnat; policy accept; }\n"
     // A link's connections (out, or to the resolver) carry its mark, so that they can be
     // forgotten when it goes (a nat chain sees the first packet of each).
     << "add rule " << t << " prerouting iifname @links ct mark set iifname map @marks\n"
-    << "add rule " << t << " prerouting iifname @links meta l4proto { tcp, udp } th dport 53 redirect to :" << port
-    << "\n"
+    << "add rule " << t << " prerouting iifname @links udp dport 53 redirect to :" << port << "\n"
+    << "add rule " << t << " prerouting iifname @links tcp dport 53 redirect to :" << tcp_port << "\n"
     << "add chain " << t << " postrouting { type nat hook postrouting priority srcnat; policy accept; }\n"
     << "add rule " << t << " postrouting ip saddr " << subnet << " oifname != @links masquerade\n";
   if (o_.subnet6)

@@ -30,6 +30,7 @@ struct FirewallOptions {
   Cidr subnet;         // the sandboxes' addresses (IPv4)
   std::optional<Cidr> subnet6;  // and IPv6 (none: no IPv6 packet of a sandbox's passes)
   uint16_t resolver_port = 0;  // where sbxd's resolver listens (any address of the host)
+  uint16_t resolver_tcp_port = 0;  // and for DNS over TCP
   int max_conns = 0;   // concurrent connections a sandbox may open (0: no cap)
   // The host forwarded nothing before sbxd turned forwarding on: forward nothing that is
   // not a sandbox's, as before.

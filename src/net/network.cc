@@ -96,7 +96,9 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& opts) {
         if (auto st = self->firewall_->Learn(slot, addrs, deny, kMinLearnedTtl); !st.ok())
           SBX_LOG(kWarn) << "resolver: " << st.error().message;
       });
-  SBX_ASSIGN_OR_RETURN(n->resolver_port_, n->resolver_->Start(o.resolver_port));
+  SBX_ASSIGN_OR_RETURN(auto ports, n->resolver_->Start(o.resolver_port, o.resolver_tcp_port));
+  n->resolver_port_ = ports.first;
+  n->resolver_tcp_port_ = ports.second;
   FirewallOptions fo;
   fo.table = "sbx_" + o.tag;
   fo.link_prefix = "sx" + o.tag.substr(0, 5) + "-";
@@ -104,6 +106,7 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& opts) {
   fo.subnet = o.subnet;
   fo.subnet6 = o.subnet6;
   fo.resolver_port = n->resolver_port_;
+  fo.resolver_tcp_port = n->resolver_tcp_port_;
   fo.max_conns = o.max_conns;
   fo.forward_only_sandboxes = only4;
   fo.forward_only_sandboxes6 = only6;

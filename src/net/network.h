@@ -29,6 +29,7 @@ struct NetworkOptions {
   Address upstream;  // where the resolver asks (IPv4)
   uint16_t upstream_port = 53;
   uint16_t resolver_port = 0;  // 0: any free port
+  uint16_t resolver_tcp_port = 0;  // the same, for DNS over TCP
   int max_conns = 0;
   std::string state_dir;  // where what sbxd changed on the host is remembered
 };
@@ -58,6 +59,7 @@ class Network {
   // The resolver's address in every sandbox (any address on port 53 reaches it too).
   Address resolver_address() const;
   uint16_t resolver_port() const { return resolver_port_; }
+  uint16_t resolver_tcp_port() const { return resolver_tcp_port_; }
   const std::optional<Cidr>& subnet6() const { return o_.subnet6; }
 
   // A free slot for sandbox `id` (kResourceExhausted when the subnet is full); Hold
@@ -93,7 +95,7 @@ class Network {
   NetworkOptions o_;
   std::unique_ptr<Firewall> firewall_;
   std::unique_ptr<Resolver> resolver_;
-  uint16_t resolver_port_ = 0;
+  uint16_t resolver_port_ = 0, resolver_tcp_port_ = 0;
   Mutex mu_;
   std::map<std::string, int> slot_of_ SBX_GUARDED_BY(mu_);
   std::map<int, std::string> owner_of_ SBX_GUARDED_BY(mu_);

@@ -9,18 +9,24 @@
 //   sandbox may not reach (a private or loopback address for a public name: rebinding),
 //   which makes it REFUSED. With an allow list, the answered addresses become reachable
 //   for the answer's TTL (at least a minute).
-// UDP only: a query over TCP is refused by the host (a truncated answer is passed on as is).
+// Over UDP (a truncated answer is passed on as is) and over TCP (RFC 7766: a connection
+// may carry several queries; each is asked upstream over TCP, so that an answer too big
+// for UDP arrives whole). TCP connections are served on threads of their own, at most
+// kMaxTcpConnections at once (the firewall caps each sandbox's share).
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "base/result.h"
+#include "base/sync.h"
 #include "base/unique_fd.h"
+#include "net/dns.h"
 #include "net/rules.h"
 
 namespace sbx::net {
@@ -41,9 +47,13 @@ class Resolver {
   Resolver(const Resolver&) = delete;
   Resolver& operator=(const Resolver&) = delete;
 
-  // Binds UDP `port` on every address (0: any free port) and starts; returns the port.
-  Result<uint16_t> Start(uint16_t port);
+  // Binds UDP `udp_port` and TCP `tcp_port` on every IPv4 address (0: any free port) and
+  // starts; returns the two ports.
+  Result<std::pair<uint16_t, uint16_t>> Start(uint16_t udp_port, uint16_t tcp_port);
+  // Stops; TCP connections being served end at once.
   void Stop();
+
+  static constexpr int kMaxTcpConnections = 64;
 
   struct Stats {
     std::atomic<uint64_t> queries{0}, refused{0}, forwarded{0}, rebinding{0};
@@ -53,14 +63,40 @@ class Resolver {
  private:
   void Loop();
 
+  // What a query from `client` gets: a refusal at once (the message), or nothing: it is
+  // asked upstream, and `*deny_only` says the answer only teaches the firewall a denied
+  // name's addresses (the sandbox is refused then).
+  std::optional<std::string> Decide(const std::string& query, const dns::Question& q, const Client& client,
+                                    bool* deny_only);
+  // What the sandbox at `from` gets for the upstream's answer `msg` to its `query` (id
+  // `id`), asked under `client`'s rules: the answer, or a refusal (its rules changed while
+  // the query was out, a denied name, rebinding). Teaches the firewall what it must know.
+  std::string Judge(const std::string& query, uint16_t id, std::string msg, dns::Answer answer,
+                    const Client& client, bool deny_only, const Address& from);
+
+  // TCP: the accepting thread, and one connection (on a thread of its own).
+  void AcceptLoop();
+  void ServeTcp(UniqueFd conn, Address peer);
+  // Asks upstream over TCP; nullopt on a failure or past `deadline_ms`.
+  std::optional<std::string> AskUpstreamTcp(const std::string& query, int64_t deadline_ms);
+
   Address upstream_;
   uint16_t upstream_port_;
   Lookup lookup_;
   Learn learn_;
-  UniqueFd sock_;
+  UniqueFd sock_, listener_;
+  // Readable once Stop began: every thread of the resolver polls it.
   UniqueFd wake_r_, wake_w_;
-  std::thread thread_;
+  std::thread thread_, accept_thread_;
   Stats stats_;
+  // The TCP connections being served; shared with their threads, which outlive Stop's
+  // wait by the few instructions after their count goes down.
+  struct TcpCount {
+    Mutex mu;
+    CondVar idle;
+    int active SBX_GUARDED_BY(mu) = 0;
+  };
+  std::shared_ptr<TcpCount> tcp_ = std::make_shared<TcpCount>();
 };
 
 }  // namespace sbx::net
