@@ -10,7 +10,10 @@ the host's routing table). Prints Markdown tables:
   client code on the host <-> the same server (the floor, measured in the same run);
 - memory: the kernel's (slab and per-CPU) per sandbox with a link against without.
 
-    sudo python3 bench/network.py [--runs 20] [--mb 256]
+    sudo python3 bench/network.py [--runs 20] [--mb 256] [--subnet6 auto|none]
+
+(`--subnet6 none`: both daemons give sandboxes IPv4 only; two runs, one each way, show
+what IPv6 adds to a link.)
 
 Needs root, a built tree (SBX_BUILD_DIR or ./build) and the default image's cached
 tarball (scripts/setup.sh makes it).
@@ -105,10 +108,12 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--mb", type=int, default=256)
     ap.add_argument("--count", type=int, default=20, help="sandboxes for the memory row")
+    ap.add_argument("--subnet6", default="auto", help="the daemons' --net-subnet6 (none: IPv4 only)")
     a = ap.parse_args()
     lab = netlab.Lab().start()
     subnet = f"10.254.{os.getpid() % 250}.0/24"
-    common = ["--net-subnet", subnet, "--dns-upstream", netlab.DNS, "--default-network", "outbound"]
+    common = ["--net-subnet", subnet, "--dns-upstream", netlab.DNS, "--default-network", "outbound",
+              "--net-subnet6", a.subnet6]
     d = Daemon("netbench", extra_args=common)
     dp = None
     try:
@@ -118,7 +123,7 @@ def main():
         cold = time_creates(c, a.runs, 0)
         d_pool_subnet = f"10.254.{(os.getpid() + 1) % 250}.0/24"
         dp = Daemon("netbenchpool", extra_args=["--net-subnet", d_pool_subnet, "--dns-upstream", netlab.DNS,
-                                                "--default-network", "outbound",
+                                                "--default-network", "outbound", "--net-subnet6", a.subnet6,
                                                 "--pool-size", "2"])
         cp = dp.client()
         time_creates(cp, 2, 1.0)
