@@ -128,10 +128,15 @@ std::optional<int> UsageCommand::Run(HttpClient& c, const Globals& g) {
     }
     std::printf("usage from %s to %s%s\n", Str(*j, "from").c_str(), Str(*j, "to").c_str(),
                 per_sandbox ? "" : " (sbx usage -s: each sandbox; --since, --from, --all-time: another window)");
-    std::printf("%-20s %-16s %-8s %14s %12s\n", "SANDBOX", "NAME", "TYPE", "BILLED_S", "COST_USD");
+    std::printf("%-20s %-16s %-8s %14s %12s%s\n", "SANDBOX", "NAME", "TYPE", "BILLED_S", "COST_USD",
+                per_sandbox ? "     NET_SENT NET_RECEIVED" : "");
+    auto bytes = [](const json& o, const char* k) {
+      return static_cast<unsigned long long>(o.value("network", json::object()).value(k, uint64_t{0}));
+    };
     for (const auto& s : per_sandbox ? (*j)["sandboxes"] : json::array())
-      std::printf("%-20s %-16s %-8s %14.3f %12.6f\n", Str(s, "id").c_str(), Str(s, "name").c_str(),
-                  Str(s, "type").c_str(), s.value("billed_seconds", 0.0), s.value("cost_usd", 0.0));
+      std::printf("%-20s %-16s %-8s %14.3f %12.6f %12llu %12llu\n", Str(s, "id").c_str(), Str(s, "name").c_str(),
+                  Str(s, "type").c_str(), s.value("billed_seconds", 0.0), s.value("cost_usd", 0.0), bytes(s, "tx_bytes"),
+                  bytes(s, "rx_bytes"));
     for (const auto& [t, v] : (*j)["types"].items())
       std::printf("%-20s %-16s %-8s %14.3f %12.6f\n", "type total", "", t.c_str(), v.value("billed_seconds", 0.0),
                   v.value("cost_usd", 0.0));
@@ -139,8 +144,9 @@ std::optional<int> UsageCommand::Run(HttpClient& c, const Globals& g) {
     std::printf("serverless calls: %lld, $%.6f\n", static_cast<long long>(sv.value("calls", 0)),
                 sv.value("cost_usd", 0.0));
     const json& t = (*j)["total"];
-    std::printf("total: %.3f s billed, $%.6f (compute $%.6f)\n", t.value("billed_seconds", 0.0),
-                t.value("cost_usd", 0.0), t.value("compute_usd", 0.0));
+    std::printf("total: %.3f s billed, $%.6f (compute $%.6f); network %llu bytes sent, %llu received\n",
+                t.value("billed_seconds", 0.0), t.value("cost_usd", 0.0), t.value("compute_usd", 0.0),
+                bytes(t, "tx_bytes"), bytes(t, "rx_bytes"));
     return 0;
   }
   return std::nullopt;

@@ -106,9 +106,8 @@ asio::awaitable<Response> Api::Usage(Request& req) {
   for (const auto& l : u->sandboxes) {
     json line = {{"id", l.id}, {"name", l.name.empty() ? json(nullptr) : json(l.name)}, {"type", l.type},
                  {"billed_seconds", r3(l.seconds)}, {"cost_usd", r6(l.cost_usd)}};
-    // Bytes through its links so far, for a sandbox that still exists (null once deleted).
-    auto v = manager_->Get(l.id);
-    line["network"] = v.ok() ? json{{"tx_bytes", v->tx_bytes}, {"rx_bytes", v->rx_bytes}} : json(nullptr);
+    // Bytes through its links within the window (deleted sandboxes' too).
+    line["network"] = {{"tx_bytes", l.tx_bytes}, {"rx_bytes", l.rx_bytes}};
     sbs.push_back(line);
   }
   json types = json::object();
@@ -120,7 +119,8 @@ asio::awaitable<Response> Api::Usage(Request& req) {
                        {"serverless", {{"calls", u->calls}, {"cost_usd", r6(u->calls_usd)}}},
                        {"total", {{"billed_seconds", r3(u->seconds)},
                                   {"compute_usd", r6(u->compute_usd)},
-                                  {"cost_usd", r6(u->total_usd)}}}});
+                                  {"cost_usd", r6(u->total_usd)},
+                                  {"network", {{"tx_bytes", u->tx_bytes}, {"rx_bytes", u->rx_bytes}}}}}});
 }
 
 asio::awaitable<Response> Api::ListSecrets(Request& req) {

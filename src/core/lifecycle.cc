@@ -30,7 +30,7 @@ Status SandboxManager::StopLocked(const EntryPtr& e, const std::string& reason) 
   if (e->rec.pause_mode == "hibernate") (void)rt.DropCheckpoint(CheckpointDir(id));
   e->rec.network_json = counted.network_json;
   MarkHibernatedLink(&e->rec, std::nullopt);  // its checkpoint went
-  metering_.Close(e->rec);
+  metering_.Close(e->rec, /*link_counted=*/true);
   e->set_state(State::kStopped);
   e->rec.pause_mode.clear();
   e->rec.paused_ms = 0;
@@ -158,14 +158,14 @@ Status SandboxManager::PauseLocked(const EntryPtr& e, const std::string& mode) {
   table_.NotifySettled();
   if (!st.ok()) return st.error().Wrap("pausing " + id);
   if (e->is(State::kDeleting)) return MakeError(Code::kNotFound, "sandbox " + id + " was deleted");
-  metering_.Close(e->rec);
+  if (hibernate) e->rec.network_json = counted.network_json;  // its link went: its bytes are in the row now
+  metering_.Close(e->rec, /*link_counted=*/hibernate);
   e->set_state(State::kPaused);
   e->rec.pause_mode = mode;
   e->rec.paused_ms = Now();
   if (hibernate) {
     // Its processes are gone (saved in CheckpointDir(id)); a resume restores them.
     e->inst = runtime::Instance();
-    e->rec.network_json = counted.network_json;
     MarkHibernatedLink(&e->rec, spec.link);
     e->rec.runtime_state.clear();
   }

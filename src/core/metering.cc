@@ -6,12 +6,13 @@
 
 namespace sbx::core {
 
-void Metering::Close(storage::SandboxRecord& r) const {
+void Metering::Close(storage::SandboxRecord& r, bool link_counted) const {
   if (r.state == "running" && r.started_ms > 0) {
     int64_t now = now_ms_();
     r.billed_ms += std::max<int64_t>(0, now - r.started_ms);
     if (r.billing == "time") {
-      Status st = store_->ClosePeriod(r.id, now);
+      const Bytes b = bytes_of_record_ ? bytes_of_record_(r, !link_counted) : Bytes{0, 0};
+      Status st = store_->ClosePeriod(r.id, now, b.first, b.second);
       if (!st.ok()) SBX_LOG(kError) << "closing the billing period of " << r.id << ": " << st.error().message;
     }
   }
@@ -22,7 +23,8 @@ void Metering::Open(storage::SandboxRecord& r) const {
   r.started_ms = now_ms_();
   if (r.billing != "time") return;
   auto t = types_->Find(r.type);
-  Status st = store_->OpenPeriod({r.id, r.name, r.type, t.ok() ? t->usd_per_hour : 0, r.started_ms, 0});
+  const Bytes b = bytes_of_record_ ? bytes_of_record_(r, true) : Bytes{0, 0};
+  Status st = store_->OpenPeriod({r.id, r.name, r.type, t.ok() ? t->usd_per_hour : 0, r.started_ms, 0, b.first, b.second});
   if (!st.ok()) SBX_LOG(kError) << "opening the billing period of " << r.id << ": " << st.error().message;
 }
 
@@ -57,6 +59,22 @@ Result<UsageReport> Metering::Usage(int64_t from_ms, int64_t to_ms) const {
     auto& line = u.sandboxes[it->second];
     line.seconds += ms / 1000.0;
     line.cost_usd += usd;
+    // Its bytes: as closed, or so far for an open one; the window's share of them.
+    Bytes moved{p.tx_bytes, p.rx_bytes};
+    if (p.end_ms == 0) {
+      auto total = bytes_of_id_ ? bytes_of_id_(p.sandbox_id) : std::nullopt;
+      moved = total ? Bytes{total->first > p.tx_open ? total->first - p.tx_open : 0,
+                            total->second > p.rx_open ? total->second - p.rx_open : 0}
+                    : Bytes{0, 0};
+    }
+    const int64_t span = (p.end_ms ? p.end_ms : std::max(now, p.start_ms)) - p.start_ms;
+    const double share = span > 0 ? static_cast<double>(ms) / static_cast<double>(span) : 1.0;
+    const auto tx = static_cast<uint64_t>(static_cast<double>(moved.first) * share);
+    const auto rx = static_cast<uint64_t>(static_cast<double>(moved.second) * share);
+    line.tx_bytes += tx;
+    line.rx_bytes += rx;
+    u.tx_bytes += tx;
+    u.rx_bytes += rx;
     auto& t = u.by_type[p.type];
     t.first += ms / 1000.0;
     t.second += usd;

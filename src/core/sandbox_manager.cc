@@ -36,6 +36,18 @@ SandboxManager::SandboxManager(ManagerOptions opts, storage::Store* store, layer
       metering_(store, &types_, opts_.now_ms, opts_.serverless_call_usd),
       secrets_(store, opts_.secret_key, opts_.now_ms) {
   teardowns_ = std::make_unique<WorkQueue>(opts_.teardown_threads, [this](const std::string& id) { TeardownOne(id); });
+  // A billing period keeps the bytes its sandbox moved: read when it opens and closes
+  // (the caller holds the table's lock), and for a period still open when usage is asked.
+  metering_.SetNetworkBytes(
+      [this](const SandboxRecord& r, bool linked) {
+        return RowNetworkBytes(r, linked && (r.state == "running" || r.state == "paused"));
+      },
+      [this](const std::string& id) -> std::optional<Metering::Bytes> {
+        Lock lock(table_.mu);
+        auto e = table_.Find(id);
+        if (!e.ok()) return std::nullopt;
+        return NetworkBytes(**e);
+      });
   if (opts_.pool_size > 0)
     pool_thread_ = std::thread([this] {
       BecomeIdle();

@@ -242,6 +242,8 @@ class SandboxManager {
   // Adds the bytes of the sandbox's link to its row before the link goes.
   void KeepLinkBytes(storage::SandboxRecord* r);
   std::pair<uint64_t, uint64_t> NetworkBytes(const Entry& e) const;  // sent, received
+  // The same from a record alone: `linked` says its link (if its rules give it one) is up.
+  std::pair<uint64_t, uint64_t> RowNetworkBytes(const storage::SandboxRecord& r, bool linked) const;
   SandboxView View(const Entry& e) const;
   std::string DirOf(const std::string& id) const { return opts_.data_dir + "/sandboxes/" + id; }
   // Where a hibernated sandbox's checkpoint is kept.

@@ -124,10 +124,14 @@ void SandboxManager::KeepLinkBytes(SandboxRecord* r) {
 }
 
 std::pair<uint64_t, uint64_t> SandboxManager::NetworkBytes(const Entry& e) const {
-  json j = RowNetwork(e.rec);
+  return RowNetworkBytes(e.rec, e.is(State::kRunning) || e.is(State::kPaused));
+}
+
+std::pair<uint64_t, uint64_t> SandboxManager::RowNetworkBytes(const SandboxRecord& r, bool linked) const {
+  json j = RowNetwork(r);
   uint64_t tx = j.value("tx", uint64_t{0}), rx = j.value("rx", uint64_t{0});
-  if (auto link = LinkOfRow(e.rec); link && (e.is(State::kRunning) || e.is(State::kPaused)))
-    if (auto c = Rt(e.rec).ReadLinkCounters(*link)) {
+  if (auto link = LinkOfRow(r); link && linked)
+    if (auto c = Rt(r).ReadLinkCounters(*link)) {
       tx += c->tx_bytes;
       rx += c->rx_bytes;
     }

@@ -95,6 +95,12 @@ ALTER TABLE sandboxes ADD COLUMN default_user TEXT NOT NULL DEFAULT '';
     R"sql(
 ALTER TABLE snapshots ADD COLUMN default_user TEXT NOT NULL DEFAULT '';
 )sql",
+    R"sql(
+ALTER TABLE usage_periods ADD COLUMN tx_open INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE usage_periods ADD COLUMN rx_open INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE usage_periods ADD COLUMN tx_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE usage_periods ADD COLUMN rx_bytes INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 const char* kSandboxCols =
@@ -308,17 +314,20 @@ Status Store::DeleteDisk(const std::string& id) { return db_->Query("DELETE FROM
 Status Store::OpenPeriod(const UsagePeriod& p) {
   return db_->Transaction([&]() -> Status {
     // At most one open period per sandbox.
-    SBX_RETURN_IF_ERROR(db_->Query("UPDATE usage_periods SET end_ms=MAX(start_ms, ?) WHERE sandbox_id=? AND end_ms=0",
-                                   {p.start_ms, p.sandbox_id}));
+    SBX_RETURN_IF_ERROR(ClosePeriod(p.sandbox_id, p.start_ms, p.tx_open, p.rx_open));
     return db_->Query(
-        "INSERT INTO usage_periods (sandbox_id, name, type, usd_per_hour, start_ms, end_ms) VALUES (?,?,?,?,?,0)",
-        {p.sandbox_id, p.name, p.type, p.usd_per_hour, p.start_ms});
+        "INSERT INTO usage_periods (sandbox_id, name, type, usd_per_hour, start_ms, end_ms, tx_open, rx_open) "
+        "VALUES (?,?,?,?,?,0,?,?)",
+        {p.sandbox_id, p.name, p.type, p.usd_per_hour, p.start_ms, static_cast<int64_t>(p.tx_open),
+         static_cast<int64_t>(p.rx_open)});
   });
 }
 
-Status Store::ClosePeriod(const std::string& sandbox_id, int64_t end_ms) {
-  return db_->Query("UPDATE usage_periods SET end_ms=MAX(start_ms, ?) WHERE sandbox_id=? AND end_ms=0",
-                    {end_ms, sandbox_id});
+Status Store::ClosePeriod(const std::string& sandbox_id, int64_t end_ms, uint64_t tx_total, uint64_t rx_total) {
+  return db_->Query(
+      "UPDATE usage_periods SET end_ms=MAX(start_ms, ?), tx_bytes=MAX(0, ? - tx_open), rx_bytes=MAX(0, ? - rx_open) "
+      "WHERE sandbox_id=? AND end_ms=0",
+      {end_ms, static_cast<int64_t>(tx_total), static_cast<int64_t>(rx_total), sandbox_id});
 }
 
 Status Store::InsertCall(const UsageCall& c) {
@@ -329,10 +338,12 @@ Status Store::InsertCall(const UsageCall& c) {
 Result<std::vector<UsagePeriod>> Store::PeriodsBetween(int64_t from_ms, int64_t to_ms) {
   std::vector<UsagePeriod> out;
   SBX_RETURN_IF_ERROR(db_->Query(
-      "SELECT sandbox_id, name, type, usd_per_hour, start_ms, end_ms FROM usage_periods "
-      "WHERE start_ms < ? AND (end_ms = 0 OR end_ms > ?) ORDER BY seq",
+      "SELECT sandbox_id, name, type, usd_per_hour, start_ms, end_ms, tx_open, rx_open, tx_bytes, rx_bytes "
+      "FROM usage_periods WHERE start_ms < ? AND (end_ms = 0 OR end_ms > ?) ORDER BY seq",
       {to_ms, from_ms}, [&](const Row& r) {
-        out.push_back(UsagePeriod{r.Text(0), r.Text(1), r.Text(2), r.Real(3), r.Int(4), r.Int(5)});
+        out.push_back(UsagePeriod{r.Text(0), r.Text(1), r.Text(2), r.Real(3), r.Int(4), r.Int(5),
+                                  static_cast<uint64_t>(r.Int(6)), static_cast<uint64_t>(r.Int(7)),
+                                  static_cast<uint64_t>(r.Int(8)), static_cast<uint64_t>(r.Int(9))});
       }));
   return out;
 }

@@ -51,7 +51,9 @@ struct SandboxRecord {
   std::string billing = "time";  // "time": per second; "call": a serverless call's sandbox
 };
 
-// A billing period: a sandbox running from start_ms to end_ms (0: still running).
+// A billing period: a sandbox running from start_ms to end_ms (0: still running), with
+// the network bytes it had sent and received in all when the period opened, and those
+// it sent and received within the period (set when it closes).
 struct UsagePeriod {
   std::string sandbox_id;
   std::string name;
@@ -59,6 +61,8 @@ struct UsagePeriod {
   double usd_per_hour = 0;
   int64_t start_ms = 0;
   int64_t end_ms = 0;
+  uint64_t tx_open = 0, rx_open = 0;
+  uint64_t tx_bytes = 0, rx_bytes = 0;
 };
 
 // One serverless call on a disk, billed per call.
@@ -135,7 +139,8 @@ class Store {
   // Usage: billing periods and serverless calls. Rows outlive their sandboxes.
   // Opens a period (closing any still open for that sandbox at p.start_ms).
   Status OpenPeriod(const UsagePeriod& p);
-  Status ClosePeriod(const std::string& sandbox_id, int64_t end_ms);
+  // Closes a sandbox's open period; `tx_total`/`rx_total`: the bytes it has moved in all.
+  Status ClosePeriod(const std::string& sandbox_id, int64_t end_ms, uint64_t tx_total = 0, uint64_t rx_total = 0);
   Status InsertCall(const UsageCall& c);
   // Periods overlapping [from, to) (open ones included), calls within it.
   Result<std::vector<UsagePeriod>> PeriodsBetween(int64_t from_ms, int64_t to_ms);

@@ -84,11 +84,57 @@ def test_outbound_reaches_the_internet_and_names_resolve(c, lab, net_daemon):
         # Bytes both ways are counted.
         sb.refresh()
         assert sb.network["tx_bytes"] > 0 and sb.network["rx_bytes"] > 0
-        # ... in /v1/usage and /metrics too, with the resolver's counts.
-        line = next(l for l in c.usage()["sandboxes"] if l["id"] == sb.id)
-        assert line["network"]["rx_bytes"] >= sb.network["rx_bytes"]
+        # ... in /v1/usage (tests/test_usage_keeps_network_bytes below) and /metrics too,
+        # with the resolver's counts.
         assert net_daemon.metric('sbx_network_bytes{direction="tx"}') >= sb.network["tx_bytes"]
         assert net_daemon.metric("sbx_dns_queries_total") >= 1
+
+
+DOWNLOAD = r"""
+import socket, sys
+s = socket.create_connection((sys.argv[1], 9001), timeout=10)
+s.sendall(b"%d\n" % int(sys.argv[2]))
+n = 0
+while True:
+    k = len(s.recv(1 << 16))
+    if not k:
+        break
+    n += k
+print(n)
+"""
+
+
+def test_usage_keeps_network_bytes_per_period_and_after_delete(c, lab):
+    mib = 1 << 20
+    sb = c.create(image="default")
+
+    def download(n):
+        r = sb.exec(["python3", "-c", DOWNLOAD, netlab.WEB, str(n)])
+        assert r.exit_code == 0 and r.stdout.strip() == str(n), r.stdout + r.stderr
+
+    t0 = time.time()
+    download(2 * mib)
+    sb.pause()
+    t1 = time.time()
+    time.sleep(0.2)
+    sb.resume()
+    download(3 * mib)
+    t2 = time.time()
+    sb.delete()
+
+    def line(**window):
+        u = c.usage(**window)
+        return next(l for l in u["sandboxes"] if l["id"] == sb.id)["network"], u["total"]["network"]
+
+    # Deleted, its bytes stay: what it received in all (and a little more: headers, acks).
+    net, total = line()
+    assert 5 * mib <= net["rx_bytes"] < 5 * mib + mib // 4 and 0 < net["tx_bytes"] < mib // 4, net
+    assert total["rx_bytes"] >= net["rx_bytes"]
+    # The first period (up to the pause) holds the first download only, the second the other.
+    first, _ = line(from_=t0 - 1, to=t1)
+    assert 2 * mib <= first["rx_bytes"] < 2 * mib + mib // 4, first
+    second, _ = line(from_=t1, to=t2 + 1)
+    assert 3 * mib <= second["rx_bytes"] < 3 * mib + mib // 4, second
 
 
 def test_none_reaches_nothing(c, lab):

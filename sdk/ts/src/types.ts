@@ -191,14 +191,27 @@ export interface UpdateOptions {
   public?: boolean;
 }
 
-/** Billed compute within a time window (`client.usage()`). */
+/** Billed compute and network bytes within a time window (`client.usage()`). */
 export interface Usage {
   from: string;
   to: string;
-  sandboxes: { id: string; name: string | null; type: string; billed_seconds: number; cost_usd: number }[];
+  sandboxes: {
+    id: string;
+    name: string | null;
+    type: string;
+    billed_seconds: number;
+    cost_usd: number;
+    /** Bytes through its links within the window (deleted sandboxes' too). */
+    network: { tx_bytes: number; rx_bytes: number };
+  }[];
   types: Record<string, { billed_seconds: number; cost_usd: number }>;
   serverless: { calls: number; cost_usd: number };
-  total: { billed_seconds: number; compute_usd: number; cost_usd: number };
+  total: {
+    billed_seconds: number;
+    compute_usd: number;
+    cost_usd: number;
+    network: { tx_bytes: number; rx_bytes: number };
+  };
 }
 
 export interface ListSandboxesOptions {
