@@ -1,5 +1,6 @@
-// `sbx cp`: files and folders between this machine and a sandbox, with docker cp's rules.
-// A file goes through the files API, a folder as one tar through the archive API.
+// `sbx cp`: files and folders between this machine and a sandbox, with docker cp's rules
+// (`-` for a tar on stdin or stdout included). A file goes through the files API, a
+// folder as one tar through the archive API.
 // Downloads of folders are unpacked by the host's GNU tar, which refuses absolute and ".."
 // names and creates links last, so a hostile sandbox's tar cannot write outside.
 #include <sys/stat.h>
@@ -202,13 +203,64 @@ int Download(HttpClient& c, const Side& sb, std::string path, const std::string&
   return Copied("folder " + id + ":" + path, target, bytes);
 }
 
+// A temporary folder's name under /tmp (created), or "".
+std::string TempDir() {
+  char tmpl[] = "/tmp/sbx-cp-XXXXXX";
+  return mkdtemp(tmpl) ? tmpl : "";
+}
+
+// `sbx cp ID:PATH -`, as docker cp: a tar of PATH (a file, or a folder as itself; PATH/.
+// its contents) on stdout. It is fetched into a temporary folder first, then packed.
+int DownloadTar(HttpClient& c, const Side& sb, const std::string& path) {
+  if (isatty(STDOUT_FILENO)) return Usage("cp ... - writes a tar archive: send stdout to a file or a pipe");
+  const std::string tmp = TempDir();
+  if (tmp.empty()) return Fail("cannot create a temporary folder");
+  const bool contents = EndsWith(path, "/.");
+  const std::string into = contents ? tmp + "/contents" : tmp;
+  int rc = contents && mkdir(into.c_str(), 0700) != 0 ? Fail("cannot create a temporary folder") : 0;
+  if (rc == 0) rc = Download(c, sb, path, into);
+  if (rc == 0 && RunTar({"tar", "-C", into, "-cf", "-", contents ? "." : BaseName(path)}) != 0)
+    rc = Fail("tar of " + sb.id + ":" + path + " failed");
+  RunTar({"rm", "-rf", "--", tmp});
+  return rc;
+}
+
+// `sbx cp - ID:DIR`, as docker cp: a tar (or gzip-compressed tar) on stdin is extracted
+// into the folder DIR, which must exist.
+int UploadTar(HttpClient& c, const Side& sb, const std::string& path) {
+  if (path.empty() || path[0] != '/') return Usage("the sandbox path must be absolute: " + path);
+  if (isatty(STDIN_FILENO)) return Usage("cp - ... reads a tar archive: give it on stdin");
+  auto to = RemoteKind(c, sb, path);
+  if (!to) return 1;
+  if (*to != Kind::kDir) return Fail("the destination " + sb.id + ":" + path + " must be a folder that exists");
+  const std::string tmp = TempFile();
+  if (tmp.empty()) return Fail("cannot create a temporary file");
+  FILE* out = std::fopen(tmp.c_str(), "wb");
+  bool ok = out != nullptr;
+  char buf[1 << 16];
+  for (size_t n; ok && (n = std::fread(buf, 1, sizeof buf, stdin)) > 0;) ok = std::fwrite(buf, 1, n, out) == n;
+  ok = ok && !std::ferror(stdin);
+  if (out && std::fclose(out) != 0) ok = false;
+  if (!ok) {
+    unlink(tmp.c_str());
+    return Fail("cannot read the archive from stdin into " + tmp);
+  }
+  auto r = c.Upload(sb.Target("archive", path), tmp, nullptr, "PUT");
+  unlink(tmp.c_str());
+  if (auto why = FailureOf(r)) return Fail(*why);
+  auto j = json::parse(r->body, nullptr, false);
+  uint64_t bytes = j.is_object() && j["bytes"].is_number_unsigned() ? j["bytes"].get<uint64_t>() : 0;
+  return Copied("an archive from stdin", sb.id + ":" + path, bytes);
+}
+
 }  // namespace
 
 int CopyFiles(HttpClient& c, const std::string& src, const std::string& dst, const std::string& user) {
   auto rs = RemoteSide(src), rd = RemoteSide(dst);
   if (rs.has_value() == rd.has_value()) return Usage("cp copies between this machine and a sandbox: exactly one side is ID:/path");
   if (src.empty() || dst.empty()) return Usage("cp needs a source and a destination");
-  if (rd) return Upload(c, src, Side{rd->first, user}, rd->second);
+  if (rd) return src == "-" ? UploadTar(c, Side{rd->first, user}, rd->second) : Upload(c, src, Side{rd->first, user}, rd->second);
+  if (dst == "-") return DownloadTar(c, Side{rs->first, user}, rs->second);
   return Download(c, Side{rs->first, user}, rs->second, dst);
 }
 

@@ -84,9 +84,11 @@ void ExecCommands::Add(CLI::App& app) {
   cp->footer("Examples: sbx cp ./src my-box:/home/user/src       # a folder in\n"
               "          sbx cp my-box:/home/user/out.txt .       # a file out\n"
               "          sbx cp my-box:/home/user/results/. ./r   # a folder's contents\n"
-              "          sbx cp -u root ./app.conf my-box:/etc/app.conf");
-  cp->add_option("src", cp_src, "a local path or ID:/path")->required();
-  cp->add_option("dst", cp_dst, "a local path or ID:/path")->required();
+              "          sbx cp -u root ./app.conf my-box:/etc/app.conf\n"
+              "          sbx cp my-box:/home/user/out - | tar -tf -  # a tar on stdout\n"
+              "          tar -cf - data | sbx cp - my-box:/home/user  # a tar from stdin, unpacked");
+  cp->add_option("src", cp_src, "a local path, ID:/path, or - (a tar on stdin, into an existing folder)")->required();
+  cp->add_option("dst", cp_dst, "a local path, ID:/path, or - (a tar on stdout)")->required();
   cp->add_option("--user,-u", cp_user, "read and write the sandbox's side as this user (default: the sandbox's user)");
 
   port = app.add_subcommand("port", "the URLs that reach a port inside a sandbox through sbxd's proxy");

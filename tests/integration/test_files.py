@@ -412,3 +412,43 @@ def test_cli_cp_follows_docker_cp(daemon, client, tmp_path):
         assert p.returncode == 1 and "onto the file" in p.stderr
         p = daemon.cli("cp", str(src), "relative:path", check=False)
         assert p.returncode != 0
+
+
+def test_cli_cp_dash_is_a_tar_on_stdout_and_from_stdin(daemon, client, tmp_path):
+    """As docker cp: `ID:PATH -` writes a tar of PATH (a file, a folder as itself, PATH/.
+    its contents); `- ID:DIR` unpacks a tar from stdin into a folder that exists."""
+    env = dict(os.environ, SBX_URL=daemon.url, SBX_API_KEY=daemon.key)
+
+    def cp(*args, data=None):
+        return subprocess.run([SBX, "cp", *args], input=data, capture_output=True, env=env,
+                              stdin=None if data is not None else subprocess.DEVNULL)
+
+    def members(out):
+        assert out.returncode == 0, out.stderr
+        return tarfile.open(fileobj=io.BytesIO(out.stdout))
+
+    with client.create(image="busybox") as sb:
+        sb.exec("mkdir -p /root/src/deep && echo s > /root/src/deep/s.txt && printf 'f\\0\\377' > /root/file",
+                check=True)
+        t = members(cp(f"{sb.id}:/root/src", "-"))
+        assert "src/deep/s.txt" in t.getnames() and t.extractfile("src/deep/s.txt").read() == b"s\n"
+        t = members(cp(f"{sb.id}:/root/file", "-"))
+        assert t.getnames() == ["file"] and t.extractfile("file").read() == b"f\0\377"
+        names = members(cp(f"{sb.id}:/root/src/.", "-")).getnames()
+        assert "./deep/s.txt" in names and not any(n.startswith("src") for n in names), names
+        assert not (tmp_path / "-").exists() and not os.path.exists("-")
+        # A tar made here, unpacked into a folder of the sandbox.
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name, data in (("data/x.txt", b"x\n"), ("data/sub/y.bin", os.urandom(5000))):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        p = cp("-", f"{sb.id}:/root", data=buf.getvalue())
+        assert p.returncode == 0 and b"copied an archive from stdin" in p.stderr, p.stderr
+        assert sb.files.read("/root/data/x.txt") == "x\n" and sb.files.stat("/root/data/sub/y.bin")["size"] == 5000
+        # Into a folder that does not exist, or onto a file: refused, nothing made.
+        for dest in ("/nope", "/root/file"):
+            p = cp("-", f"{sb.id}:{dest}", data=buf.getvalue())
+            assert p.returncode == 1 and b"must be a folder that exists" in p.stderr, p.stderr
+        assert sb.exec("test -e /nope").exit_code != 0
