@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -212,6 +215,48 @@ std::string Firewall::RemoveCommands(int slot, const std::string& host_if, const
   return c.str();
 }
 
+std::string Firewall::KeptAnswers(const std::vector<LinkRules>& links) const {
+  // The table's learned and refused sets as they are now (a JSON listing; nothing when
+  // there is no table yet), for the slots still to be installed.
+  std::set<std::string> wanted;
+  for (const auto& l : links)
+    for (const auto& [fam, type] : Families(o_.subnet6 && l.sandbox6))
+      for (const char* set : {"learned", "refused"}) wanted.insert(set + std::string(fam) + std::to_string(l.slot));
+  // A context of its own for JSON (switching the shared one's output to JSON does not
+  // always take once it has listed in text).
+  nft_ctx* json_ctx = nft_ctx_new(NFT_CTX_DEFAULT);
+  if (!json_ctx) return "";
+  nft_ctx_buffer_output(json_ctx);
+  nft_ctx_buffer_error(json_ctx);
+  nft_ctx_output_set_flags(json_ctx, NFT_CTX_OUTPUT_JSON);
+  const std::string cmd = "list table inet " + o_.table + "\n";
+  std::string listing;
+  if (nft_run_cmd_from_buffer(json_ctx, cmd.c_str()) == 0) listing = nft_ctx_get_output_buffer(json_ctx);
+  nft_ctx_free(json_ctx);
+  const auto j = nlohmann::json::parse(listing, nullptr, false);
+  if (!j.is_object() || !j.contains("nftables") || !j["nftables"].is_array()) return "";
+  std::ostringstream c;
+  for (const auto& o : j["nftables"]) {
+    if (!o.is_object() || !o.contains("set") || !o["set"].is_object()) continue;
+    const auto& set = o["set"];
+    const std::string name = set.value("name", "");
+    if (!wanted.count(name) || !set.contains("elem") || !set["elem"].is_array()) continue;
+    std::string elems;
+    for (const auto& e : set["elem"]) {
+      if (!e.is_object() || !e.contains("elem") || !e["elem"].is_object()) continue;
+      const auto& el = e["elem"];
+      if (!el.contains("val") || !el["val"].is_string() || !el.contains("expires") || !el["expires"].is_number_integer())
+        continue;
+      auto a = Address::Parse(el["val"].get<std::string>());
+      const int64_t left = el["expires"].get<int64_t>();
+      if (!a || left <= 0) continue;
+      elems += (elems.empty() ? "" : ", ") + a->ToString() + " timeout " + std::to_string(left) + "s";
+    }
+    if (!elems.empty()) c << "add element inet " << o_.table << " " << name << " { " << elems << " }\n";
+  }
+  return c.str();
+}
+
 Status Firewall::Install(const std::vector<LinkRules>& links) {
   const std::string t = "inet " + o_.table;
   const std::string subnet = o_.subnet.ToString();
@@ -310,6 +355,9 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     c << "add rule " << t << " postrouting ip6 saddr " << o_.subnet6->ToString() << " oifname != @links masquerade\n";
   for (const auto& l : links) c << LinkCommands(l);
   MutexLock lock(mu_);
+  // What the resolver taught an earlier table stays for its time left: a sandbox that
+  // keeps a name's addresses (its own cache, an open pool) reaches them across a restart.
+  c << KeptAnswers(links);
   Status st = Run(c.str());
   if (!st.ok() && Commentable(owner)) {
     // An nftables without table comments (before 0.9.7): the same without it. The table

@@ -59,8 +59,8 @@ class Firewall {
   Firewall& operator=(const Firewall&) = delete;
 
   // Makes the table anew with these links, in one transaction (a restart replaces the
-  // old table with no moment without rules). What the resolver had learned is forgotten:
-  // an allow-list sandbox reaches a name's addresses again once it looks the name up.
+  // old table with no moment without rules). What the resolver had taught the old table
+  // for these links (learned and refused addresses) is kept for its time left.
   Status Install(const std::vector<LinkRules>& links);
   // Install({}) unless the table exists (an earlier sbxd's, with its sandboxes' rules).
   Status InstallIfAbsent();
@@ -84,6 +84,9 @@ class Firewall {
 
  private:
   std::string LinkCommands(const LinkRules& l) const;
+  // Commands that put the current table's learned and refused addresses of `links`
+  // into a new one, each for its time left ("" when there is no table).
+  std::string KeptAnswers(const std::vector<LinkRules>& links) const;
   std::string RemoveCommands(int slot, const std::string& host_if, const Address& sandbox,
                              const std::optional<Address>& sandbox6, bool limited) const;
   Status Run(const std::string& cmds) SBX_REQUIRES(mu_);

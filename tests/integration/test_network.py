@@ -337,6 +337,9 @@ def test_restart_and_kill_keep_rules_and_leave_nothing(lab):
         c = d.client()
         sb = c.get(sb.id)
         assert nft_objects(d.instance, "chain") == chains
+        # The address the resolver taught the old table is still reachable, with no new
+        # lookup (what a client that caches names does).
+        assert ok(probe(sb, f"http:{nl.WEB}/restart-learned")[f"http:{nl.WEB}/restart-learned"])
         got = probe(sb, "http:web.lab.test/restart-1", "dns:other.test")
         assert ok(got["http:web.lab.test/restart-1"]) and not ok(got["dns:other.test"])
         d.stop(signal.SIGTERM)
