@@ -44,7 +44,8 @@ bash "$ROOT/scripts/fuzz.sh" "${SBX_FUZZ_SECONDS:-30}"
 bash "$ROOT/scripts/vm/cgroup-v2-smoke.sh" "$BUILD"
 
 # The gVisor leg's files: each operation of the API once (files, processes, the code
-# interpreter, templates and forks, lifecycle, users, disks, ports) and the hostile probes.
+# interpreter, templates and forks, lifecycle, users, disks, ports, the network) and the
+# hostile probes.
 # Tests of the container wall's own mechanics are left out there by their mark
 # (container_wall, which says what gVisor does instead).
 GVISOR_LEG=(
@@ -53,7 +54,7 @@ GVISOR_LEG=(
   tests/integration/test_users.py tests/integration/test_disks.py tests/integration/test_ports.py
   tests/security/test_code_walls.py tests/security/test_user_walls.py tests/security/test_hostile.py
   tests/security/test_resources.py tests/security/test_host_traces.py tests/security/test_network_walls.py
-  tests/integration/test_network_v6.py tests/integration/test_network_dns.py
+  tests/integration/test_network.py tests/integration/test_network_v6.py tests/integration/test_network_dns.py
 )
 log "integration and security tests"
 export SBX_BUILD_DIR="$BUILD"
@@ -63,7 +64,7 @@ set +e
 /usr/bin/python3 -m pytest -p no:cacheprovider -q -ra "$ROOT/tests/integration" "$ROOT/tests/security" "$@"
 rc=$?
 # The gVisor wall's leg: a reduced set of the same tests with every daemon's sandboxes on
-# gVisor (about 5 minutes; docs/design.md says which files and why the rest are left out).
+# gVisor (about 7 minutes; docs/design.md says which files and why the rest are left out).
 if [ -z "$*" ]; then
   log "integration and security tests again, on the gVisor wall (a reduced set)"
   SBX_TEST_ISOLATION=gvisor /usr/bin/python3 -m pytest -p no:cacheprovider -q -ra \

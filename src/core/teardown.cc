@@ -76,11 +76,12 @@ void SandboxManager::TeardownOne(const std::string& id) {
   // row says its wall.
   if (!has_entry)
     if (auto row = store_->GetSandbox(id); row.ok() && *row) rt = &Rt(**row);
-  // The checkpoint goes before the sandbox's folder: a folder gone means all of it is.
+  // Its rules and connections go once nothing of it runs, and before its folder (a
+  // folder gone means all of it is); the checkpoint goes before the folder too.
   Status st = rt->Stop(id, inst);
+  if (st.ok() && !rec.id.empty()) ReleaseNetwork(rec);
   if (st.ok()) st = rt->DropCheckpoint(CheckpointDir(id));
   if (st.ok()) st = rt->Destroy(id, DirOf(id));
-  if (st.ok() && !rec.id.empty()) ReleaseNetwork(rec);
   if (st.ok()) st = store_->DeleteSandbox(id);
   if (!st.ok()) SBX_LOG(kError) << "teardown of " << id << ": " << st.error().message;
   {
