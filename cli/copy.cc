@@ -73,8 +73,8 @@ bool EndsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// Runs tar (argv) and returns its exit status.
-int RunTar(const std::vector<std::string>& args) {
+// Runs argv (tar, chmod, rm) and returns its exit status.
+int RunArgv(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -131,7 +131,7 @@ int Upload(HttpClient& c, const std::string& src, const Side& sb, std::string pa
   std::string parent = src;
   while (parent.size() > 1 && parent.back() == '/') parent.pop_back();
   parent = parent.rfind('/') == std::string::npos ? "." : parent.substr(0, std::max<size_t>(1, parent.rfind('/')));
-  int rc = contents ? RunTar({"tar", "-C", src, "-cf", tmp, "."}) : RunTar({"tar", "-C", parent, "-cf", tmp, BaseName(src)});
+  int rc = contents ? RunArgv({"tar", "-C", src, "-cf", tmp, "."}) : RunArgv({"tar", "-C", parent, "-cf", tmp, BaseName(src)});
   if (rc != 0) {
     unlink(tmp.c_str());
     return Fail("tar of " + src + " failed");
@@ -164,7 +164,8 @@ int Fetch(HttpClient& c, const std::string& target, const std::string& into, con
   return 0;
 }
 
-int Download(HttpClient& c, const Side& sb, std::string path, const std::string& dst) {
+// `shown`: the destination as the closing message names it (default `dst`).
+int Download(HttpClient& c, const Side& sb, std::string path, const std::string& dst, const std::string& shown = "") {
   const std::string& id = sb.id;
   // PATH/. names the folder's contents; the API takes the folder's own path.
   const bool contents = EndsWith(path, "/.");
@@ -185,7 +186,7 @@ int Download(HttpClient& c, const Side& sb, std::string path, const std::string&
       unlink(part.c_str());
       return Fail("cannot write " + target);
     }
-    return Copied("file " + id + ":" + path, target, bytes);
+    return Copied("file " + id + ":" + path, shown.empty() ? target : shown, bytes);
   }
   if (to == Kind::kFile) return Fail("cannot copy the folder " + id + ":" + path + " onto the file " + dst);
   // As docker cp: into an existing folder goes the folder itself (PATH/. its contents);
@@ -197,10 +198,10 @@ int Download(HttpClient& c, const Side& sb, std::string path, const std::string&
   if (int rc = Fetch(c, sb.Target("archive", path), tmp, id + ":" + path, &bytes))
     return rc;
   bool ok = LocalKind(target) != Kind::kMissing || mkdir(target.c_str(), 0755) == 0;
-  int rc = ok ? RunTar({"tar", "-C", target, "-xf", tmp, "--no-same-owner", "--no-same-permissions"}) : -1;
+  int rc = ok ? RunArgv({"tar", "-C", target, "-xf", tmp, "--no-same-owner", "--no-same-permissions"}) : -1;
   unlink(tmp.c_str());
   if (rc != 0) return Fail("unpacking into " + target + " failed");
-  return Copied("folder " + id + ":" + path, target, bytes);
+  return Copied("folder " + id + ":" + path, shown.empty() ? target : shown, bytes);
 }
 
 // A temporary folder's name under /tmp (created), or "".
@@ -215,13 +216,16 @@ int DownloadTar(HttpClient& c, const Side& sb, const std::string& path) {
   if (isatty(STDOUT_FILENO)) return Usage("cp ... - writes a tar archive: send stdout to a file or a pipe");
   const std::string tmp = TempDir();
   if (tmp.empty()) return Fail("cannot create a temporary folder");
-  const bool contents = EndsWith(path, "/.");
+  // The root has no name of its own: it goes as its contents.
+  const bool contents = EndsWith(path, "/.") || BaseName(path) == "/";
   const std::string into = contents ? tmp + "/contents" : tmp;
   int rc = contents && mkdir(into.c_str(), 0700) != 0 ? Fail("cannot create a temporary folder") : 0;
-  if (rc == 0) rc = Download(c, sb, path, into);
-  if (rc == 0 && RunTar({"tar", "-C", into, "-cf", "-", contents ? "." : BaseName(path)}) != 0)
+  if (rc == 0) rc = Download(c, sb, BaseName(path) == "/" ? "/." : path, into, "stdout");
+  if (rc == 0 && RunArgv({"tar", "-C", into, "-cf", "-", "--", contents ? "." : BaseName(path)}) != 0)
     rc = Fail("tar of " + sb.id + ":" + path + " failed");
-  RunTar({"rm", "-rf", "--", tmp});
+  // (Folders unpacked read-only must be made writable to be removed.)
+  RunArgv({"chmod", "-R", "u+w", "--", tmp});
+  RunArgv({"rm", "-rf", "--", tmp});
   return rc;
 }
 

@@ -8,7 +8,8 @@ Addresses inside the lab namespace (all on its loopback):
     198.51.100.10  HTTP (port 80), the "public" web server
     198.51.100.53  DNS (port 53, UDP and TCP): answers from a JSON file the test writes (lab.set_records)
     198.51.100.10  port 9000: a sink (reads to EOF, answers the byte count); port 9001: a
-                   source (reads a byte count on a line, sends that many bytes)
+                   source (reads a byte count on a line, sends that many bytes); UDP 9002
+                   (also on 2001:db8:100::10): "pong" to each datagram
     10.99.0.10     HTTP on a private address (reached only when a rule allows it)
     169.254.169.254 HTTP, standing in for cloud metadata (routed into the lab, never off the machine)
     2001:db8:100::10, 2001:db8:100::11  HTTP over IPv6, the "public" web server's addresses
@@ -229,6 +230,12 @@ def sink(c):
     c.close()
 
 
+def pong_loop(u):
+    while True:
+        _, peer = u.recvfrom(2048)
+        u.sendto(b"pong", peer)
+
+
 def source(c):
     want = int(c.makefile().readline())
     chunk = b"x" * (1 << 20)
@@ -285,6 +292,11 @@ def serve(root):
     dns_listener.bind((DNS, 53))
     dns_listener.listen(16)
     threading.Thread(target=accept_loop, args=(dns_listener, dns_tcp), daemon=True).start()
+    # UDP port 9002 on the web addresses (both families): each datagram gets "pong" back.
+    for a in (WEB, WEB6):
+        u = socket.socket(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_DGRAM)
+        u.bind((a, 9002))
+        threading.Thread(target=pong_loop, args=(u,), daemon=True).start()
     for port, fn in ((9000, sink), (9001, source)):
         ls = socket.socket()
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -262,6 +262,10 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
   const std::string subnet = o_.subnet.ToString();
   const std::string port = std::to_string(o_.resolver_port);
   const std::string tcp_port = std::to_string(o_.resolver_tcp_port);
+  // The host's neighbours count as private: what its own networks hold (a VPC's other
+  // machines on global IPv6 addresses, say) is reached only through an `allow` CIDR.
+  std::vector<Cidr> private_ranges = PrivateRanges();
+  private_ranges.insert(private_ranges.end(), o_.host_networks.begin(), o_.host_networks.end());
   std::ostringstream c;
   // Its comment names its owner, for another sbxd to tell an orphan (DropOrphans).
   const std::string owner = o_.owner + " pid " + std::to_string(::getpid());
@@ -278,13 +282,13 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     << "add set " << t << " closed { type ipv4_addr; flags interval; auto-merge; elements = { "
     << Elements(ClosedRanges(), false) << " } }\n"
     << "add set " << t << " private { type ipv4_addr; flags interval; auto-merge; elements = { "
-    << Elements(PrivateRanges(), false) << " } }\n";
+    << Elements(private_ranges, false) << " } }\n";
   if (o_.subnet6)
     c << "add set " << t << " sources6 { type ifname . ipv6_addr; }\n"
       << "add set " << t << " closed6 { type ipv6_addr; flags interval; auto-merge; elements = { "
       << Elements(ClosedRanges(), true) << " } }\n"
       << "add set " << t << " private6 { type ipv6_addr; flags interval; auto-merge; elements = { "
-      << Elements(PrivateRanges(), true) << " } }\n";
+      << Elements(private_ranges, true) << " } }\n";
   c
     << "add chain " << t << " refuse\n"
     << "add rule " << t << " refuse meta l4proto tcp reject with tcp reset\n"
@@ -304,10 +308,21 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
   // Any sbxd's links ("sx*") pass: each sbxd's own table judges them.
   if (o_.forward_only_sandboxes)
     c << "add rule " << t << " forward meta nfproto ipv4 iifname != \"sx*\" oifname != \"sx*\" drop\n";
-  if (o_.subnet6 && o_.forward_only_sandboxes6)
+  if (o_.forward_only_sandboxes6)
     c << "add rule " << t << " forward meta nfproto ipv6 iifname != \"sx*\" oifname != \"sx*\" drop\n";
   // IPv6 neighbour discovery between a link's two ends (hop limit 255: never routed).
   const std::string nd = "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept\n";
+  // A packet from a link with a source address not its own goes before connection
+  // tracking sees it: as the reply direction of another sandbox's connection it would
+  // otherwise be un-NATed to that sandbox and let in as "established" (IPv6 has no
+  // rp_filter, and IPv4's is loosened by a host's all.rp_filter = 2).
+  c << "add chain " << t << " early { type filter hook prerouting priority raw; policy accept; }\n"
+    << "add rule " << t << " early iifname @links iifname . ip saddr != @sources drop\n";
+  if (o_.subnet6)
+    c << "add rule " << t << " early iifname @links ip6 saddr fe80::/10 " << nd
+      << "add rule " << t << " early iifname @links iifname . ip6 saddr != @sources6 drop\n";
+  else
+    c << "add rule " << t << " early iifname @links meta nfproto ipv6 drop\n";
   // To the host: the resolver's ports only, and those only from sandboxes.
   c << "add chain " << t << " input { type filter hook input priority filter; policy accept; }\n"
     // Its own source address only (whatever the host's rp_filter), at most kDnsConns
@@ -317,12 +332,14 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
     c << "add rule " << t << " input iifname @links " << nd
       << "add rule " << t << " input iifname @links iifname . ip6 saddr != @sources6 drop\n";
   c
-    << "add rule " << t << " input iifname @links udp dport " << port << " ct state new add @dns { iifname ct count over "
-    << kDnsConns << " } goto refuse\n"
-    << "add rule " << t << " input iifname @links udp dport " << port << " accept\n"
-    << "add rule " << t << " input iifname @links tcp dport " << tcp_port
+    // (Over IPv4 only: the resolver listens there, and the same ports over IPv6 are
+    // whoever's on the host.)
+    << "add rule " << t << " input iifname @links meta nfproto ipv4 udp dport " << port
+    << " ct state new add @dns { iifname ct count over " << kDnsConns << " } goto refuse\n"
+    << "add rule " << t << " input iifname @links meta nfproto ipv4 udp dport " << port << " accept\n"
+    << "add rule " << t << " input iifname @links meta nfproto ipv4 tcp dport " << tcp_port
     << " ct state new add @dnstcp { iifname ct count over " << kDnsTcpConns << " } goto refuse\n"
-    << "add rule " << t << " input iifname @links tcp dport " << tcp_port << " accept\n"
+    << "add rule " << t << " input iifname @links meta nfproto ipv4 tcp dport " << tcp_port << " accept\n"
     << "add rule " << t << " input iifname @links goto refuse\n"
     << "add rule " << t << " input iifname " << Quoted(o_.link_prefix + "*") << " goto refuse\n"
     // The resolver's UDP port is sbxd's alone (bound without SO_REUSEADDR), and so is

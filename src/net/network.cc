@@ -1,5 +1,6 @@
 #include "net/network.h"
 
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -53,6 +54,51 @@ void KeepRouterAdvertisements() {
   }
 }
 
+// The networks the host is on: its on-link routes (no gateway) other than the default,
+// loopback, link-local, multicast and sandboxes' links ("sx*": every sbxd's), from
+// /proc/net/route and /proc/net/ipv6_route as they are at sbxd's start.
+std::vector<Cidr> HostNetworks() {
+  std::vector<Cidr> out;
+  auto skip_dev = [](const std::string& dev) { return dev == "lo" || dev.rfind("sx", 0) == 0; };
+  std::ifstream v4("/proc/net/route");
+  std::string line;
+  std::getline(v4, line);  // the header
+  while (std::getline(v4, line)) {
+    std::istringstream w(line);
+    std::string dev, dst, gw, flags, ref, use, metric, mask;
+    if (!(w >> dev >> dst >> gw >> flags >> ref >> use >> metric >> mask) || skip_dev(dev)) continue;
+    // Hex of the address as it sits in memory (network byte order read as a host int).
+    const uint32_t d = static_cast<uint32_t>(std::strtoul(dst.c_str(), nullptr, 16));
+    const uint32_t g = static_cast<uint32_t>(std::strtoul(gw.c_str(), nullptr, 16));
+    const uint32_t m = static_cast<uint32_t>(std::strtoul(mask.c_str(), nullptr, 16));
+    if (g != 0 || m == 0) continue;
+    Cidr c;
+    std::memcpy(c.base.bytes.data(), &d, 4);
+    c.prefix = __builtin_popcount(m);
+    if (!c.base.bytes[0] || c.base.bytes[0] == 127 || c.base.bytes[0] >= 224) continue;
+    out.push_back(c);
+  }
+  constexpr unsigned long kGateway = 0x2;  // RTF_GATEWAY
+  std::ifstream v6("/proc/net/ipv6_route");
+  while (std::getline(v6, line)) {
+    std::istringstream w(line);
+    std::string dst, dst_len, src, src_len, hop, metric, ref, use, flags, dev;
+    if (!(w >> dst >> dst_len >> src >> src_len >> hop >> metric >> ref >> use >> flags >> dev) || skip_dev(dev) ||
+        dst.size() != 32)
+      continue;
+    const int len = static_cast<int>(std::strtol(dst_len.c_str(), nullptr, 16));
+    if (len == 0 || len == 128 || (std::strtoul(flags.c_str(), nullptr, 16) & kGateway)) continue;
+    Cidr c;
+    c.base.v6 = true;
+    for (int i = 0; i < 16; ++i)
+      c.base.bytes[i] = static_cast<uint8_t>(std::strtoul(dst.substr(2 * i, 2).c_str(), nullptr, 16));
+    c.prefix = len;
+    if (c.base.bytes[0] == 0xff || (c.base.bytes[0] == 0xfe && (c.base.bytes[1] & 0xc0) == 0x80)) continue;
+    out.push_back(c);
+  }
+  return out;
+}
+
 }  // namespace
 
 Cidr DefaultSubnet6(const Cidr& v4) {
@@ -84,9 +130,14 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& opts) {
   const std::string sysctl = "/proc/sys/net/ipv4/ip_forward";
   SBX_ASSIGN_OR_RETURN(bool only4, ForwardedNothingBefore(o.state_dir + "/ip_forward-before", sysctl));
   bool only6 = false;
+  const std::string was6 = o.state_dir + "/ip6_forward-before";
   if (o.subnet6) {
-    SBX_ASSIGN_OR_RETURN(only6, ForwardedNothingBefore(o.state_dir + "/ip6_forward-before", sysctl6));
+    SBX_ASSIGN_OR_RETURN(only6, ForwardedNothingBefore(was6, sysctl6));
     if (only6) KeepRouterAdvertisements();
+  } else if (auto before = fs::ReadFile(was6); before.ok()) {
+    // An earlier run with IPv6 turned forwarding on; this one has none, yet the host
+    // still forwards (another sbxd may need it): it forwards only sandboxes' packets.
+    only6 = before->rfind('0', 0) == 0;
   }
 
   Network* self = n.get();
@@ -110,6 +161,7 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& opts) {
   fo.max_conns = o.max_conns;
   fo.forward_only_sandboxes = only4;
   fo.forward_only_sandboxes6 = only6;
+  fo.host_networks = HostNetworks();
   fo.owner = o.state_dir;
   n->firewall_ = std::make_unique<Firewall>(fo);
   if (auto gone = n->firewall_->DropOrphans(); !gone.ok()) {

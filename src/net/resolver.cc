@@ -11,6 +11,7 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <system_error>
 #include <vector>
 
 #include "base/ids.h"
@@ -26,8 +27,9 @@ constexpr size_t kMaxInFlight = 1024;
 constexpr int kMaxInFlightPerSandbox = 64;  // one sandbox cannot starve the others' lookups
 constexpr uint32_t kMaxTtl = 3600;          // what an answer may keep reachable, at most
 // A TCP connection: the time its client has to send each query (and to read each answer),
-// and the queries it may send.
-constexpr int kTcpIdleMs = 10000;
+// the time it may last in all, and the queries it may send.
+constexpr int kTcpIdleMs = 5000;
+constexpr int kTcpLifeMs = 30000;
 constexpr int kTcpQueries = 32;
 
 int64_t NowMs() {
@@ -317,25 +319,54 @@ void Resolver::AcceptLoop() {
     socklen_t flen = sizeof from;
     UniqueFd conn(::accept4(listener_.get(), reinterpret_cast<struct sockaddr*>(&from), &flen,
                             SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (!conn.valid()) continue;
-    {
-      MutexLock lock(tcp_->mu);
-      if (tcp_->active >= kMaxTcpConnections) continue;  // closed: the client retries or uses UDP
-      ++tcp_->active;
+    if (!conn.valid()) {
+      // Out of descriptors (the connection stays queued, the listener readable): wait a
+      // little rather than spin.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        struct pollfd wake = {wake_r_.get(), POLLIN, 0};
+        if (::poll(&wake, 1, 100) > 0) return;
+      }
+      continue;
     }
     const Address peer = Address::V4(ntohl(from.sin_addr.s_addr));
-    std::thread([this, count = tcp_, c = std::move(conn), peer]() mutable {
-      ServeTcp(std::move(c), peer);  // `this` lives until the count below goes down
+    auto client = lookup_(peer);
+    if (!client) continue;  // not a sandbox's (the firewall lets none other in)
+    const int slot = client->slot;
+    {
+      MutexLock lock(tcp_->mu);
+      // Closed: the client retries, or asks over UDP.
+      auto mine = tcp_->per_slot.find(slot);
+      if (tcp_->active >= kMaxTcpConnections || (mine != tcp_->per_slot.end() && mine->second >= kMaxTcpPerSandbox))
+        continue;
+      ++tcp_->active;
+      ++tcp_->per_slot[slot];
+    }
+    auto count = tcp_;
+    auto release = [count, slot] {
       MutexLock lock(count->mu);
+      if (--count->per_slot[slot] <= 0) count->per_slot.erase(slot);
       if (--count->active == 0) count->idle.notify_all();
-    }).detach();
+    };
+    try {
+      std::thread([this, release, c = std::move(conn), peer]() mutable {
+        ServeTcp(std::move(c), peer);  // `this` lives until the count below goes down
+        release();
+      }).detach();
+    } catch (const std::system_error& e) {
+      SBX_LOG(kWarn) << "resolver: no thread for a TCP connection: " << e.what();
+      release();
+    }
   }
 }
 
 void Resolver::ServeTcp(UniqueFd conn, Address peer) {
   const int fd = conn.get(), wake = wake_r_.get();
+  // Each query within kTcpIdleMs of the last answer, and the whole connection within
+  // kTcpLifeMs: a slow client holds a thread for seconds, not minutes.
+  const int64_t end = NowMs() + kTcpLifeMs;
+  auto deadline = [&](int64_t ms) { return std::min(NowMs() + ms, end); };
   for (int n = 0; n < kTcpQueries; ++n) {
-    auto query = ReadMessage(fd, wake, NowMs() + kTcpIdleMs);
+    auto query = ReadMessage(fd, wake, deadline(kTcpIdleMs));
     if (!query) return;
     auto q = dns::ParseQuery(*query);
     if (!q) return;
@@ -353,7 +384,7 @@ void Resolver::ServeTcp(UniqueFd conn, Address peer) {
       const uint16_t upstream_id = RandomId();
       dns::SetId(&out, upstream_id);
       ++stats_.forwarded;
-      auto msg = AskUpstreamTcp(out, NowMs() + kUpstreamTimeoutMs);
+      auto msg = AskUpstreamTcp(out, deadline(kUpstreamTimeoutMs));
       auto a = msg ? dns::ParseAnswer(*msg) : std::nullopt;
       if (!a || a->id != upstream_id || a->question != q->name) {
         reply = dns::Refusal(*query, deny_only ? dns::kRcodeRefused : dns::kRcodeServFail);
@@ -361,7 +392,7 @@ void Resolver::ServeTcp(UniqueFd conn, Address peer) {
         reply = Judge(*query, q->id, std::move(*msg), std::move(*a), *client, deny_only, peer);
       }
     }
-    if (!WriteMessage(fd, reply, wake, NowMs() + kTcpIdleMs)) return;
+    if (!WriteMessage(fd, reply, wake, deadline(kTcpIdleMs))) return;
   }
 }
 

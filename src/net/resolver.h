@@ -12,11 +12,12 @@
 // Over UDP (a truncated answer is passed on as is) and over TCP (RFC 7766: a connection
 // may carry several queries; each is asked upstream over TCP, so that an answer too big
 // for UDP arrives whole). TCP connections are served on threads of their own, at most
-// kMaxTcpConnections at once (the firewall caps each sandbox's share).
+// kMaxTcpConnections at once and kMaxTcpPerSandbox of one sandbox, each for 30 s at most.
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +55,7 @@ class Resolver {
   void Stop();
 
   static constexpr int kMaxTcpConnections = 64;
+  static constexpr int kMaxTcpPerSandbox = 8;
 
   struct Stats {
     std::atomic<uint64_t> queries{0}, refused{0}, forwarded{0}, rebinding{0};
@@ -95,6 +97,7 @@ class Resolver {
     Mutex mu;
     CondVar idle;
     int active SBX_GUARDED_BY(mu) = 0;
+    std::map<int, int> per_slot SBX_GUARDED_BY(mu);  // connections by sandbox slot
   };
   std::shared_ptr<TcpCount> tcp_ = std::make_shared<TcpCount>();
 };

@@ -125,7 +125,8 @@ const std::vector<Cidr>& ClosedRanges() {
 
 const std::vector<Cidr>& PrivateRanges() {
   static const std::vector<Cidr> ranges = ParseAll({"10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12", "192.0.0.0/24",
-                                                    "192.168.0.0/16", "198.18.0.0/15", "64:ff9b::/96", "fc00::/7"});
+                                                    "192.168.0.0/16", "198.18.0.0/15", "64:ff9b::/96", "64:ff9b:1::/48",
+                                                    "fc00::/7"});
   return ranges;
 }
 

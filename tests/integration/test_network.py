@@ -358,7 +358,8 @@ def test_restart_and_kill_keep_rules_and_leave_nothing(lab):
         assert host_links(d.instance) == []
         assert conntrack_lines(prefix) == []  # forgotten with their sandboxes
         # Only the table's own chains and sets stay: no sandbox's.
-        assert nft_objects(d.instance, "chain") == ["forward", "input", "output", "postrouting", "prerouting", "refuse"]
+        assert nft_objects(d.instance, "chain") == ["early", "forward", "input", "output", "postrouting", "prerouting",
+                                                    "refuse"]
         assert nft_objects(d.instance, "set") == ["closed", "closed6", "dns", "dnstcp", "links", "private", "private6",
                                                   "sources", "sources6"]
         assert nft_objects(d.instance, "map") == ["in", "marks", "out"]
