@@ -130,7 +130,8 @@ std::pair<uint64_t, uint64_t> SandboxManager::NetworkBytes(const Entry& e) const
 std::pair<uint64_t, uint64_t> SandboxManager::RowNetworkBytes(const SandboxRecord& r, bool linked) const {
   json j = RowNetwork(r);
   uint64_t tx = j.value("tx", uint64_t{0}), rx = j.value("rx", uint64_t{0});
-  if (auto link = LinkOfRow(r); link && linked)
+  if (!linked) return {tx, rx};
+  if (auto link = LinkOfRow(r))
     if (auto c = Rt(r).ReadLinkCounters(*link)) {
       tx += c->tx_bytes;
       rx += c->rx_bytes;

@@ -1,5 +1,6 @@
 #include "net/network.h"
 
+#include <array>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -28,23 +29,45 @@ Result<bool> ForwardedNothingBefore(const std::string& was_file, const std::stri
   return was.rfind('0', 0) == 0;
 }
 
+// /proc/net/ipv6_route's rows: destination, prefix length, RTF_* flags, device.
+struct Route6 {
+  std::array<uint8_t, 16> dst{};
+  int len = 0;
+  unsigned long flags = 0;
+  std::string dev;
+};
+
+std::vector<Route6> Ipv6Routes() {
+  std::vector<Route6> out;
+  std::ifstream in("/proc/net/ipv6_route");
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream w(line);
+    std::string dst, dst_len, src, src_len, hop, metric, ref, use, flags, dev;
+    if (!(w >> dst >> dst_len >> src >> src_len >> hop >> metric >> ref >> use >> flags >> dev) || dst.size() != 32)
+      continue;
+    Route6 r;
+    for (int i = 0; i < 16; ++i) r.dst[i] = static_cast<uint8_t>(std::strtoul(dst.substr(2 * i, 2).c_str(), nullptr, 16));
+    r.len = static_cast<int>(std::strtol(dst_len.c_str(), nullptr, 16));
+    r.flags = std::strtoul(flags.c_str(), nullptr, 16);
+    r.dev = dev;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+constexpr unsigned long kRtfGateway = 0x2, kRtfDefault = 0x10000, kRtfAddrconf = 0x40000;
+
 // A host that takes its IPv6 default route from router advertisements stops hearing them
 // once it forwards (accept_ra 1 means "unless forwarding"), and would lose that route when
 // it expires: such interfaces get 2 ("even when forwarding"). Only those: any other link
 // (a container's, say) goes on ignoring advertisements, so it can never become the
 // host's router.
 void KeepRouterAdvertisements() {
-  constexpr unsigned long kDefault = 0x10000, kAddrconf = 0x40000;  // RTF_DEFAULT, RTF_ADDRCONF
-  std::ifstream in("/proc/net/ipv6_route");
   std::set<std::string> devs;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream w(line);
-    std::string dst, dst_len, src, src_len, hop, metric, ref, use, flags, dev;
-    if (!(w >> dst >> dst_len >> src >> src_len >> hop >> metric >> ref >> use >> flags >> dev)) continue;
-    const unsigned long f = std::strtoul(flags.c_str(), nullptr, 16);
-    if ((f & kDefault) && (f & kAddrconf) && dev.find('/') == std::string::npos && dev != "." && dev != "..")
-      devs.insert(dev);
-  }
+  for (const auto& r : Ipv6Routes())
+    if ((r.flags & kRtfDefault) && (r.flags & kRtfAddrconf) && r.dev.find('/') == std::string::npos && r.dev != "." &&
+        r.dev != "..")
+      devs.insert(r.dev);
   for (const auto& dev : devs) {
     const std::string path = "/proc/sys/net/ipv6/conf/" + dev + "/accept_ra";
     auto v = fs::ReadFile(path);
@@ -78,21 +101,12 @@ std::vector<Cidr> HostNetworks() {
     if (!c.base.bytes[0] || c.base.bytes[0] == 127 || c.base.bytes[0] >= 224) continue;
     out.push_back(c);
   }
-  constexpr unsigned long kGateway = 0x2;  // RTF_GATEWAY
-  std::ifstream v6("/proc/net/ipv6_route");
-  while (std::getline(v6, line)) {
-    std::istringstream w(line);
-    std::string dst, dst_len, src, src_len, hop, metric, ref, use, flags, dev;
-    if (!(w >> dst >> dst_len >> src >> src_len >> hop >> metric >> ref >> use >> flags >> dev) || skip_dev(dev) ||
-        dst.size() != 32)
-      continue;
-    const int len = static_cast<int>(std::strtol(dst_len.c_str(), nullptr, 16));
-    if (len == 0 || len == 128 || (std::strtoul(flags.c_str(), nullptr, 16) & kGateway)) continue;
+  for (const auto& r : Ipv6Routes()) {
+    if (skip_dev(r.dev) || r.len == 0 || r.len == 128 || (r.flags & kRtfGateway)) continue;
     Cidr c;
     c.base.v6 = true;
-    for (int i = 0; i < 16; ++i)
-      c.base.bytes[i] = static_cast<uint8_t>(std::strtoul(dst.substr(2 * i, 2).c_str(), nullptr, 16));
-    c.prefix = len;
+    c.base.bytes = r.dst;
+    c.prefix = r.len;
     if (c.base.bytes[0] == 0xff || (c.base.bytes[0] == 0xfe && (c.base.bytes[1] & 0xc0) == 0x80)) continue;
     out.push_back(c);
   }
@@ -273,9 +287,10 @@ void Network::Release(const std::string& id) {
 LinkRules Network::RulesOf(const Entry& e) const {
   LinkRules l;
   l.slot = e.slot;
-  l.host_if = LinkOf(e.slot).host_if;
-  l.sandbox = LinkOf(e.slot).sandbox;
-  l.sandbox6 = LinkOf(e.slot).sandbox6;
+  const Link link = LinkOf(e.slot);
+  l.host_if = link.host_if;
+  l.sandbox = link.sandbox;
+  l.sandbox6 = link.sandbox6;
   l.rules = e.rules;
   l.mbps = e.mbps;
   return l;
