@@ -4,11 +4,16 @@
 //                                  on the listening socket FD, report readiness on fd 4
 //   sbx-agent --gvisor-init DIR   set up a gVisor sandbox (its first process; config and
 //                                 socket in the bound folder DIR) and serve
+//   /init (PID 1 of a microVM's guest kernel): set up the guest and serve over its port
+//   sbx-agent --vm-launch DIR UID GID LOG -- QEMU...   start a microVM's QEMU unprivileged
+//   sbx-agent --vm-relay DIR PORT CONSOLE LOG LISTEN UID   the host end of a microVM's
+//                                 agent link (names relative to DIR; see vm_relay.h)
 //   sbx-agent --serve PATH     serve on a unix socket at PATH, without isolation (tests)
 //   sbx-agent --version
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/reboot.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -17,11 +22,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "agent/init/container_init.h"
 #include "agent/init/gvisor_init.h"
+#include "agent/init/vm_init.h"
 #include "agent/protocol.h"
 #include "agent/server.h"
+#include "agent/vm_relay.h"
 #include "base/unique_fd.h"
 
 namespace {
@@ -115,6 +123,15 @@ int GvisorInit(const char* ctl_dir) {
   return st.ok() ? 0 : 1;
 }
 
+// PID 1 of a microVM: a failure is on the console (sbxd quotes it), then the guest powers off.
+int VmInit() {
+  auto st = sbx::agent::RunVmInit();
+  std::fprintf(stderr, "sbx-agent: %s\n", st.ok() ? "the agent stopped" : st.error().message.c_str());
+  sync();
+  reboot(RB_POWER_OFF);
+  return 1;
+}
+
 int ServeAt(const char* path) {
   sbx::UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   struct sockaddr_un addr = {};
@@ -138,6 +155,18 @@ int ServeAt(const char* path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (getpid() == 1 && argc >= 1 && std::strcmp(argv[0], "/init") == 0) return VmInit();
+  if (argc >= 8 && std::strcmp(argv[1], "--vm-launch") == 0 && std::strcmp(argv[6], "--") == 0) {
+    sbx::agent::LaunchOptions o{argv[2], static_cast<uid_t>(std::strtoul(argv[3], nullptr, 10)),
+                                static_cast<gid_t>(std::strtoul(argv[4], nullptr, 10)), argv[5],
+                                std::vector<std::string>(argv + 7, argv + argc)};
+    return sbx::agent::LaunchVmm(o);
+  }
+  if (argc >= 8 && std::strcmp(argv[1], "--vm-relay") == 0) {
+    sbx::agent::RelayOptions o{argv[2], argv[3], argv[4], argv[5], argv[6],
+                               static_cast<uid_t>(std::strtoul(argv[7], nullptr, 10))};
+    return sbx::agent::StartRelay(o);
+  }
   if (argc >= 2 && std::strcmp(argv[1], "--sandbox-init") == 0) return SandboxInit();
   if (argc >= 3 && std::strcmp(argv[1], "--serve") == 0) return ServeAt(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "--gvisor-init") == 0 && getpid() == 1) return GvisorInit(argv[2]);

@@ -70,6 +70,7 @@ struct Flags {
   std::string criu;  // CRIU binary for pause mode "hibernate"; "none": refused; empty: found (FindCriu)
   std::string runsc;  // runsc for isolation "gvisor"; "none": refused; empty: found (FindRunsc)
   std::string runsc_platform;  // empty: runsc's own default
+  std::string qemu, microvm_kernel, microvm_accel = "auto";  // isolation "microvm" (walls.h)
   std::string default_isolation = "container";
   // The HTTP listener's deadlines and caps (docs/API.md, "Limits of the listener").
   int64_t http_header_timeout_ms = 10000, http_idle_timeout_ms = 120000, http_body_idle_timeout_ms = 30000;
@@ -106,7 +107,8 @@ void Usage() {
                "            [--serverless-call-usd USD] [--min-free-mb MB] [--proxy-domain DOMAIN]\n"
                "            [--keepalive-ms MS] [--store-mb MB] [--store-overcommit RATIO] [--criu PATH|none]\n"
                "            [--runsc PATH|none] [--runsc-platform systrap|ptrace]\n"
-               "            [--default-isolation container|gvisor]\n"
+               "            [--qemu PATH|none] [--microvm-kernel DIR] [--microvm-accel auto|kvm|tcg]\n"
+               "            [--default-isolation container|gvisor|microvm]\n"
                "            [--http-header-timeout-ms MS] [--http-idle-timeout-ms MS]\n"
                "            [--http-body-idle-timeout-ms MS] [--proxy-idle-timeout-ms MS]\n"
                "            [--max-connections N] [--max-sandbox-connections N]\n"
@@ -234,6 +236,9 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       else if (k == "criu") f->criu = v;
       else if (k == "runsc") f->runsc = v;
       else if (k == "runsc_platform") f->runsc_platform = v;
+      else if (k == "qemu") f->qemu = v;
+      else if (k == "microvm_kernel") f->microvm_kernel = v;
+      else if (k == "microvm_accel") f->microvm_accel = v;
       else if (k == "default_isolation") f->default_isolation = v;
       else if (k == "default_network") f->default_network = v;
       else if (k == "net_subnet") f->net_subnet = v;
@@ -493,9 +498,20 @@ int Run(int argc, char** argv) {
     gvisor = runtime::NewGvisorRuntime(go);
     runtimes.Add("gvisor", gvisor.get());
   }
+  runtime::MicrovmOptions mvo;
+  mvo.accel = f.microvm_accel;
+  mvo.state_dir = data_dir + "/microvm";
+  mvo.agent_path = co.agent_path;
+  mvo.instance = co.instance;
+  mvo.uid_base = co.uid_base;
+  mvo.vm_uid_base = std::max(co.uid_base, co.owner_base) + 65536;  // apart from both ranges
+  auto microvm = OpenMicrovm(f.qemu, f.microvm_kernel, mvo);
+  if (!microvm.ok()) return fail(microvm.error());
+  if (*microvm) runtimes.Add("microvm", microvm->get());
   if (!runtimes.Find(f.default_isolation))
     return fail(MakeError(Code::kInvalidArgument, "--default-isolation " + f.default_isolation +
-                                                      " is not available on this sbxd (container, or gvisor with runsc)"));
+                                                      " is not available on this sbxd (container, gvisor with runsc, "
+                                                      "microvm with QEMU)"));
   mo.default_isolation = f.default_isolation;
   core::SandboxManager manager(mo, store->get(), &images, &runtimes, types);
   disks::DiskStore disk_store(data_dir, store->get(), co.uid_base);

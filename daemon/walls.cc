@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
+#include "base/fs.h"
 #include "base/log.h"
 #include "base/reaper.h"
 #include "runtime/container/criu_probe.h"
@@ -90,6 +92,49 @@ std::string FindRunsc(const std::string& flag) {
   }
   SBX_LOG(kInfo) << "isolation gvisor: off (no runsc" << (flag.empty() ? " found" : " at " + flag) << ")";
   return "";
+}
+
+Result<std::unique_ptr<runtime::Runtime>> OpenMicrovm(const std::string& qemu_flag, const std::string& kernel_flag,
+                                                     runtime::MicrovmOptions o) {
+  if (o.accel != "auto" && o.accel != "kvm" && o.accel != "tcg")
+    return MakeError(Code::kInvalidArgument, "--microvm-accel wants auto, kvm or tcg");
+  if (qemu_flag == "none") {
+    SBX_LOG(kInfo) << "isolation microvm: off (--qemu none)";
+    return std::unique_ptr<runtime::Runtime>();
+  }
+  std::vector<std::string> candidates = qemu_flag.empty() ? OnPath("qemu-system-x86_64") : std::vector{qemu_flag};
+  o.qemu.clear();
+  for (const auto& c : candidates)
+    if (::access(c.c_str(), X_OK) == 0) {
+      o.qemu = c;
+      break;
+    }
+  if (o.qemu.empty()) {
+    SBX_LOG(kInfo) << "isolation microvm: off (no QEMU" << (qemu_flag.empty() ? " on PATH" : " at " + qemu_flag) << ")";
+    return std::unique_ptr<runtime::Runtime>();
+  }
+  o.kernel_dir = kernel_flag;
+  if (o.kernel_dir.empty()) {
+    // The newest kernel release the set-up made (scripts/vm/guest.sh).
+    auto releases = fs::ListDir(CacheDir() + "/vm/guest");
+    if (releases.ok()) {
+      std::sort(releases->begin(), releases->end());
+      for (auto it = releases->rbegin(); it != releases->rend(); ++it)
+        if (fs::Exists(CacheDir() + "/vm/guest/" + *it + "/.complete")) {
+          o.kernel_dir = CacheDir() + "/vm/guest/" + *it;
+          break;
+        }
+    }
+    if (o.kernel_dir.empty()) {
+      SBX_LOG(kInfo) << "isolation microvm: off (no guest kernel in " << CacheDir()
+                     << "/vm/guest: scripts/vm/guest.sh makes one)";
+      return std::unique_ptr<runtime::Runtime>();
+    }
+  }
+  auto rt = runtime::NewMicrovmRuntime(o);
+  if (!rt.ok()) return rt.error().Wrap("isolation microvm");
+  SBX_LOG(kInfo) << "isolation microvm: " << o.qemu << ", guest kernel " << o.kernel_dir;
+  return rt;
 }
 
 }  // namespace sbx

@@ -38,3 +38,37 @@ vm_locked() {
     "$@"
   ) 9>"$VM_CACHE/.$name.lock"
 }
+
+# vm_resolve_modules MODDIR NAME...: the paths (relative to MODDIR) of the modules to load
+# for NAME..., dependencies first, from modules.dep (built-in ones are skipped).
+vm_resolve_modules() {
+  python3 - "$@" <<'PY'
+import os, re, sys
+moddir, wanted = sys.argv[1], sys.argv[2:]
+norm = lambda n: n.replace("-", "_")
+name_of = lambda p: norm(re.sub(r"\.ko(\.xz|\.zst|\.gz)?$", "", os.path.basename(p)))
+deps, path = {}, {}
+for line in open(os.path.join(moddir, "modules.dep")):
+    mod, _, rest = line.partition(":")
+    n = name_of(mod)
+    path[n], deps[n] = mod, rest.split()
+builtin = set()
+if os.path.exists(os.path.join(moddir, "modules.builtin")):
+    builtin = {name_of(l.strip()) for l in open(os.path.join(moddir, "modules.builtin"))}
+order, seen = [], set()
+def visit(n):
+    if n in seen:
+        return
+    seen.add(n)
+    if n in builtin:
+        return
+    if n not in path:
+        sys.exit(f"no module {n} in {moddir}")
+    for d in deps[n]:
+        visit(name_of(d))
+    order.append(path[n])
+for w in wanted:
+    visit(norm(w))
+print("\n".join(order))
+PY
+}

@@ -74,38 +74,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- the initramfs: busybox, the modules, an /init that mounts the two disks -----------
-# The modules to load, dependencies first, from modules.dep (built-in ones are skipped).
-resolve_modules() {
-  python3 - "$MODDIR" "$@" <<'PY'
-import os, re, sys
-moddir, wanted = sys.argv[1], sys.argv[2:]
-norm = lambda n: n.replace("-", "_")
-name_of = lambda p: norm(re.sub(r"\.ko(\.xz|\.zst|\.gz)?$", "", os.path.basename(p)))
-deps, path = {}, {}
-for line in open(os.path.join(moddir, "modules.dep")):
-    mod, _, rest = line.partition(":")
-    n = name_of(mod)
-    path[n], deps[n] = mod, rest.split()
-builtin = set()
-if os.path.exists(os.path.join(moddir, "modules.builtin")):
-    builtin = {name_of(l.strip()) for l in open(os.path.join(moddir, "modules.builtin"))}
-order, seen = [], set()
-def visit(n):
-    if n in seen:
-        return
-    seen.add(n)
-    if n in builtin:
-        return
-    if n not in path:
-        sys.exit(f"run.sh: no module {n} in {moddir}")
-    for d in deps[n]:
-        visit(name_of(d))
-    order.append(path[n])
-for w in wanted:
-    visit(norm(w))
-print("\n".join(order))
-PY
-}
 INITRD="$TMP/initrd"
 mkdir -p "$INITRD"/{bin,dev,proc,sys,newroot,lib/modules}
 cp /bin/busybox "$INITRD/bin/busybox"
@@ -113,7 +81,7 @@ for applet in $("$INITRD/bin/busybox" --list); do
   [ "$applet" = busybox ] || ln -s busybox "$INITRD/bin/$applet"
 done
 # shellcheck disable=SC2086 # a list of names
-resolve_modules $MODULES > "$TMP/modules.list"
+vm_resolve_modules "$MODDIR" $MODULES > "$TMP/modules.list"
 : > "$INITRD/modules"
 while read -r m; do
   n=$(basename "$m"); n=${n%%.ko*}

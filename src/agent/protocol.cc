@@ -154,7 +154,7 @@ static int64_t MonoMs() {
   return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
 }
 
-const char* const kAgentFeatures[] = {"exec", "tty", "files", "archive", "ports", "warm", "procs", nullptr};
+const char* const kAgentFeatures[] = {"exec", "tty", "files", "archive", "ports", "warm", "procs", "sync", nullptr};
 
 AgentInfo ThisAgent() {
   AgentInfo a;
@@ -221,6 +221,12 @@ static Result<std::string> RoundTrip(const Dialer& a, FrameType req, FrameType w
       return (*f)->payload;
     }
   }
+}
+
+Status SyncBlocking(const Dialer& a, int timeout_ms) {
+  auto r = RoundTrip(a, FrameType::kSync, FrameType::kSyncDone, timeout_ms);
+  if (!r.ok()) return r.error();
+  return OkStatus();
 }
 
 Status WarmBlocking(const Dialer& a, int timeout_ms) {

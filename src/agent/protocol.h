@@ -4,6 +4,7 @@
 // A connection carries one request. Each frame is an 8-byte header, then the payload:
 //   u32 little-endian payload length (at most kMaxPayload), u8 type, 3 zero bytes.
 // Requests: kExec (JSON ExecRequest) then any number of kStdin / kStdinEof / kSignal;
+// or kSync (the agent calls sync(2), answered by kSyncDone with "{}");
 // or kPing (answered by kPong with JSON AgentInfo {"version", "agent", "features"}); or kWarm (the agent walks
 // its root filesystem so lookups are cached, answered by kWarmDone with JSON {"entries"}).
 // kExec may be followed by kStdin / kStdinEof / kSignal / kResize frames.
@@ -73,8 +74,10 @@ enum class FrameType : uint8_t {
   kProcAttach = 21,
   kProcList = 22,
   kProcRelease = 23,
+  kSync = 24,
+  kSyncDone = 25,
 };
-constexpr FrameType kLastFrameType = FrameType::kProcRelease;
+constexpr FrameType kLastFrameType = FrameType::kSyncDone;
 
 // The error codes a kError frame's "code" may carry (the API's codes); anything else is
 // read as "internal".
@@ -165,7 +168,8 @@ struct AgentInfo {
 };
 // This build's features: "exec" (kExec), "tty" (kExec with tty, kResize), "files"
 // (kFileOp), "archive" (the tar operations of kFileOp), "ports" (kPortOpen), "warm"
-// (kWarm), "procs" (kProcStart, kProcAttach, kProcList, kProcRelease). Append; never rename
+// (kWarm), "procs" (kProcStart, kProcAttach, kProcList, kProcRelease), "sync" (kSync).
+// Append; never rename
 // or reuse a name.
 extern const char* const kAgentFeatures[];
 // The AgentInfo this build's agent answers with.
@@ -184,5 +188,8 @@ Result<AgentInfo> PingBlocking(const Dialer& a, int timeout_ms);
 Status RequireFeature(const Dialer& a, std::string_view feature, int timeout_ms);
 // Asks the agent to walk its root filesystem (warming the lookup caches); blocking.
 Status WarmBlocking(const Dialer& a, int timeout_ms);
+// Asks the agent to write every file system's dirty data to its disks (sync(2)), and
+// waits for it: a VM's files are whole on its disk before the VM is ended.
+Status SyncBlocking(const Dialer& a, int timeout_ms);
 
 }  // namespace sbx::agent

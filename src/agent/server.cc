@@ -32,6 +32,7 @@ namespace {
 bool g_is_init = false;
 // Only peers outside the sandbox's pid namespace are served (see Serve).
 bool g_outside_only = false;
+pid_t g_only_peer = 0;  // nonzero: only this process's connections are served
 
 // Serves the one request of the connection `sock`.
 void ServeConnection(int sock) {
@@ -48,6 +49,11 @@ void ServeConnection(int sock) {
     if (f.type == FrameType::kPing) {
       if (!WriteAllBlocking(sock, EncodeFrame(FrameType::kPong, ThisAgent().ToJson()))) return;
       continue;
+    }
+    if (f.type == FrameType::kSync) {
+      ::sync();
+      WriteAllBlocking(sock, EncodeFrame(FrameType::kSyncDone, "{}"));
+      return;
     }
     if (f.type == FrameType::kWarm) {
       // Stat every entry of the root filesystem (not /proc, /sys, /dev, /tmp: other
@@ -126,7 +132,10 @@ void ServeConnection(int sock) {
     // here) is served: the sandbox's own processes can reach the abstract name.
     struct ucred cred = {};
     socklen_t len = sizeof cred;
-    if (!g_outside_only || (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == 0)) break;
+    // In a microVM, only the channel mux's connections (the sandbox's root could dial the
+    // abstract name too).
+    bool creds = getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
+    if (g_only_peer != 0 ? creds && cred.pid == g_only_peer : !g_outside_only || (creds && cred.pid == 0)) break;
     close(c);
   }
   pid_t me = getpid();
@@ -140,9 +149,10 @@ void ServeConnection(int sock) {
 
 }  // namespace
 
-Status Serve(int listen_fd, bool is_init, bool outside_peers_only) {
+Status Serve(int listen_fd, bool is_init, bool outside_peers_only, pid_t only_peer) {
   constexpr size_t kSpares = 2;
   g_is_init = is_init;
+  g_only_peer = only_peer;
   g_outside_only = is_init && outside_peers_only;
   SetKeeperScope(getpid());
   sigset_t chld;

@@ -4,14 +4,17 @@
 // single-threaded).
 #pragma once
 
+#include <sys/types.h>
+
 #include "base/result.h"
 
 namespace sbx::agent {
 
 // Serves forever on `listen_fd`. When `is_init` is true the agent is PID 1 of its sandbox:
 // it reaps every orphan, and (with `outside_peers_only`) serves only peers outside the
-// sandbox's pid namespace, for a socket the sandbox's code can reach too. Returns only on a
+// sandbox's pid namespace, for a socket the sandbox's code can reach too; with `only_peer`
+// (a microVM's agent), it serves that process's connections only. Returns only on a
 // fatal error.
-Status Serve(int listen_fd, bool is_init, bool outside_peers_only = true);
+Status Serve(int listen_fd, bool is_init, bool outside_peers_only = true, pid_t only_peer = 0);
 
 }  // namespace sbx::agent

@@ -52,6 +52,7 @@ json SandboxJson(const core::SandboxView& v) {
   net["rx_bytes"] = v.rx_bytes;
   j["network"] = net;
   j["error"] = r.error.empty() ? json(nullptr) : json(r.error);
+  if (r.isolation == "microvm") j["microvm_accel"] = v.accel.empty() ? json(nullptr) : json(v.accel);
   return j;
 }
 

@@ -97,6 +97,7 @@ SandboxView SandboxManager::View(const Entry& e) const {
     if (link->has_v6) v.address6 = net::Address{true, link->sandbox6}.ToString();
   }
   v.network_mbps = MbpsOf(e.rec);
+  if (runtime::Runtime* rt = runtimes_->Find(e.rec.isolation)) v.accel = rt->Accelerator();
   return v;
 }
 
@@ -249,6 +250,7 @@ SandboxManager::Features SandboxManager::GetFeatures() const {
   for (const auto& [kind, rt] : runtimes_->all()) {
     f.isolation.push_back(kind);
     f.hibernate = f.hibernate || rt->Caps().hibernate;
+    if (kind == "microvm") f.microvm_accel = rt->Accelerator();
   }
   return f;
 }

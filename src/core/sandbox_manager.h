@@ -183,6 +183,7 @@ class SandboxManager {
     bool hibernate = false;              // some isolation kind can hibernate (CRIU found)
     bool store = false;                  // sandboxes' files are on the btrfs store
     std::vector<std::string> isolation;  // the kinds a create may ask for
+    std::string microvm_accel;           // kvm or tcg ("" while probing, or no microVM wall)
   };
   Features GetFeatures() const;
   const TypeTable& types() const { return types_; }

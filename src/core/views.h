@@ -33,6 +33,7 @@ struct SandboxView {
   std::string address, address6;
   uint64_t tx_bytes = 0, rx_bytes = 0;
   int network_mbps = 0;  // its type's limit each way (0: none)
+  std::string accel;     // a VM wall's accelerator (kvm, tcg); empty on other walls
 };
 
 // A running sandbox's agent, held for one file, process or port operation. While it is

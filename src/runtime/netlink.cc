@@ -3,6 +3,7 @@
 // net/if.h before the kernel's headers (which then leave out what it defines).
 #include <net/if.h>
 //
+#include <linux/if_tun.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/if_link.h>
@@ -10,6 +11,7 @@
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -302,6 +304,24 @@ Status AttachVeth(const NetLink& link, int netns_fd) {
   SBX_RETURN_IF_ERROR(CreatePair(fd.get(), link.host_if, "eth0", netns_fd));
   Status configured = ConfigureHostEnd(link);
   if (configured.ok()) configured = ConfigureInside(link, netns_fd);
+  if (!configured.ok()) (void)DeleteLink(link.host_if);
+  return configured;
+}
+
+Status CreateTap(const NetLink& link, uid_t owner) {
+  if (LinkExists(link.host_if)) SBX_RETURN_IF_ERROR(DeleteLink(link.host_if));
+  UniqueFd tun(::open("/dev/net/tun", O_RDWR | O_CLOEXEC));
+  if (!tun.valid()) return ErrnoError("open /dev/net/tun");
+  struct ifreq ifr = {};
+  if (link.host_if.size() >= IFNAMSIZ) return MakeError(Code::kInvalidArgument, "link name too long: " + link.host_if);
+  std::memcpy(ifr.ifr_name, link.host_if.data(), link.host_if.size());
+  ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+  if (::ioctl(tun.get(), TUNSETIFF, &ifr) != 0) return ErrnoError("make tap " + link.host_if);
+  if (::ioctl(tun.get(), TUNSETOWNER, static_cast<unsigned long>(owner)) != 0 ||
+      ::ioctl(tun.get(), TUNSETPERSIST, 1) != 0)
+    return ErrnoError("keep tap " + link.host_if);
+  tun.Reset();
+  Status configured = ConfigureHostEnd(link);
   if (!configured.ok()) (void)DeleteLink(link.host_if);
   return configured;
 }

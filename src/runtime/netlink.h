@@ -4,6 +4,8 @@
 // gVisor's netstack sits behind one too).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -21,6 +23,10 @@ Status AttachVeth(const NetLink& link, int netns_fd);
 Status CreateHostPair(const NetLink& link, const std::string& peer);
 // Configures the host's end of a pair (after CRIU's restore).
 Status ConfigureHostEnd(const NetLink& link);
+// A microVM's link: a persistent tap named link.host_if that `owner` may attach to (QEMU
+// opens it by name), configured as the host's end of a pair. A leftover of that name is
+// replaced.
+Status CreateTap(const NetLink& link, uid_t owner);
 // Deletes the host's end (and with it the pair); no error if it is gone.
 Status DeleteLink(const std::string& host_if);
 // Takes the host's end down now (no traffic passes) and deletes that very link (by its

@@ -91,6 +91,9 @@ class Runtime {
   // in unit tests).
   virtual std::string Kind() const = 0;
   virtual Capabilities Caps() const = 0;
+  // The accelerator a VM wall boots its guests with ("kvm", "tcg"; empty: not a VM wall,
+  // or not yet known).
+  virtual std::string Accelerator() const { return ""; }
   // Creates the sandbox's writable layer under spec.dir (once, at create).
   virtual Status Prepare(const StartSpec& spec) = 0;
   // Boots the sandbox on its files; returns once its agent answers.
@@ -222,6 +225,23 @@ struct GvisorOptions {
   uint64_t max_open_files = 2048;
 };
 std::unique_ptr<Runtime> NewGvisorRuntime(const GvisorOptions& opts);
+// The microVM wall (src/runtime/microvm/): each sandbox is a QEMU `microvm` guest with its
+// own kernel; the same agent is its PID 1, reached over a virtio-serial port.
+struct MicrovmOptions {
+  std::string qemu = "qemu-system-x86_64";
+  std::string kernel_dir;   // the guest kernel (scripts/vm/guest.sh)
+  std::string accel = "auto";  // kvm, tcg, or auto (a probe boot decides, off the create path)
+  std::string state_dir;    // the wall's own files: the initramfs, the layers' images
+  std::string agent_path;   // sbx-agent: the guest's /init and the host's relay
+  std::string instance;     // this daemon's name in shared places (cgroups)
+  uid_t uid_base = 100000;  // layers' files are owned from here up (sandbox root)
+  // QEMU and its relay run as a uid of their own per sandbox, from this range. No host
+  // user may have these uids.
+  uid_t vm_uid_base = 0;
+  uid_t vm_uid_count = 65536;
+  std::string cgroup_root = "/sys/fs/cgroup";
+};
+Result<std::unique_ptr<Runtime>> NewMicrovmRuntime(const MicrovmOptions& opts);
 // A runtime without isolation: sbx-agent --serve as a plain child process, in a directory
 // of its own. For unit tests that need no root.
 std::unique_ptr<Runtime> NewFakeRuntime(const std::string& agent_path);

@@ -49,4 +49,10 @@ Result<std::optional<UniqueFd>> UnixDialer::TryDial() const {
   return ErrnoError("connect to the sandbox's agent");
 }
 
+Result<agent::DialerPtr> DialerInFolder(const std::string& dir, const std::string& name) {
+  UniqueFd f(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!f.valid()) return ErrnoError("open " + dir);
+  return agent::DialerPtr(std::make_shared<FolderDialer>(std::move(f), name));
+}
+
 }  // namespace sbx::runtime

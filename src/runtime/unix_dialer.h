@@ -24,4 +24,19 @@ class UnixDialer : public agent::Dialer {
   std::shared_ptr<UniqueFd> netns_;
 };
 
+// Dials the socket `name` in a host folder through an O_PATH handle on the folder
+// (/proc/self/fd/N/name): the folder's path may be longer than a socket address holds.
+// The handle stays good whatever becomes of the folder's path.
+struct FolderFd {
+  explicit FolderFd(UniqueFd fd) : folder(std::move(fd)) {}
+  UniqueFd folder;
+};
+class FolderDialer : private FolderFd, public UnixDialer {
+ public:
+  FolderDialer(UniqueFd folder, const std::string& name)
+      : FolderFd(std::move(folder)), UnixDialer("/proc/self/fd/" + std::to_string(FolderFd::folder.get()) + "/" + name) {}
+};
+// A FolderDialer of `name` in the folder `dir`.
+Result<agent::DialerPtr> DialerInFolder(const std::string& dir, const std::string& name);
+
 }  // namespace sbx::runtime

@@ -117,6 +117,8 @@ Status SetUpDev(const std::string& root) {
   return OkStatus();
 }
 
+}  // namespace
+
 Status LoopbackUp() {
   int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (s < 0) return ErrnoError("socket");
@@ -133,8 +135,6 @@ Status LoopbackUp() {
   if (rc != 0) return ErrnoError("bring up loopback", err);
   return OkStatus();
 }
-
-}  // namespace
 
 // /etc/resolv.conf names sbxd's resolver (after the pivot: every path is the sandbox's).
 // A symbolic link there (to a host-side resolver's file) is replaced by the file.

@@ -61,6 +61,9 @@ Status LoadSeccomp(bool no_new_privs);
 // and ambient sets.
 Status LimitCapabilities();
 
+// Brings the loopback interface of the caller's network namespace up.
+Status LoopbackUp();
+
 // Makes /etc/resolv.conf (of the calling process's root) name `nameserver`: sbxd's
 // resolver for the sandbox. An image without a writable /etc keeps its own.
 Status WriteResolvConf(const std::string& nameserver);

@@ -55,23 +55,8 @@ CgroupLimits HostLimits(const Limits& l) {
   return {l.cpus, l.memory_bytes ? l.memory_bytes + kSentryOverheadBytes : 0, l.pids ? l.pids * 3 + 256 : 0};
 }
 
-// Dials the agent's socket through an O_PATH handle on its folder (/proc/self/fd/N/a.sock):
-// the host path may be longer than a socket address holds.
-struct FolderFd {
-  explicit FolderFd(UniqueFd fd) : folder(std::move(fd)) {}
-  UniqueFd folder;
-};
-class CtlDialer : private FolderFd, public UnixDialer {
- public:
-  explicit CtlDialer(UniqueFd folder)
-      : FolderFd(std::move(folder)), UnixDialer("/proc/self/fd/" + std::to_string(FolderFd::folder.get()) + "/a.sock") {}
-};
-
-Result<agent::DialerPtr> AgentOf(const std::string& dir) {
-  UniqueFd f(::open(CtlOf(dir).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!f.valid()) return ErrnoError("open " + CtlOf(dir));
-  return agent::DialerPtr(std::make_shared<CtlDialer>(std::move(f)));
-}
+// The agent's socket, a.sock in the agent's folder.
+Result<agent::DialerPtr> AgentOf(const std::string& dir) { return DialerInFolder(CtlOf(dir), "a.sock"); }
 
 // The last lines of a log, for an error message.
 std::string Tail(const std::string& path) {

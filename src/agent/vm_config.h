@@ -1,0 +1,36 @@
+// The microVM wall's boot contract between sbxd (runtime/microvm/) and the agent as the
+// guest's PID 1 (agent/init/vm_init.h): the guest's config, the agent's port, the probe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+
+namespace sbx::agent {
+
+// What sbxd tells the guest, on the kernel command line (`sbx.cfg=` and the JSON in hex).
+struct VmConfig {
+  std::string hostname;
+  int layers = 0;  // disks with serials sbx-layer-0 (topmost) .. sbx-layer-(N-1)
+  bool no_new_privs = true;
+  std::string nameserver;
+  uint64_t tmp_bytes = 0;
+  // eth0 (a virtio-net device), when the sandbox has a link: its address and the host's
+  // end (IPv4 dotted, prefix length), and the same for IPv6 (empty: none).
+  std::string address, gateway;
+  int prefix = 31;
+  std::string address6, gateway6;
+  // A probe boot (is the accelerator usable?): report on the console and power off.
+  bool probe = false;
+  static Result<VmConfig> FromJson(const std::string& s);
+  std::string ToJson() const;
+};
+
+// The name of the virtio-serial port the agent's channels use.
+constexpr const char* kVmAgentPort = "sbx.agent";
+// The line a probe boot prints on the console.
+constexpr const char* kVmProbeLine = "sbx-vm-probe-ok";
+
+}  // namespace sbx::agent

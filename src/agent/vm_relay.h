@@ -1,0 +1,44 @@
+// The host end of a microVM's agent link (`sbx-agent --vm-relay`): a small process beside
+// QEMU that holds QEMU's end of the agent's virtio-serial port (a unix socket QEMU made)
+// and accepts sbxd's connections on a socket of its own, each a channel of the mux
+// (channel_mux.h). It outlives sbxd (a restarted sbxd dials the same socket) and ends
+// with QEMU. It also keeps the guest's console, capped, in a file for sbxd's errors.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+
+namespace sbx::agent {
+
+struct RelayOptions {
+  std::string dir;          // the VM's folder: every name below is relative to it
+  std::string port_socket;  // QEMU's socket of the agent's port
+  std::string console_socket;  // QEMU's socket of the guest's console
+  std::string console_log;     // where the console goes (the first kConsoleCap bytes)
+  std::string listen_socket;   // sbxd dials this
+  uid_t uid = 0;               // the relay runs on as this user and group once set up
+};
+constexpr size_t kConsoleCap = 1 << 20;
+
+// `sbx-agent --vm-launch DIR UID GID LOG -- QEMU...`: runs QEMU in DIR as UID (and group
+// GID, plus /dev/kvm's group where it is given), with no_new_privs, in a session of its
+// own, its output appended to LOG; returns at once (QEMU writes its pid file itself). QEMU's
+// own system-call filter then refuses new processes and privilege changes.
+struct LaunchOptions {
+  std::string dir;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string log;
+  std::vector<std::string> argv;
+};
+int LaunchVmm(const LaunchOptions& o);
+
+// Connects, listens, then detaches (the parent returns 0 once the relay serves, or 1 with
+// the reason on stderr). The relay process itself never returns.
+int StartRelay(const RelayOptions& o);
+
+}  // namespace sbx::agent

@@ -1,0 +1,58 @@
+// What a microVM boots from, made on the host: the initramfs (sbx-agent as /init and the
+// guest kernel's modules), one read-only ext4 image per layer (built once, cached), and
+// each sandbox's own disk (a sparse ext4 image holding its overlay's upper folder). The
+// layers stay folders, shared with the other walls: an image is a cache of one.
+#pragma once
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "base/result.h"
+
+namespace sbx::runtime::microvm {
+
+// The guest kernel's folder (scripts/vm/guest.sh): vmlinux, modules/, modules.list.
+struct GuestKernel {
+  std::string dir;
+  std::string vmlinux() const { return dir + "/vmlinux"; }
+  // Checks the folder has what a boot needs.
+  Status Check() const;
+};
+
+// Writes the initramfs (newc cpio, uncompressed: the kernel reads it at memory speed) to
+// `out`: `agent` as /init, the kernel's modules and their order, a /dev/console node.
+Status WriteInitramfs(const GuestKernel& kernel, const std::string& agent, const std::string& out);
+
+// Read-only ext4 images of layers, in `cache_dir`, named by a hash of the layer's path
+// (layers never change once made). The layers' files are owned by the sandbox-root range
+// on the host (uid_base up); the image holds them as the guest sees them (from 0), read
+// through an id-mapped mount. Any thread; two callers wanting the same image share one build.
+class LayerImages {
+ public:
+  LayerImages(std::string cache_dir, uid_t uid_base) : dir_(std::move(cache_dir)), uid_base_(uid_base) {}
+  // Makes the folder (readable through by every VM's user).
+  Status Open();
+  Result<std::string> ImageOf(const std::string& layer);
+  // Removes the image of a layer that is going (no error if there is none).
+  void Forget(const std::string& layer);
+  std::string PathOf(const std::string& layer) const;
+
+ private:
+  Status Build(const std::string& layer, const std::string& image);
+  std::string dir_;
+  uid_t uid_base_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, bool> building_;  // image paths being built now
+};
+
+// A sandbox's own disk: a sparse ext4 image of `bytes` at `path` (its root owned by root;
+// the guest makes the overlay's folders on it at its first boot).
+Status MakeOwnDisk(const std::string& path, uint64_t bytes);
+
+}  // namespace sbx::runtime::microvm

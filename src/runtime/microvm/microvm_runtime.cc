@@ -1,0 +1,419 @@
+// The microVM wall: each sandbox is a QEMU `microvm` guest with a kernel of its own.
+// Its root is an overlay, inside the guest, of the layers' ext4 images (read-only disks,
+// one per layer, cached: guest_files.h) under the sandbox's own disk; its agent is the
+// same sbx-agent as PID 1, reached over a virtio-serial port through a relay process
+// beside QEMU (agent/vm_relay.h), since this host may have no vsock. QEMU and the relay
+// run in the sandbox's cgroup (below sbx-<instance>-microvm), as a uid of the sandbox's
+// own, in an empty root, under QEMU's system-call filter.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "agent/vm_config.h"
+#include "base/fs.h"
+#include "base/log.h"
+#include "base/proc.h"
+#include "base/reaper.h"
+#include "runtime/cgroup.h"
+#include "runtime/microvm/guest_files.h"
+#include "runtime/microvm/qemu.h"
+#include "runtime/netlink.h"
+#include "runtime/process_handle.h"
+#include "runtime/runtime.h"
+#include "runtime/unix_dialer.h"
+
+namespace sbx::runtime {
+namespace {
+
+using microvm::GuestKernel;
+using microvm::LayerImages;
+
+// Under TCG a boot takes seconds, more with many at once on few cores.
+constexpr int kBootTimeoutMs = 90000;
+constexpr int kProbeTimeoutMs = 5000;
+// QEMU's own memory beyond the guest's: its code, the device models, and (TCG) the
+// translation cache.
+constexpr uint64_t kVmmOverheadBytes = 192ull << 20;
+constexpr uint64_t kDefaultDiskBytes = 4ull << 30;
+constexpr uint64_t kMinMemoryMb = 128;
+constexpr int kSyncTimeoutMs = 10000;
+
+std::string VmDir(const std::string& dir) { return dir + "/vm"; }
+std::string OwnDisk(const std::string& dir) { return dir + "/disk.ext4"; }
+
+std::string Ipv4(uint32_t host_order) {
+  struct in_addr a = {htonl(host_order)};
+  char b[INET_ADDRSTRLEN];
+  return ::inet_ntop(AF_INET, &a, b, sizeof b) ? b : "";
+}
+std::string Ipv6(const std::array<uint8_t, 16>& a) {
+  char b[INET6_ADDRSTRLEN];
+  return ::inet_ntop(AF_INET6, a.data(), b, sizeof b) ? b : "";
+}
+
+// A MAC of the locally administered range, from the sandbox's address.
+std::string MacOf(const NetLink& l) {
+  char b[18];
+  std::snprintf(b, sizeof b, "52:54:%02x:%02x:%02x:%02x", (l.sandbox >> 24) & 255, (l.sandbox >> 16) & 255,
+                (l.sandbox >> 8) & 255, l.sandbox & 255);
+  return b;
+}
+
+std::string Tail(const std::string& path, size_t n = 800) {
+  auto text = fs::ReadFile(path, 4 << 20);
+  if (!text.ok()) return "";
+  std::string t = *text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+  return t.size() > n ? t.substr(t.size() - n) : t;
+}
+
+// The last words of a VM that did not come up: QEMU's own, and the guest's console.
+std::string WhatItSaid(const std::string& vm) {
+  std::string q = Tail(vm + "/qemu.log", 400), c = Tail(vm + "/console.log", 600);
+  return (q.empty() ? "" : "QEMU: " + q + "; ") + (c.empty() ? "the console is empty" : "console: " + c);
+}
+
+// Hands out the uids QEMU and the relay run as, one per live sandbox, so that no VM's
+// processes can signal or trace another's.
+class VmUids {
+ public:
+  VmUids(uid_t base, uid_t count) : base_(base), count_(count) {}
+  Result<uid_t> Take(const std::string& id) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto it = taken_.find(id); it != taken_.end()) return it->second;
+    for (uid_t i = 0; i < count_; ++i) {
+      uid_t u = base_ + (next_ + i) % count_;
+      if (in_use_.count(u)) continue;
+      next_ = (next_ + i + 1) % count_;
+      taken_[id] = u;
+      in_use_.insert(u);
+      return u;
+    }
+    return MakeError(Code::kResourceExhausted, "every microVM uid is in use");
+  }
+  void Note(const std::string& id, uid_t u) {
+    std::lock_guard<std::mutex> l(mu_);
+    taken_[id] = u;
+    in_use_.insert(u);
+  }
+  void Release(const std::string& id) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto it = taken_.find(id); it != taken_.end()) {
+      in_use_.erase(it->second);
+      taken_.erase(it);
+    }
+  }
+
+ private:
+  uid_t base_, count_;
+  std::mutex mu_;
+  std::map<std::string, uid_t> taken_;
+  std::set<uid_t> in_use_;
+  uid_t next_ = 0;
+};
+
+class MicrovmRuntime : public Runtime {
+ public:
+  explicit MicrovmRuntime(MicrovmOptions o)
+      : o_(std::move(o)),
+        mode_(DetectCgroupMode(o_.cgroup_root)),
+        kernel_{o_.kernel_dir},
+        images_(o_.state_dir + "/images", o_.uid_base),
+        uids_(o_.vm_uid_base, o_.vm_uid_count) {}
+
+  ~MicrovmRuntime() override {
+    if (probe_.joinable()) probe_.join();
+  }
+
+  // Builds the initramfs and settles the accelerator (a probe boot, in the background,
+  // for "auto").
+  Status Init() {
+    SBX_RETURN_IF_ERROR(kernel_.Check());
+    // QEMU runs as the VM's own user: it reads the initramfs and the layers' images here.
+    SBX_RETURN_IF_ERROR(fs::MkdirAll(o_.state_dir, 0711));
+    if (::chmod(o_.state_dir.c_str(), 0711) != 0) return ErrnoError("chmod " + o_.state_dir);
+    SBX_RETURN_IF_ERROR(images_.Open());
+    initrd_ = o_.state_dir + "/initramfs.cpio";
+    // The agent without its symbols (a smaller initramfs boots sooner under TCG).
+    std::string agent = o_.agent_path;
+    const std::string stripped = o_.state_dir + "/sbx-agent.guest";
+    auto s = Reaper::Get().Run({"strip", "--strip-unneeded", "-o", stripped, o_.agent_path}, "", 0, nullptr, 60000);
+    if (s.ok() && s->exit_code == 0) agent = stripped;
+    SBX_RETURN_IF_ERROR(microvm::WriteInitramfs(kernel_, agent, initrd_));
+    if (o_.accel == "kvm" || o_.accel == "tcg") {
+      accel_ = o_.accel;
+    } else {
+      probe_ = std::thread([this] {
+        Status st = microvm::ProbeKvm(o_.qemu, kernel_.vmlinux(), initrd_, kProbeTimeoutMs);
+        std::lock_guard<std::mutex> l(mu_);
+        accel_ = st.ok() ? "kvm" : "tcg";
+        SBX_LOG(kInfo) << "isolation microvm: " << accel_
+                       << (st.ok() ? " (a KVM guest booted)" : " (KVM cannot run a guest here: " + st.error().message + ")");
+        cv_.notify_all();
+      });
+    }
+    return OkStatus();
+  }
+
+  std::string Kind() const override { return "microvm"; }
+  std::string Accelerator() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return accel_;
+  }
+
+  Capabilities Caps() const override {
+    Capabilities c;
+    c.freeze = true;  // the cgroup freezer holds QEMU (and with it every vCPU)
+    return c;
+  }
+
+  std::string Parent() const { return "sbx-" + o_.instance + "-microvm"; }
+  CgroupDir Cgroup(const std::string& id) const { return CgroupDir(mode_, Parent() + "/" + id, o_.cgroup_root); }
+
+  static CgroupLimits HostLimits(const Limits& l) {
+    return {l.cpus, MemoryMb(l) * (1ull << 20) + kVmmOverheadBytes, 256};
+  }
+  static uint64_t MemoryMb(const Limits& l) {
+    uint64_t mb = l.memory_bytes >> 20;
+    return mb < kMinMemoryMb ? kMinMemoryMb : mb;
+  }
+
+  Status Prepare(const StartSpec& spec) override {
+    SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir, 0700));
+    return microvm::MakeOwnDisk(OwnDisk(spec.dir), spec.limits.disk_bytes ? spec.limits.disk_bytes : kDefaultDiskBytes);
+  }
+
+  std::string AccelForStart() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait_for(l, std::chrono::milliseconds(kProbeTimeoutMs * 3), [&] { return !accel_.empty(); });
+    return accel_.empty() ? "tcg" : accel_;
+  }
+
+  Result<Instance> Start(const StartSpec& spec) override {
+    if (mode_ == CgroupMode::kNone)
+      return MakeError(Code::kFailedPrecondition, "this host has no usable cgroup hierarchy");
+    if (!spec.binds.empty())
+      return MakeError(Code::kFailedPrecondition, "disks are not available to microVM sandboxes yet");
+    std::vector<std::string> images;
+    for (const auto& layer : spec.layers) {
+      SBX_ASSIGN_OR_RETURN(std::string img, images_.ImageOf(layer));
+      images.push_back(std::move(img));
+    }
+    SBX_ASSIGN_OR_RETURN(uid_t uid, uids_.Take(spec.id));
+    CgroupDir cg = Cgroup(spec.id);
+    SBX_RETURN_IF_ERROR(cg.Kill());
+    SBX_RETURN_IF_ERROR(cg.Create(HostLimits(spec.limits)));
+    const std::string vm = VmDir(spec.dir);
+    auto fail = [&](Error e) -> Result<Instance> {
+      (void)cg.Kill();
+      (void)cg.Remove();
+      if (spec.link) (void)netlink::DeleteLink(spec.link->host_if);
+      uids_.Release(spec.id);
+      return e.Wrap("starting sandbox " + spec.id);
+    };
+    (void)fs::RemoveTree(vm);
+    // QEMU runs as `uid`: the sandbox's folder lets it through to its own folder and disk,
+    // which are its; nothing else of the sandbox's or another's is.
+    if (::chmod(spec.dir.c_str(), 0711) != 0) return fail(ErrnoError("chmod " + spec.dir));
+    if (::mkdir(vm.c_str(), 0700) != 0 || ::chown(vm.c_str(), uid, uid) != 0) return fail(ErrnoError("mkdir " + vm));
+    if (::chown(OwnDisk(spec.dir).c_str(), uid, uid) != 0) return fail(ErrnoError("chown the sandbox's disk"));
+    agent::VmConfig cfg;
+    cfg.hostname = spec.hostname;
+    cfg.layers = static_cast<int>(images.size());
+    cfg.no_new_privs = spec.no_new_privs;
+    cfg.nameserver = spec.nameserver;
+    cfg.tmp_bytes = MemoryMb(spec.limits) * (1ull << 20) / 2;
+    microvm::VmSpec vs;
+    if (spec.link) {
+      if (auto st = netlink::CreateTap(*spec.link, uid); !st.ok()) return fail(st.error());
+      cfg.address = Ipv4(spec.link->sandbox);
+      cfg.gateway = Ipv4(spec.link->gateway);
+      cfg.prefix = spec.link->prefix;
+      if (spec.link->has_v6) {
+        cfg.address6 = Ipv6(spec.link->sandbox6);
+        cfg.gateway6 = Ipv6(spec.link->gateway6);
+      }
+      vs.tap = spec.link->host_if;
+      vs.mac = MacOf(*spec.link);
+    }
+    vs.qemu = o_.qemu;
+    vs.accel = AccelForStart();
+    vs.kernel = kernel_.vmlinux();
+    vs.initrd = initrd_;
+    vs.config = cfg.ToJson();
+    vs.cpus = spec.limits.cpus > 0 ? spec.limits.cpus : 1;
+    vs.memory_mb = MemoryMb(spec.limits);
+    vs.own_disk = OwnDisk(spec.dir);
+    vs.layer_images = images;
+    const std::string log = vm + "/qemu.log";
+    std::vector<std::string> launch = {o_.agent_path, "--vm-launch", vm, std::to_string(uid), std::to_string(uid), log, "--"};
+    for (auto& a : microvm::QemuArgv(vs)) launch.push_back(std::move(a));
+    auto ran = Reaper::Get().Run(launch, "", 0, [&](pid_t pid) { return cg.AddProcess(pid); }, 10000);
+    if (!ran.ok()) return fail(ran.error());
+    if (ran->exit_code != 0) return fail(MakeError(Code::kInternal, "QEMU could not start: " + ran->output));
+    // QEMU writes its pid file as it starts.
+    pid_t pid = 0;
+    for (int i = 0; i < 1000 && pid <= 0; ++i) {
+      auto pid_text = fs::ReadFile(vm + "/qemu.pid", 64);
+      if (pid_text.ok()) pid = static_cast<pid_t>(std::atoi(pid_text->c_str()));
+      if (pid <= 0) {
+        if (cg.Pids().empty()) break;  // it ended
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    if (pid <= 0) return fail(MakeError(Code::kInternal, "QEMU did not start: " + Tail(log)));
+    auto pidfd = proc::PidfdOpen(pid);
+    if (!pidfd.ok()) return fail(MakeError(Code::kInternal, "QEMU ended at start: " + Tail(log)));
+    auto relay = Reaper::Get().Run({o_.agent_path, "--vm-relay", vm, "agent.sock", "console.sock", "console.log",
+                                    "relay.sock", std::to_string(uid)},
+                                   "", 0, [&](pid_t p) { return cg.AddProcess(p); }, 10000);
+    if (!relay.ok()) return fail(relay.error());
+    if (relay->exit_code != 0) return fail(MakeError(Code::kInternal, "the agent's relay: " + relay->output));
+    Instance inst;
+    SetVm(&inst, pid, std::move(*pidfd), uid, vs.accel, vs.tap);
+    auto addr = DialerInFolder(vm, "relay.sock");
+    if (!addr.ok()) return fail(addr.error());
+    inst.agent = *addr;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBootTimeoutMs);
+    while (!agent::PingBlocking(*inst.agent, 1000).ok()) {
+      if (!ProcessAlive(inst))
+        return fail(MakeError(Code::kInternal, "the VM stopped while it booted: " + WhatItSaid(vm)));
+      if (std::chrono::steady_clock::now() > deadline)
+        return fail(MakeError(Code::kInternal, "the VM's agent did not come up: " + WhatItSaid(vm)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return inst;
+  }
+
+  // The process handle's saved state, with the VM's uid and accelerator beside it.
+  // The process handle's saved state, with the VM's uid, accelerator and tap beside it.
+  static void SetVm(Instance* inst, pid_t pid, UniqueFd pidfd, uid_t uid, const std::string& accel,
+                    const std::string& tap) {
+    SetProcess(inst, pid, std::move(pidfd));
+    auto j = nlohmann::json::parse(inst->saved_state);
+    j["uid"] = uid;
+    j["accel"] = accel;
+    j["tap"] = tap;
+    inst->saved_state = j.dump();
+  }
+
+  Status Stop(const std::string& id, const Instance& inst) override {
+    // The guest's dirty pages go to its disk first (a VM that does not answer in time is
+    // ended as it is: its disk then holds what its kernel had written).
+    if (inst.agent && ProcessAlive(inst)) {
+      (void)Cgroup(id).Thaw();  // a paused VM runs for its sync
+      if (Status st = agent::SyncBlocking(*inst.agent, kSyncTimeoutMs); !st.ok())
+        SBX_LOG(kWarn) << "sandbox " << id << ": its files were not synced before the stop: " << st.error().message;
+    }
+    CgroupDir cg = Cgroup(id);
+    SBX_RETURN_IF_ERROR(cg.Kill());
+    if (const ProcessHandle* p = ProcessOf(inst); p && p->pidfd.valid()) proc::PidfdWait(p->pidfd.get(), 10000);
+    SBX_RETURN_IF_ERROR(cg.Remove());
+    uids_.Release(id);
+    // The tap outlives QEMU (it is persistent): it goes with the VM.
+    auto j = nlohmann::json::parse(inst.saved_state, nullptr, false);
+    if (j.is_object() && j["tap"].is_string() && !j["tap"].get<std::string>().empty())
+      (void)netlink::DeleteLink(j["tap"].get<std::string>());
+    return OkStatus();
+  }
+
+  Status UpdateLimits(const std::string& id, const Limits& l) override {
+    // The guest keeps the memory and vCPUs it booted with; the host's share follows.
+    return Cgroup(id).SetLimits(HostLimits(l));
+  }
+  bool HasFiles(const std::string& dir) override { return fs::Exists(OwnDisk(dir)); }
+  Result<Captured> CaptureFiles(const std::string&, const std::string&) override {
+    return MakeError(Code::kFailedPrecondition, "snapshots of microVM sandboxes are not available yet");
+  }
+  Status RemoveLayer(const std::string& path) override {
+    images_.Forget(path);
+    return fs::RemoveTree(path);
+  }
+
+  Status Freeze(const std::string& id) override { return Cgroup(id).Freeze(); }
+  Status Thaw(const std::string& id) override { return Cgroup(id).Thaw(); }
+
+  Status Destroy(const std::string& id, const std::string& dir) override {
+    CgroupDir cg = Cgroup(id);
+    SBX_RETURN_IF_ERROR(cg.Kill());
+    SBX_RETURN_IF_ERROR(cg.Remove());
+    uids_.Release(id);
+    return fs::RemoveTree(dir);
+  }
+
+  Result<Instance> Adopt(const StartSpec& spec, const std::string& saved_state, bool frozen) override {
+    auto qemu = OpenSavedProcess(saved_state);
+    if (!qemu.ok()) return MakeError(Code::kNotFound, "the sandbox's QEMU is gone");
+    auto j = nlohmann::json::parse(saved_state, nullptr, false);
+    if (j.is_object() && j["uid"].is_number_unsigned()) uids_.Note(spec.id, j["uid"].get<uid_t>());
+    SBX_ASSIGN_OR_RETURN(agent::DialerPtr addr, DialerInFolder(VmDir(spec.dir), "relay.sock"));
+    if (frozen) {
+      SBX_RETURN_IF_ERROR(Freeze(spec.id));
+    } else {
+      SBX_RETURN_IF_ERROR(Thaw(spec.id));
+      SBX_RETURN_IF_ERROR(agent::PingBlocking(*addr, 5000));
+    }
+    Instance inst;
+    inst.agent = addr;
+    SetProcess(&inst, std::move(*qemu));
+    inst.saved_state = saved_state;
+    return inst;
+  }
+
+  uint64_t CpuUsageNs(const std::string& id, const Instance&) override { return Cgroup(id).CpuUsageNs(); }
+  Result<Usage> ReadUsage(const std::string& id, const Instance&) override {
+    CgroupDir g = Cgroup(id);
+    if (!g.Exists()) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " has no control group now");
+    // QEMU's memory (the guest's pages it touched, and its own) and the host processes
+    // that serve the VM: the guest's processes are its kernel's, which the host cannot see.
+    return Usage{g.CpuUsageNs(), g.MemoryCurrent(), g.Pids().size()};
+  }
+
+  Status AttachLink(const std::string& id, const Instance&, const NetLink&) override {
+    return MakeError(Code::kFailedPrecondition,
+                     "a microVM's network device is fixed when it boots: stop and start sandbox " + id +
+                         " to give it a network");
+  }
+  Status DetachLink(const NetLink& link, bool wait) override {
+    return wait ? netlink::DeleteLink(link.host_if) : netlink::DeleteLinkLater(link.host_if);
+  }
+  std::optional<LinkCounters> ReadLinkCounters(const NetLink& link) override {
+    return netlink::ReadCounters(link.host_if);
+  }
+
+  std::vector<std::string> ListKernelObjects() override { return ListCgroupChildren(mode_, Parent(), o_.cgroup_root); }
+  bool Alive(const Instance& inst) override { return ProcessAlive(inst); }
+
+ private:
+  MicrovmOptions o_;
+  CgroupMode mode_;
+  GuestKernel kernel_;
+  LayerImages images_;
+  VmUids uids_;
+  std::string initrd_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::string accel_;  // empty while the probe runs
+  std::thread probe_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Runtime>> NewMicrovmRuntime(const MicrovmOptions& opts) {
+  auto rt = std::make_unique<MicrovmRuntime>(opts);
+  SBX_RETURN_IF_ERROR(rt->Init());
+  return std::unique_ptr<Runtime>(std::move(rt));
+}
+
+}  // namespace sbx::runtime

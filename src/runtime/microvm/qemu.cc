@@ -1,0 +1,109 @@
+#include "runtime/microvm/qemu.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "agent/vm_config.h"
+#include "base/reaper.h"
+
+namespace sbx::runtime::microvm {
+namespace {
+
+std::string Hex(const std::string& s) {
+  static const char* d = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    out.push_back(d[c >> 4]);
+    out.push_back(d[c & 15]);
+  }
+  return out;
+}
+
+// The host's TSC rate in kHz: under TCG the guest's early calibration against the PIT
+// fails now and then on microvm (it has no HPET to fall back on), so the rate is given.
+std::string TscKhz() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("cpu MHz", 0) != 0) continue;
+    auto colon = line.find(':');
+    if (colon == std::string::npos) break;
+    double mhz = std::atof(line.c_str() + colon + 1);
+    if (mhz > 0) return std::to_string(static_cast<long long>(mhz * 1000));
+    break;
+  }
+  return "";
+}
+
+std::vector<std::string> Machine(const std::string& accel) {
+  if (accel == "kvm") return {"-M", "microvm", "-accel", "kvm", "-cpu", "host"};
+  // One host thread runs the vCPUs; a 64 MiB translation cache (QEMU's default is far
+  // larger, and each VM's cache counts against its memory).
+  return {"-M", "microvm", "-accel", "tcg,thread=single,tb-size=64", "-cpu", "max"};
+}
+
+}  // namespace
+
+std::string KernelCmdline(const std::string& config_json) {
+  std::string c = "console=ttyS0 reboot=t panic=-1 8250.nr_uarts=1 i8042.noaux i8042.nokbd i8042.nopnp "
+                  "random.trust_cpu=on quiet";
+  const std::string tsc = TscKhz();
+  if (!tsc.empty()) c += " tsc_early_khz=" + tsc;
+  return c + " sbx.cfg=" + Hex(config_json);
+}
+
+std::vector<std::string> QemuArgv(const VmSpec& s) {
+  std::vector<std::string> a = {s.qemu};
+  for (auto& m : Machine(s.accel)) a.push_back(m);
+  auto add = [&](std::initializer_list<std::string> l) { a.insert(a.end(), l); };
+  add({"-smp", std::to_string(s.cpus), "-m", std::to_string(s.memory_mb), "-nodefaults", "-no-user-config",
+       "-display", "none", "-no-reboot", "-kernel", s.kernel, "-initrd", s.initrd, "-append",
+       KernelCmdline(s.config)});
+  add({"-chardev", "socket,id=con,path=console.sock,server=on,wait=off", "-serial", "chardev:con"});
+  add({"-device", "virtio-serial-device", "-chardev", "socket,id=agent,path=agent.sock,server=on,wait=off",
+       "-device", std::string("virtserialport,chardev=agent,name=") + agent::kVmAgentPort});
+  add({"-object", "rng-random,id=rng,filename=/dev/urandom", "-device", "virtio-rng-device,rng=rng"});
+  add({"-drive", "id=own,file=" + s.own_disk + ",format=raw,if=none,cache=writeback,discard=unmap",
+       "-device", "virtio-blk-device,drive=own,serial=sbx-upper"});
+  for (size_t i = 0; i < s.layer_images.size(); ++i) {
+    const std::string id = "l" + std::to_string(i);
+    add({"-drive", "id=" + id + ",file=" + s.layer_images[i] + ",format=raw,if=none,read-only=on",
+         "-device", "virtio-blk-device,drive=" + id + ",serial=sbx-layer-" + std::to_string(i)});
+  }
+  if (!s.tap.empty())
+    add({"-netdev", "tap,id=net,ifname=" + s.tap + ",script=no,downscript=no", "-device",
+         "virtio-net-device,netdev=net,mac=" + s.mac});
+  add({"-qmp", "unix:qmp.sock,server=on,wait=off", "-pidfile", "qemu.pid"});
+  // QEMU's system-call filter: no new processes, no privilege changes, no scheduling or
+  // resource-control calls, nothing obsolete.
+  add({"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"});
+  return a;
+}
+
+Status ProbeKvm(const std::string& qemu, const std::string& kernel, const std::string& initrd, int timeout_ms) {
+  int fd = ::open("/dev/kvm", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open /dev/kvm");
+  ::close(fd);
+  agent::VmConfig probe;
+  probe.probe = true;
+  std::vector<std::string> argv = {qemu};
+  for (auto& m : Machine("kvm")) argv.push_back(m);
+  for (const std::string& x : {std::string("-m"), std::string("128"), std::string("-nodefaults"),
+                               std::string("-no-user-config"), std::string("-display"), std::string("none"),
+                               std::string("-no-reboot"), std::string("-serial"), std::string("stdio"),
+                               std::string("-kernel"), kernel, std::string("-initrd"), initrd,
+                               std::string("-append"), KernelCmdline(probe.ToJson())})
+    argv.push_back(x);
+  auto r = Reaper::Get().Run(argv, "", 0, nullptr, timeout_ms);
+  if (!r.ok()) return r.error();
+  if (r->output.find(agent::kVmProbeLine) != std::string::npos) return OkStatus();
+  if (r->timed_out) return MakeError(Code::kDeadlineExceeded, "a KVM guest did not boot within " +
+                                                                  std::to_string(timeout_ms) + " ms");
+  std::string out = r->output.size() > 300 ? r->output.substr(r->output.size() - 300) : r->output;
+  return MakeError(Code::kFailedPrecondition, "a KVM guest did not boot: " + out);
+}
+
+}  // namespace sbx::runtime::microvm

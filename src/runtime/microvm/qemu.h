@@ -1,0 +1,45 @@
+// QEMU for the microVM wall: the command line of a sandbox's VM (the `microvm` machine,
+// virtio over MMIO, nothing else), and the probe that tells whether KVM can run a guest
+// on this host. Any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+
+namespace sbx::runtime::microvm {
+
+struct VmSpec {
+  std::string qemu;    // the binary
+  std::string accel;   // "kvm" or "tcg"
+  std::string kernel;  // the guest's vmlinux
+  std::string initrd;
+  std::string config;  // the guest's VmConfig JSON (agent/init/vm_init.h)
+  int cpus = 1;
+  uint64_t memory_mb = 256;
+  std::string own_disk;                   // read-write, serial sbx-upper
+  std::vector<std::string> layer_images;  // read-only, serials sbx-layer-N (topmost first)
+  std::string tap;                        // the network's tap (empty: none)
+  std::string mac;
+};
+
+// The arguments (argv[0] is spec.qemu). QEMU runs in the VM's folder: its sockets there
+// are agent.sock (the agent's port), console.sock (ttyS0) and qmp.sock, its pid in
+// qemu.pid. It runs as the VM's own unprivileged user from the start (sbx-agent
+// --vm-launch), under its own system-call filter.
+std::vector<std::string> QemuArgv(const VmSpec& spec);
+
+// The kernel command line for a guest config.
+std::string KernelCmdline(const std::string& config_json);
+
+// Whether QEMU can boot a guest with KVM here: a real boot of `kernel` with `initrd`
+// (whose /init prints the probe line and powers off) within `timeout_ms`. Opening
+// /dev/kvm is not enough: a nested hypervisor may accept the device and fail or hang
+// the guest.
+Status ProbeKvm(const std::string& qemu, const std::string& kernel, const std::string& initrd, int timeout_ms);
+
+}  // namespace sbx::runtime::microvm
