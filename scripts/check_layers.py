@@ -28,11 +28,12 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 def part_of(rel):
     """The layer of a file under src/ (agent/protocol and agent/client apart; agent/users,
-    pure parsing built into the same library as the protocol, is of agent/protocol)."""
+    agent/channel_mux and agent/vm_config, built into the same library as the protocol
+    and shared by both ends, are of agent/protocol)."""
     top = rel.split("/")[0]
     if top == "agent":
         stem = os.path.splitext(os.path.basename(rel))[0]
-        if stem == "users":
+        if stem in ("users", "channel_mux", "vm_config"):
             return "agent/protocol"
         if stem in ("protocol", "client"):
             return "agent/" + stem

@@ -13,6 +13,9 @@ export SBX_CRIU
 # gVisor's runsc for the gVisor wall's tests (from Debian's backports, then cached).
 SBX_RUNSC=$(bash "$ROOT/scripts/install-runsc.sh")
 export SBX_RUNSC
+# QEMU and the guest kernel for the microVM wall's tests (Debian's, then cached).
+SBX_MICROVM_KERNEL=$(bash "$ROOT/scripts/install-microvm.sh")
+export SBX_MICROVM_KERNEL
 # Python's own tests (Debian's libpython3.11-testsuite), run inside a sandbox and on the
 # host by tests/integration/test_root_inside.py.
 SBX_PY_TESTSUITE_DEB=$(fetch_deb libpython3.11-testsuite)

@@ -39,11 +39,14 @@ PROBE = os.path.join(BUILD, "sbx-probe")
 # once on the container wall, and a reduced set again on gVisor (scripts/test.sh).
 ISOLATION = os.environ.get("SBX_TEST_ISOLATION", "container")
 RUNSC = os.environ.get("SBX_RUNSC") or os.path.join(os.environ.get("SBX_CACHE_DIR", "/var/cache/sbx"), "runsc", "runsc")
+# The microVM wall's guest kernel (scripts/vm/guest.sh; scripts/test.sh exports it). Every
+# test daemon boots its VMs under TCG (this host's KVM may boot no guest).
+MICROVM_KERNEL = os.environ.get("SBX_MICROVM_KERNEL", "")
 CRIU = os.environ.get("SBX_CRIU") or os.path.join(os.environ.get("SBX_CACHE_DIR", "/var/cache/sbx"), "criu", "criu")
 
-# Each test run takes its own stretch of host uids (10 M, picked by its pid), so that two
+# Each test run takes its own stretch of host uids (20 M, picked by its pid), so that two
 # runs on one machine (a developer's beside CI's) never share sandbox or owner uids.
-_next_uid_base = [300000 + (os.getpid() % 200) * 10_000_000]  # sbxd takes bases up to 2^31
+_next_uid_base = [300000 + (os.getpid() % 100) * 20_000_000]  # sbxd takes bases up to 2^31
 
 
 def free_port() -> int:
@@ -67,11 +70,12 @@ class Daemon:
         self.data = data_dir  # may not exist yet: sbxd makes it
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        # Each daemon takes two ranges: its sandboxes' uids, and just above them the uids that
-        # own their user namespaces (sbxd's default --owner-uid-base). The next daemon starts
-        # above both, so that no daemon's sandboxes run as another's namespace owners.
+        # Each daemon takes three ranges: its sandboxes' uids, just above them the uids that
+        # own their user namespaces (sbxd's default --owner-uid-base), and above those the
+        # uids its VMs' QEMUs run as. The next daemon starts above all three, so that no
+        # daemon's sandboxes run as another's namespace owners or VMs.
         self.uid_base = _next_uid_base[0]
-        _next_uid_base[0] += 2 * 65536
+        _next_uid_base[0] += 3 * 65536
         self.proc: subprocess.Popen | None = None
         self.log_path = log_path or os.path.join(self.data, "sbxd.log")
         self.start()
@@ -89,7 +93,8 @@ class Daemon:
              "--data-dir", self.data, "--uid-base", str(self.uid_base), "--default-image", "busybox",
              # No test's sandbox sends a packet unless the test asks for a network.
              *([] if any(a.startswith("--default-network") for a in self.extra_args) else ["--default-network", "none"]),
-             "--runsc", RUNSC,
+             "--runsc", RUNSC, "--microvm-accel", "tcg",
+             *(["--microvm-kernel", MICROVM_KERNEL] if MICROVM_KERNEL else []),
              *([] if ISOLATION == "container" or any(a.startswith("--default-isolation") for a in self.extra_args)
                else ["--default-isolation", ISOLATION]),
              *self.extra_args],
@@ -181,7 +186,7 @@ class Daemon:
     # What the kernel holds for this daemon: for leak checks.
     def cgroups(self):
         out = set()
-        for parent in (f"sbx-{self.instance}", f"sbx-{self.instance}-gvisor"):
+        for parent in (f"sbx-{self.instance}", f"sbx-{self.instance}-gvisor", f"sbx-{self.instance}-microvm"):
             for ctl in ("memory", "pids", "cpu", "freezer"):
                 d = f"/sys/fs/cgroup/{ctl}/{parent}"
                 if os.path.isdir(d):
@@ -195,7 +200,8 @@ class Daemon:
         return set(os.listdir(os.path.join(self.data, "sandboxes")))
 
     def processes(self):
-        """Host pids running under this daemon's sandbox uid range."""
+        """Host pids running under this daemon's sandbox uid range, or as one of its VMs'
+        QEMUs and relays."""
         pids = []
         for p in os.listdir("/proc"):
             if not p.isdigit():
@@ -205,7 +211,8 @@ class Daemon:
                     for line in f:
                         if line.startswith("Uid:"):
                             uid = int(line.split()[1])
-                            if self.uid_base <= uid < self.uid_base + 65536:
+                            vms = self.uid_base + 2 * 65536
+                            if self.uid_base <= uid < self.uid_base + 65536 or vms <= uid < vms + 65536:
                                 pids.append(int(p))
                             break
             except OSError:
@@ -423,17 +430,22 @@ def net_daemon(net_lab):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "container_wall(why): the test asserts how the container wall works; "
-                                       "the gVisor leg leaves it out (why: what differs there)")
+                                       "the other walls' legs leave it out (why: what differs there)")
+    config.addinivalue_line("markers", "not_on(wall, why): the leg of that wall leaves the test out (why: what "
+                                       "that wall does instead, or lacks: docs/API.md says so)")
 
 
 def pytest_collection_modifyitems(config, items):
-    """On the gVisor leg, the tests of the container wall's own mechanics are deselected
-    (not skipped): each says, in its mark, what gVisor does instead."""
+    """On the gVisor and microVM legs, the tests of the container wall's own mechanics
+    are deselected (not skipped), and so are those marked not_on that wall: each says, in
+    its mark, what the wall does instead."""
     if ISOLATION == "container":
         return
     keep, drop = [], []
     for item in items:
-        (drop if item.get_closest_marker("container_wall") else keep).append(item)
+        off = item.get_closest_marker("container_wall") or any(
+            m.args and m.args[0] == ISOLATION for m in item.iter_markers("not_on"))
+        (drop if off else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -30,6 +30,8 @@ struct VmConfig {
 
 // The name of the virtio-serial port the agent's channels use.
 constexpr const char* kVmAgentPort = "sbx.agent";
+// The descriptor QEMU has its network's tap open on (sbx-agent --vm-launch opens it).
+constexpr int kTapFd = 3;
 // The line a probe boot prints on the console.
 constexpr const char* kVmProbeLine = "sbx-vm-probe-ok";
 

@@ -8,6 +8,9 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/types.h>
+#include <sys/ioctl.h>
+#include <net/if.h>
+#include <linux/if_tun.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -129,6 +132,15 @@ int LaunchVmm(const LaunchOptions& o) {
   if (::chdir(o.dir.c_str()) != 0) return fail("chdir " + o.dir);
   int log = ::open(o.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (log < 0) return fail("open " + o.log);
+  int tap = -1;
+  if (!o.tap.empty()) {
+    tap = ::open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+    struct ifreq ifr = {};
+    if (tap < 0 || o.tap.size() >= IFNAMSIZ) return fail("open /dev/net/tun");
+    std::memcpy(ifr.ifr_name, o.tap.data(), o.tap.size());
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+    if (::ioctl(tap, TUNSETIFF, &ifr) != 0) return fail("attach to tap " + o.tap);
+  }
   std::vector<gid_t> groups;
   struct stat kvm;
   if (::stat("/dev/kvm", &kvm) == 0 && kvm.st_gid != 0) groups.push_back(kvm.st_gid);
@@ -143,6 +155,7 @@ int LaunchVmm(const LaunchOptions& o) {
   for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
   int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(log, 1) < 0 || ::dup2(log, 2) < 0) _exit(fail("stdio"));
+  if (tap >= 0 && ::dup2(tap, kTapFd) < 0) _exit(fail("dup the tap"));  // dup2 clears close-on-exec
   if (::setgroups(groups.size(), groups.data()) != 0 || ::setresgid(o.gid, o.gid, o.gid) != 0 ||
       ::setresuid(o.uid, o.uid, o.uid) != 0)
     _exit(fail("drop to uid " + std::to_string(o.uid)));

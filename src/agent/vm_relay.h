@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/vm_config.h"
 #include "base/result.h"
 
 namespace sbx::agent {
@@ -24,15 +25,17 @@ struct RelayOptions {
 };
 constexpr size_t kConsoleCap = 1 << 20;
 
-// `sbx-agent --vm-launch DIR UID GID LOG -- QEMU...`: runs QEMU in DIR as UID (and group
-// GID, plus /dev/kvm's group where it is given), with no_new_privs, in a session of its
-// own, its output appended to LOG; returns at once (QEMU writes its pid file itself). QEMU's
-// own system-call filter then refuses new processes and privilege changes.
+// `sbx-agent --vm-launch DIR UID GID LOG TAP -- QEMU...`: runs QEMU in DIR as UID (and
+// group GID, plus /dev/kvm's group where it is given), with no_new_privs, in a session of
+// its own, its output appended to LOG; returns at once (QEMU writes its pid file itself).
+// With a TAP name (not "-"), QEMU gets that tap open as its fd 3 (/dev/net/tun is root's
+// only). QEMU's own system-call filter then refuses new processes and privilege changes.
 struct LaunchOptions {
   std::string dir;
   uid_t uid = 0;
   gid_t gid = 0;
   std::string log;
+  std::string tap;  // empty: none
   std::vector<std::string> argv;
 };
 int LaunchVmm(const LaunchOptions& o);

@@ -257,7 +257,8 @@ class MicrovmRuntime : public Runtime {
     vs.own_disk = OwnDisk(spec.dir);
     vs.layer_images = images;
     const std::string log = vm + "/qemu.log";
-    std::vector<std::string> launch = {o_.agent_path, "--vm-launch", vm, std::to_string(uid), std::to_string(uid), log, "--"};
+    std::vector<std::string> launch = {o_.agent_path, "--vm-launch", vm, std::to_string(uid), std::to_string(uid), log,
+                                       vs.tap.empty() ? "-" : vs.tap, "--"};
     for (auto& a : microvm::QemuArgv(vs)) launch.push_back(std::move(a));
     auto ran = Reaper::Get().Run(launch, "", 0, [&](pid_t pid) { return cg.AddProcess(pid); }, 10000);
     if (!ran.ok()) return fail(ran.error());

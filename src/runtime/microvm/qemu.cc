@@ -74,7 +74,7 @@ std::vector<std::string> QemuArgv(const VmSpec& s) {
          "-device", "virtio-blk-device,drive=" + id + ",serial=sbx-layer-" + std::to_string(i)});
   }
   if (!s.tap.empty())
-    add({"-netdev", "tap,id=net,ifname=" + s.tap + ",script=no,downscript=no", "-device",
+    add({"-netdev", "tap,id=net,fd=" + std::to_string(agent::kTapFd), "-device",
          "virtio-net-device,netdev=net,mac=" + s.mac});
   add({"-qmp", "unix:qmp.sock,server=on,wait=off", "-pidfile", "qemu.pid"});
   // QEMU's system-call filter: no new processes, no privilege changes, no scheduling or

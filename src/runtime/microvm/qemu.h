@@ -23,7 +23,7 @@ struct VmSpec {
   uint64_t memory_mb = 256;
   std::string own_disk;                   // read-write, serial sbx-upper
   std::vector<std::string> layer_images;  // read-only, serials sbx-layer-N (topmost first)
-  std::string tap;                        // the network's tap (empty: none)
+  std::string tap;  // the network's tap (empty: none), open as QEMU's fd 3 (--vm-launch)
   std::string mac;
 };
 

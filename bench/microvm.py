@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""What the microVM wall costs on this machine, against the container wall measured in the
+same run (the floor). One sbxd of its own; prints Markdown tables:
+
+- create to ready: a microVM's cold boot (QEMU, the guest kernel, the agent as PID 1) and a
+  container's, alternating so that the machine's drift weighs on both alike;
+- exec round trip (`true`, HTTP keep-alive) on each wall;
+- memory per idle VM: its cgroup's (QEMU and the guest's touched pages) after it settles,
+  against an idle container's;
+- N VMs at once: created in parallel, time until all answer, then their total memory.
+
+It prints the accelerator the VMs used (health's microvm_accel). Under TCG (this kind of
+machine: its KVM boots no stock guest) a boot is emulated instruction by instruction; on a
+host whose KVM runs guests (--accel kvm, or auto) the same measurements show that path.
+
+    sudo python3 bench/microvm.py [--runs 10] [--many 20] [--image busybox] [--accel tcg|kvm|auto]
+
+Needs root, a built tree (SBX_BUILD_DIR or ./build), QEMU and the guest kernel
+(scripts/install-microvm.sh).
+"""
+import argparse
+import concurrent.futures
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "sdk", "python"))
+from conftest import Daemon  # noqa: E402
+
+
+def ms(t0):
+    return (time.perf_counter() - t0) * 1000
+
+
+def row(name, xs, unit="ms", floor=None):
+    xs = sorted(xs)
+    med = statistics.median(xs)
+    p90 = xs[min(len(xs) - 1, int(len(xs) * 0.9))]
+    ratio = f"{med / floor:.1f}x" if floor else ""
+    return f"| {name} | {len(xs)} | {med:.1f} | {xs[0]:.1f} | {p90:.1f} | {ratio} |"
+
+
+def memory_of(daemon, sid, wall):
+    parent = f"sbx-{daemon.instance}" + ("-microvm" if wall == "microvm" else "")
+    for path in (f"/sys/fs/cgroup/memory/{parent}/{sid}/memory.usage_in_bytes",
+                 f"/sys/fs/cgroup/{parent}/{sid}/memory.current"):
+        if os.path.exists(path):
+            with open(path) as f:
+                return int(f.read()) / (1 << 20)
+    return float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--many", type=int, default=20)
+    ap.add_argument("--image", default="busybox")
+    ap.add_argument("--accel", default="tcg")
+    a = ap.parse_args()
+    d = Daemon("bench-microvm", extra_args=["--microvm-accel", a.accel])
+    try:
+        c = d.client()
+        deadline = time.time() + 30
+        while not c.health().get("microvm_accel") and time.time() < deadline:
+            time.sleep(0.2)
+        accel = c.health().get("microvm_accel")
+        print(f"accelerator: {accel}; machine: {os.cpu_count()} CPUs; image {a.image}\n")
+        # The layer's image is built at the first microVM create: not measured.
+        c.create(image=a.image, isolation="microvm").delete()
+        create = {"container": [], "microvm": []}
+        sbs = {"container": [], "microvm": []}
+        for _ in range(a.runs):
+            for wall in ("container", "microvm"):
+                t = time.perf_counter()
+                sb = c.create(image=a.image, isolation=wall)
+                create[wall].append(ms(t))
+                sbs[wall].append(sb)
+        execs = {}
+        for wall in ("container", "microvm"):
+            sb = sbs[wall][0]
+            sb.exec(["true"])
+            xs = []
+            for _ in range(a.runs * 5):
+                t = time.perf_counter()
+                sb.exec(["true"])
+                xs.append(ms(t))
+            execs[wall] = xs
+        time.sleep(5)  # idle: the guests settle
+        mem = {w: [memory_of(d, s.id, w) for s in sbs[w]] for w in sbs}
+        for w in sbs:
+            for s in sbs[w]:
+                s.delete()
+        print("| what | runs | median | min | p90 | vs container |")
+        print("|---|---|---|---|---|---|")
+        print(row("create to ready, container (ms)", create["container"]))
+        print(row(f"create to ready, microVM cold boot ({accel}) (ms)", create["microvm"],
+                  floor=statistics.median(create["container"])))
+        print(row("exec `true` round trip, container (ms)", execs["container"]))
+        print(row(f"exec `true` round trip, microVM ({accel}) (ms)", execs["microvm"],
+                  floor=statistics.median(execs["container"])))
+        print(row("memory of an idle sandbox, container (MiB)", mem["container"]))
+        print(row(f"memory of an idle VM, its cgroup (MiB)", mem["microvm"],
+                  floor=statistics.median(mem["container"])))
+        # N at once.
+        t = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(a.many) as pool:
+            many = list(pool.map(lambda _: c.create(image=a.image, isolation="microvm"), range(a.many)))
+        all_ready = ms(t)
+        ok = sum(1 for s in many if s.exec(["true"]).exit_code == 0)
+        time.sleep(5)
+        total = sum(memory_of(d, s.id, "microvm") for s in many)
+        host = subprocess.run(["free", "-m"], capture_output=True, text=True).stdout.split("\n")[1].split()
+        print(f"\n{a.many} microVMs created at once: all ready in {all_ready / 1000:.1f} s, {ok} answered an exec; "
+              f"their cgroups hold {total:.0f} MiB ({total / a.many:.0f} MiB each); host used {host[2]} MiB of {host[1]}")
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda s: s.delete(), many))
+    finally:
+        d.destroy()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""The microVM wall (isolation "microvm"): what is true of it alone. Every test daemon boots
+its VMs under TCG (conftest). The rest of the suite runs on it too, as a reduced set with
+SBX_TEST_ISOLATION=microvm (scripts/test.sh)."""
+import os
+import platform
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+import sbx
+
+
+def qemu_pid(daemon, sid):
+    with open(os.path.join(daemon.data, "sandboxes", sid, "vm", "qemu.pid")) as f:
+        return int(f.read().strip())
+
+
+def status_of(pid):
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            out[k] = v.split()
+    return out
+
+
+def test_the_sandbox_runs_on_a_kernel_of_its_own(client, daemon):
+    health = daemon.client().health()
+    assert "microvm" in health["features"]["isolation"]
+    assert health["microvm_accel"] == "tcg"
+    with client.create(image="busybox", isolation="microvm") as sb:
+        assert sb.data["isolation"] == "microvm"
+        assert sb.data["microvm_accel"] == "tcg"
+        host = platform.release()
+        guest = sb.exec("uname -r").stdout.strip()
+        assert guest and guest != host
+        assert host not in sb.exec("cat /proc/version").stdout
+        # The host's boot id is not the guest's.
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            assert f.read().strip() != sb.exec("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+        # QEMU: a host process of the VM's own unprivileged uid, in the sandbox's cgroup,
+        # under its own system-call filter, unable to gain privileges.
+        pid = qemu_pid(daemon, sb.id)
+        st = status_of(pid)
+        uid = int(st["Uid"][0])
+        assert daemon.uid_base + 2 * 65536 <= uid < daemon.uid_base + 3 * 65536, uid
+        assert st["Uid"] == [str(uid)] * 4 and st["Gid"][0] == str(uid)
+        assert st["Seccomp"] == ["2"] and st["NoNewPrivs"] == ["1"]
+        assert st["CapEff"] == ["0000000000000000"]
+        assert sb.id in daemon.cgroups()
+
+
+def test_guest_root_sees_nothing_of_the_hosts(client, daemon, tmp_path):
+    token = f"sbx-host-secret-{os.getpid()}"
+    secret = tmp_path / "secret.txt"
+    secret.write_text(token)
+    host_proc = subprocess.Popen(["sleep", "300", token])
+    try:
+        with client.create(image="busybox", isolation="microvm") as sb:
+            assert sb.exec("id -u").stdout == "0\n"
+            # No host file by its path, no host process, no host mount.
+            assert sb.exec(f"test -e {secret}").exit_code != 0
+            assert token not in sb.exec("ps -o args").stdout
+            assert token not in sb.exec("cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' '").stdout
+            # Its pid 1 is the agent, the guest kernel's first process.
+            assert sb.exec("cat /proc/1/cmdline").stdout.split("\0")[0] == "/init"
+            mounts = sb.exec("cat /proc/mounts").stdout
+            assert daemon.data not in mounts and "/var/tmp" not in mounts
+            # The block devices are the sandbox's own disk and its layers' images; the
+            # layers cannot be written, even by the guest's root.
+            disks = sb.exec("for d in /sys/block/vd*; do cat $d/serial; echo; done").stdout.split()
+            assert "sbx-upper" in disks and "sbx-layer-0" in disks
+            layer = sb.exec("for d in /sys/block/vd*; do grep -q sbx-layer-0 $d/serial && basename $d; done").stdout.strip()
+            r = sb.exec(f"dd if=/dev/zero of=/dev/{layer} bs=512 count=1")
+            assert r.exit_code != 0, r.stdout + r.stderr
+            # A whole grep of the guest finds the token nowhere.
+            r = sb.exec(f"grep -rl {token} / --exclude-dir=proc --exclude-dir=sys 2>/dev/null", timeout_seconds=120)
+            assert r.stdout == "", r.stdout
+    finally:
+        host_proc.kill()
+        host_proc.wait()
+
+
+def test_files_are_whole_after_a_stop_and_two_vms_differ(client, daemon):
+    with client.create(image="busybox", isolation="microvm") as a, \
+            client.create(image="busybox", isolation="microvm") as b:
+        a.exec("echo kept > /root/f; dd if=/dev/urandom of=/root/big bs=1M count=8 2>/dev/null; md5sum /root/big > /root/sum",
+               check=True)
+        a.stop()
+        a.start()
+        assert a.exec("cat /root/f").stdout == "kept\n"
+        assert a.exec("md5sum -c /root/sum").exit_code == 0
+        # Each VM has its own kernel: its own boot id and random state, its own hostname.
+        ids = {s.exec("cat /proc/sys/kernel/random/boot_id").stdout for s in (a, b)}
+        rand = {s.exec("head -c 16 /dev/urandom | od -An -tx1").stdout for s in (a, b)}
+        assert len(ids) == 2 and len(rand) == 2
+        assert a.exec("hostname").stdout.strip() == a.id and b.exec("hostname").stdout.strip() == b.id
+
+
+def test_killing_qemu_mid_exec_turns_the_sandbox_to_error_and_cleans_up(client, daemon):
+    sb = client.create(image="busybox", isolation="microvm")
+    got = {}
+
+    def long_exec():
+        try:
+            got["r"] = sb.exec("sleep 60", timeout_seconds=120)
+        except sbx.SbxError as e:
+            got["e"] = e
+
+    t = threading.Thread(target=long_exec)
+    t.start()
+    time.sleep(1.5)
+    os.kill(qemu_pid(daemon, sb.id), signal.SIGKILL)
+    t.join(60)
+    assert not t.is_alive()
+    assert "e" in got or got["r"].exit_code != 0, got
+    deadline = time.time() + 30
+    while time.time() < deadline and client.get(sb.id).state != "error":
+        time.sleep(0.2)
+    dead = client.get(sb.id)
+    assert dead.state == "error" and dead.data["error"], dead.data
+    # Its relay went with QEMU; delete leaves nothing (no process, cgroup, tap or folder).
+    dead.delete()
+    daemon.wait_clean()
+
+
+def test_a_vm_outlives_sbxd_and_is_adopted(fresh_daemon):
+    d = fresh_daemon
+    c = d.client()
+    sb = c.create(image="busybox", isolation="microvm")
+    sb.exec("echo kept > /root/f; sleep 1000 >/dev/null 2>&1 &", check=True)
+    pid = qemu_pid(d, sb.id)
+    d.stop(signal.SIGKILL)
+    assert os.path.exists(f"/proc/{pid}"), "the sandbox's QEMU must outlive its daemon"
+    d.start()
+    c = d.client()
+    got = c.get(sb.id)
+    assert got.state == "running"
+    assert got.exec("cat /root/f").stdout == "kept\n"
+    assert "sleep 1000" in got.exec("ps -o args").stdout
+    got.stop()
+    got.start()
+    assert got.exec("cat /root/f").stdout == "kept\n"
+    got.delete()
+    d.wait_clean()
+
+
+def test_the_network_goes_through_a_tap_under_the_sandboxs_rules(client, daemon):
+    # Only local addresses: the resolver answers for names outside the allow list, and
+    # the host's end of the link is closed to the sandbox.
+    with client.create(image="busybox", isolation="microvm",
+                       network={"mode": "outbound", "allow": ["198.51.100.7/32"]}) as sb:
+        net = sb.data["network"]
+        assert net["address"]
+        assert net["address"] in sb.exec("ip -4 addr show eth0").stdout
+        out = sb.exec("nslookup example.com").stdout
+        assert "REFUSED" in out, out
+        gw = sb.exec("ip route").stdout.split("default via ")[1].split()[0]
+        assert sb.exec(f"ping -c1 -W1 {gw}").exit_code != 0
+        assert sb.exec("ip -6 route").stdout.count("default via") == (1 if net["address6"] else 0)
+        after = client.get(sb.id).data["network"]
+        assert after["tx_bytes"] > 0 and after["rx_bytes"] > 0
+        # Its link can be taken away while it runs (the tap goes: nothing passes), but not
+        # given again (the VM's devices are fixed at boot): that is refused clearly, and
+        # the sandbox runs on as it was.
+        sb.set_network("none")
+        assert sb.data["network"]["address"] is None
+        assert "REFUSED" not in sb.exec("nslookup example.com").stdout
+        with pytest.raises(sbx.ConflictError) as e:
+            sb.set_network("outbound")
+        assert "stop and start" in str(e.value)
+        assert client.get(sb.id).data["network"]["mode"] == "none"
+        assert sb.exec("true").exit_code == 0
+        # Stopped, it takes the rules, and its next boot has the link.
+        sb.stop()
+        sb.set_network("outbound", allow=["198.51.100.7/32"])
+        sb.start()
+        assert client.get(sb.id).data["network"]["address"]
+        assert "REFUSED" in sb.exec("nslookup example.com").stdout
+
+
+def test_what_this_wall_lacks_is_refused_clearly_and_changes_nothing(client, daemon):
+    disk = client.disks.create(size_mb=64)
+    try:
+        with pytest.raises(sbx.ConflictError) as e:
+            disk.exec("echo no > /mnt/disk/f", image="busybox", isolation="microvm")
+        assert "microVM" in str(e.value)
+        assert disk.exec("ls -A /mnt/disk", image="busybox").stdout == ""  # nothing was written
+        with client.create(image="busybox", isolation="microvm") as sb:
+            sb.exec("echo a > /root/a", check=True)
+            with pytest.raises(sbx.ConflictError) as e:
+                sb.snapshot("mv-snap-1")
+            assert "microVM" in str(e.value)
+            assert sb.exec("cat /root/a").stdout == "a\n"
+            assert client.get(sb.id).state == "running"
+    finally:
+        disk.delete()
+
+
+def test_without_qemu_microvm_is_refused_clearly():
+    from conftest import Daemon
+    d = Daemon("noqemu", extra_args=["--qemu", "none"])
+    try:
+        health = d.client().health()
+        assert "microvm" not in health["features"]["isolation"] and health["microvm_accel"] is None
+        status, body = d.raw("POST", "/v1/sandboxes", body={"image": "busybox", "isolation": "microvm"})
+        assert status == 400 and body["error"]["code"] == "invalid_request", body
+        assert "microvm" in body["error"]["message"]
+        status, _ = d.raw("GET", "/v1/health", auth=False)
+        assert status == 200
+    finally:
+        d.destroy()
