@@ -43,7 +43,7 @@ struct CreateCommand {
 void CreateCommand::Add(CLI::App& app) {
   create = app.add_subcommand("create", "create a sandbox and wait until it is ready");
   create->add_option("--type", type, "small, default or large");
-  create->add_option("--isolation", isolation, "the wall: container or gvisor (default: sbxd's --default-isolation)");
+  create->add_option("--isolation", isolation, "the wall: container, gvisor or microvm (default: sbxd's --default-isolation)");
   create->add_option("--image", image, "image to start from (default: default)");
   create->add_option("--from", from, "named snapshot to start from");
   create->add_option("--ttl", ttl, "seconds until it stops by itself (default 3600)");

@@ -255,7 +255,7 @@ class Daemon:
             # Sandboxes that outlived a crashed daemon: their cgroups hold them.
             # runsc joins the gVisor wall's groups in every v1 hierarchy (blkio, cpuset...).
             hierarchies = [h for h in os.listdir("/sys/fs/cgroup") if os.path.isdir(f"/sys/fs/cgroup/{h}")]
-            for ctl, wall in ((c, w) for c in hierarchies for w in ("", "-gvisor")):
+            for ctl, wall in ((c, w) for c in hierarchies for w in ("", "-gvisor", "-microvm")):
                 base = f"/sys/fs/cgroup/{ctl}/sbx-{self.instance}{wall}"
                 if not os.path.isdir(base):
                     continue
@@ -278,6 +278,12 @@ class Daemon:
                     os.rmdir(base)
                 except OSError:
                     pass
+            # VMs' taps outlive their QEMU (sbxd removes them at a stop): a crashed
+            # daemon's stay. They are named by the table's tag.
+            tag = f"sx{self.instance[:5]}-"
+            for link in os.listdir("/sys/class/net"):
+                if link.startswith(tag) and os.path.exists(f"/sys/class/net/{link}/tun_flags"):
+                    subprocess.run(["ip", "link", "del", link], check=False, capture_output=True)
             # Its firewall table (sbxd keeps it across restarts for its sandboxes).
             nft = shutil.which("nft", path="/usr/sbin:/sbin:/usr/bin") or "nft"  # a test may have changed PATH
             subprocess.run([nft, "delete", "table", "inet", f"sbx_{self.instance[:5]}"],

@@ -89,6 +89,14 @@ int StartRelay(const RelayOptions& o) {
   if (!port.ok()) return fail(port.error().message);
   auto con = Dial(o.console_socket);
   if (!con.ok()) return fail(con.error().message);
+  // The folder is QEMU's user's: only sockets that QEMU (that user) serves are taken,
+  // not a link to another VM's.
+  for (int fd : {port->get(), con->get()}) {
+    struct ucred cred = {};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || (o.uid != 0 && cred.uid != o.uid))
+      return fail("a socket in " + o.dir + " is not served by the VM's QEMU");
+  }
   UniqueFd log(::open(o.console_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!log.valid()) return fail("open " + o.console_log + ": " + std::strerror(errno));
   auto lis = Listen(o.listen_socket);

@@ -52,6 +52,8 @@ export interface Health {
   features: { hibernate: boolean; store: boolean; isolation: string[]; [key: string]: unknown };
   /** The store's use, or null when sandboxes' files are not on a store. */
   store: { size_mb: number; free_mb: number; reserve_mb: number; committed_mb: number; overcommit: number | null } | null;
+  /** The microVM wall's accelerator (`kvm` or `tcg`); null without that wall, or while its probe runs. */
+  microvm_accel?: string | null;
   [key: string]: unknown;
 }
 
@@ -72,6 +74,10 @@ export interface SandboxData {
   billed_seconds: number;
   cost_usd: number;
   error: string | null;
+  /** `container`, `gvisor` or `microvm`. */
+  isolation?: string;
+  /** A microVM's accelerator (`kvm` or `tcg`); microVM sandboxes only. */
+  microvm_accel?: string | null;
   [key: string]: unknown;
 }
 
@@ -124,7 +130,7 @@ export interface DiskMount {
 export interface CreateOptions {
   /** `small` (the daemon's default), `default` or `large`. */
   type?: string;
-  /** `container` (the default). */
+  /** `container`, `gvisor` or `microvm` (default: the daemon's --default-isolation). */
   isolation?: string;
   /** Unique among sandboxes; matches `[a-z0-9][a-z0-9._-]{0,62}`. */
   name?: string;

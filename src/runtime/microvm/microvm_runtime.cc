@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -49,7 +50,11 @@ constexpr uint64_t kDefaultDiskBytes = 4ull << 30;
 constexpr uint64_t kMinMemoryMb = 128;
 constexpr int kSyncTimeoutMs = 10000;
 
+// QEMU's folder (its user's: its sockets, pid file and logs).
 std::string VmDir(const std::string& dir) { return dir + "/vm"; }
+// The relay's listening socket, in a folder of root's: QEMU's user could swap a name in
+// its own folder for a link to another sandbox's socket.
+std::string CtlDir(const std::string& dir) { return dir + "/ctl"; }
 std::string OwnDisk(const std::string& dir) { return dir + "/disk.ext4"; }
 
 std::string Ipv4(uint32_t host_order) {
@@ -228,6 +233,9 @@ class MicrovmRuntime : public Runtime {
     if (::chmod(spec.dir.c_str(), 0711) != 0) return fail(ErrnoError("chmod " + spec.dir));
     if (::mkdir(vm.c_str(), 0700) != 0 || ::chown(vm.c_str(), uid, uid) != 0) return fail(ErrnoError("mkdir " + vm));
     if (::chown(OwnDisk(spec.dir).c_str(), uid, uid) != 0) return fail(ErrnoError("chown the sandbox's disk"));
+    const std::string ctl = CtlDir(spec.dir);
+    (void)fs::RemoveTree(ctl);
+    if (::mkdir(ctl.c_str(), 0700) != 0) return fail(ErrnoError("mkdir " + ctl));
     agent::VmConfig cfg;
     cfg.hostname = spec.hostname;
     cfg.layers = static_cast<int>(images.size());
@@ -274,16 +282,19 @@ class MicrovmRuntime : public Runtime {
       }
     }
     if (pid <= 0) return fail(MakeError(Code::kInternal, "QEMU did not start: " + Tail(log)));
+    // The pid file is QEMU's user's to write: only a process of the sandbox's cgroup counts.
+    if (auto in = cg.Pids(); std::find(in.begin(), in.end(), pid) == in.end())
+      return fail(MakeError(Code::kInternal, "QEMU's pid file names a process outside its cgroup"));
     auto pidfd = proc::PidfdOpen(pid);
     if (!pidfd.ok()) return fail(MakeError(Code::kInternal, "QEMU ended at start: " + Tail(log)));
     auto relay = Reaper::Get().Run({o_.agent_path, "--vm-relay", vm, "agent.sock", "console.sock", "console.log",
-                                    "relay.sock", std::to_string(uid)},
+                                    "../ctl/relay.sock", std::to_string(uid)},
                                    "", 0, [&](pid_t p) { return cg.AddProcess(p); }, 10000);
     if (!relay.ok()) return fail(relay.error());
     if (relay->exit_code != 0) return fail(MakeError(Code::kInternal, "the agent's relay: " + relay->output));
     Instance inst;
     SetVm(&inst, pid, std::move(*pidfd), uid, vs.accel, vs.tap);
-    auto addr = DialerInFolder(vm, "relay.sock");
+    auto addr = DialerInFolder(ctl, "relay.sock");
     if (!addr.ok()) return fail(addr.error());
     inst.agent = *addr;
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBootTimeoutMs);
@@ -358,7 +369,7 @@ class MicrovmRuntime : public Runtime {
     if (!qemu.ok()) return MakeError(Code::kNotFound, "the sandbox's QEMU is gone");
     auto j = nlohmann::json::parse(saved_state, nullptr, false);
     if (j.is_object() && j["uid"].is_number_unsigned()) uids_.Note(spec.id, j["uid"].get<uid_t>());
-    SBX_ASSIGN_OR_RETURN(agent::DialerPtr addr, DialerInFolder(VmDir(spec.dir), "relay.sock"));
+    SBX_ASSIGN_OR_RETURN(agent::DialerPtr addr, DialerInFolder(CtlDir(spec.dir), "relay.sock"));
     if (frozen) {
       SBX_RETURN_IF_ERROR(Freeze(spec.id));
     } else {

@@ -76,7 +76,7 @@ std::vector<std::string> QemuArgv(const VmSpec& s) {
   if (!s.tap.empty())
     add({"-netdev", "tap,id=net,fd=" + std::to_string(agent::kTapFd), "-device",
          "virtio-net-device,netdev=net,mac=" + s.mac});
-  add({"-qmp", "unix:qmp.sock,server=on,wait=off", "-pidfile", "qemu.pid"});
+  add({"-pidfile", "qemu.pid"});
   // QEMU's system-call filter: no new processes, no privilege changes, no scheduling or
   // resource-control calls, nothing obsolete.
   add({"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"});

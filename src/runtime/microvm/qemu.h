@@ -28,7 +28,7 @@ struct VmSpec {
 };
 
 // The arguments (argv[0] is spec.qemu). QEMU runs in the VM's folder: its sockets there
-// are agent.sock (the agent's port), console.sock (ttyS0) and qmp.sock, its pid in
+// are agent.sock (the agent's port) and console.sock (ttyS0), its pid in
 // qemu.pid. It runs as the VM's own unprivileged user from the start (sbx-agent
 // --vm-launch), under its own system-call filter.
 std::vector<std::string> QemuArgv(const VmSpec& spec);
