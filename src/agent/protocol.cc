@@ -187,7 +187,8 @@ Result<AgentInfo> AgentInfo::FromJson(std::string_view s) {
 }
 
 // One request frame, one answer frame of type `want`, on a fresh connection.
-static Result<std::string> RoundTrip(const Dialer& a, FrameType req, FrameType want, int timeout_ms) {
+static Result<std::string> RoundTrip(const Dialer& a, FrameType req, FrameType want, int timeout_ms,
+                                     const std::string& payload = "") {
   const int64_t deadline = MonoMs() + timeout_ms;
   UniqueFd fd;
   for (int wait_us = 1000;; wait_us = std::min(wait_us * 2, 50000)) {
@@ -200,7 +201,7 @@ static Result<std::string> RoundTrip(const Dialer& a, FrameType req, FrameType w
       return MakeError(Code::kDeadlineExceeded, "the sandbox's agent takes no connection (its listen queue is full)");
     ::usleep(wait_us);
   }
-  std::string frame = EncodeFrame(req, "");
+  std::string frame = EncodeFrame(req, payload);
   if (::send(fd.get(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(frame.size()))
     return ErrnoError("send to agent");
   FrameDecoder dec;
@@ -217,14 +218,19 @@ static Result<std::string> RoundTrip(const Dialer& a, FrameType req, FrameType w
     auto f = dec.Next();
     if (!f.ok()) return f.error();
     if (f->has_value()) {
+      if ((*f)->type == FrameType::kError) {
+        auto e = nlohmann::json::parse((*f)->payload, nullptr, false);
+        return MakeError(Code::kInternal, e.is_object() ? e.value("message", std::string("the agent refused")) : "the agent refused");
+      }
       if ((*f)->type != want) return MakeError(Code::kInternal, "agent answered with an unexpected frame");
       return (*f)->payload;
     }
   }
 }
 
-Status SyncBlocking(const Dialer& a, int timeout_ms) {
-  auto r = RoundTrip(a, FrameType::kSync, FrameType::kSyncDone, timeout_ms);
+Status SyncBlocking(const Dialer& a, int timeout_ms, SyncMode mode) {
+  const char* payload = mode == SyncMode::kFreeze ? R"({"freeze":true})" : mode == SyncMode::kThaw ? R"({"thaw":true})" : "";
+  auto r = RoundTrip(a, FrameType::kSync, FrameType::kSyncDone, timeout_ms, payload);
   if (!r.ok()) return r.error();
   return OkStatus();
 }

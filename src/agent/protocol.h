@@ -4,7 +4,8 @@
 // A connection carries one request. Each frame is an 8-byte header, then the payload:
 //   u32 little-endian payload length (at most kMaxPayload), u8 type, 3 zero bytes.
 // Requests: kExec (JSON ExecRequest) then any number of kStdin / kStdinEof / kSignal;
-// or kSync (the agent calls sync(2), answered by kSyncDone with "{}");
+// or kSync (the agent calls sync(2); with {"freeze": true} it also freezes its own disk's
+// file system, with {"thaw": true} it thaws it; answered by kSyncDone with "{}", or kError);
 // or kPing (answered by kPong with JSON AgentInfo {"version", "agent", "features"}); or kWarm (the agent walks
 // its root filesystem so lookups are cached, answered by kWarmDone with JSON {"entries"}).
 // kExec may be followed by kStdin / kStdinEof / kSignal / kResize frames.
@@ -189,7 +190,10 @@ Status RequireFeature(const Dialer& a, std::string_view feature, int timeout_ms)
 // Asks the agent to walk its root filesystem (warming the lookup caches); blocking.
 Status WarmBlocking(const Dialer& a, int timeout_ms);
 // Asks the agent to write every file system's dirty data to its disks (sync(2)), and
-// waits for it: a VM's files are whole on its disk before the VM is ended.
-Status SyncBlocking(const Dialer& a, int timeout_ms);
+// waits for it: a VM's files are whole on its disk before the VM is ended. kFreeze also
+// freezes the file system of the sandbox's own disk (a microVM's: its journal flushed, the
+// disk's image whole and clean until kThaw; writers inside wait meanwhile).
+enum class SyncMode { kSync, kFreeze, kThaw };
+Status SyncBlocking(const Dialer& a, int timeout_ms, SyncMode mode = SyncMode::kSync);
 
 }  // namespace sbx::agent

@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <ftw.h>
+#include <linux/fs.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -33,6 +35,28 @@ bool g_is_init = false;
 // Only peers outside the sandbox's pid namespace are served (see Serve).
 bool g_outside_only = false;
 pid_t g_only_peer = 0;  // nonzero: only this process's connections are served
+int g_own_fs = -1;      // a folder on the sandbox's own disk (a VM's), for kSync's freeze
+
+// kSync: {} syncs; {"freeze": true} also freezes the sandbox's own disk's file system
+// (its journal flushed and marked clean: an image of the disk is then whole), and
+// {"thaw": true} thaws it. Freezing what is frozen, or thawing what is not, is no error.
+void ServeSync(int sock, const std::string& payload) {
+  auto j = nlohmann::json::parse(payload.empty() ? "{}" : payload, nullptr, false);
+  const bool freeze = j.is_object() && j.value("freeze", false), thaw = j.is_object() && j.value("thaw", false);
+  std::string err;
+  if (thaw) {
+    if (g_own_fs >= 0 && ioctl(g_own_fs, FITHAW, 0) != 0 && errno != EINVAL) err = std::strerror(errno);
+  } else {
+    ::sync();
+    if (freeze && g_own_fs < 0) err = "this sandbox has no disk of its own to freeze";
+    if (freeze && g_own_fs >= 0 && ioctl(g_own_fs, FIFREEZE, 0) != 0 && errno != EBUSY) err = std::strerror(errno);
+  }
+  if (!err.empty()) {
+    SendErrorMessage(sock, std::string(thaw ? "thaw" : "freeze") + " the sandbox's disk: " + err);
+    return;
+  }
+  WriteAllBlocking(sock, EncodeFrame(FrameType::kSyncDone, "{}"));
+}
 
 // Serves the one request of the connection `sock`.
 void ServeConnection(int sock) {
@@ -50,11 +74,7 @@ void ServeConnection(int sock) {
       if (!WriteAllBlocking(sock, EncodeFrame(FrameType::kPong, ThisAgent().ToJson()))) return;
       continue;
     }
-    if (f.type == FrameType::kSync) {
-      ::sync();
-      WriteAllBlocking(sock, EncodeFrame(FrameType::kSyncDone, "{}"));
-      return;
-    }
+    if (f.type == FrameType::kSync) return ServeSync(sock, f.payload);
     if (f.type == FrameType::kWarm) {
       // Stat every entry of the root filesystem (not /proc, /sys, /dev, /tmp: other
       // mounts) so that the first commands find their files in the dentry cache.
@@ -148,6 +168,8 @@ void ServeConnection(int sock) {
 }
 
 }  // namespace
+
+void SetOwnDisk(int fd) { g_own_fs = fd; }
 
 Status Serve(int listen_fd, bool is_init, bool outside_peers_only, pid_t only_peer) {
   constexpr size_t kSpares = 2;

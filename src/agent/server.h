@@ -16,5 +16,7 @@ namespace sbx::agent {
 // (a microVM's agent), it serves that process's connections only. Returns only on a
 // fatal error.
 Status Serve(int listen_fd, bool is_init, bool outside_peers_only = true, pid_t only_peer = 0);
+// A folder on the sandbox's own disk (a microVM's), which kSync can freeze and thaw.
+void SetOwnDisk(int fd);
 
 }  // namespace sbx::agent

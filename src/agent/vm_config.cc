@@ -10,6 +10,7 @@ Result<VmConfig> VmConfig::FromJson(const std::string& s) {
   VmConfig c;
   c.hostname = j.value("hostname", std::string());
   c.layers = j.value("layers", 0);
+  c.layer_roots = j.value("layer_roots", std::vector<std::string>());
   c.no_new_privs = j.value("no_new_privs", true);
   c.nameserver = j.value("nameserver", std::string());
   c.tmp_bytes = j.value("tmp_bytes", uint64_t{0});
@@ -28,6 +29,7 @@ std::string VmConfig::ToJson() const {
   if (!address.empty()) j.update({{"address", address}, {"gateway", gateway}, {"prefix", prefix}});
   if (!address6.empty()) j.update({{"address6", address6}, {"gateway6", gateway6}});
   if (probe) j["probe"] = true;
+  if (!layer_roots.empty()) j["layer_roots"] = layer_roots;
   return j.dump();
 }
 

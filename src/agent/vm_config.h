@@ -14,6 +14,9 @@ namespace sbx::agent {
 struct VmConfig {
   std::string hostname;
   int layers = 0;  // disks with serials sbx-layer-0 (topmost) .. sbx-layer-(N-1)
+  // Per layer, the folder on its disk that is the layer ("": the disk's root, an image of
+  // a layer folder; "upper": a microVM's own disk, captured as a layer).
+  std::vector<std::string> layer_roots;
   bool no_new_privs = true;
   std::string nameserver;
   uint64_t tmp_bytes = 0;

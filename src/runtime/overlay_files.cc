@@ -9,7 +9,16 @@
 
 namespace sbx::runtime {
 
+Status CheckFolderLayers(const std::vector<std::string>& layers) {
+  for (const auto& l : layers)
+    if (fs::Exists(l + "/" + kVmDiskLayer))
+      return MakeError(Code::kFailedPrecondition,
+                       "these files were captured from a microVM (its disk's image): they serve microVM sandboxes only");
+  return OkStatus();
+}
+
 Status OverlayFiles::Prepare(const StartSpec& spec) const {
+  SBX_RETURN_IF_ERROR(CheckFolderLayers(spec.layers));
   if (quotas_ && ::access(spec.dir.c_str(), F_OK) != 0) {
     // A subvolume of its own, limited to the sandbox's disk: its files can fill only it.
     SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir.substr(0, spec.dir.rfind('/')), 0711));

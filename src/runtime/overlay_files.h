@@ -7,10 +7,15 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "runtime/runtime.h"
 
 namespace sbx::runtime {
+
+// An error naming the first of `layers` that a microVM made (its disk's image, which only
+// microVMs read).
+Status CheckFolderLayers(const std::vector<std::string>& layers);
 
 class OverlayFiles {
  public:

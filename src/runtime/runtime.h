@@ -27,6 +27,10 @@ struct Limits {
   uint64_t disk_bytes = 0;  // the sandbox's own files (where the runtime can enforce it)
 };
 
+// A layer captured from a microVM is its disk's image, this file in the layer's folder
+// (runtime/microvm/guest_files.h); the walls whose layers are folders refuse it.
+constexpr const char* kVmDiskLayer = "vm-disk.ext4";
+
 struct Bind {
   std::string source;  // host path (a mounted disk)
   std::string target;  // absolute, normalized path inside the sandbox

@@ -229,7 +229,6 @@ def test_kill_9_while_paused_then_restart_then_resume(fresh_daemon):
     assert again.exec("cat /root/n", check=True).stdout == "41\n"
 
 
-@pytest.mark.not_on("microvm", "it forks a sandbox: a microVM cannot be captured yet")
 def test_quota_429_changes_nothing():
     d = Daemon("quota", extra_args=["--max-sandboxes", "2", "--max-memory-mb", "9000", "--price-small", "3.6"])
     try:

@@ -110,7 +110,6 @@ def test_processes_cli_and_sdk(daemon, client):
         assert sb.exec(f"stat -c %U /proc/{pid}").stdout == "user\n"
 
 
-@pytest.mark.not_on("microvm", "it forks and snapshots a sandbox: a microVM cannot be captured yet")
 def test_sandbox_default_user(daemon, client):
     """`user` at create: who runs what names no one, in exec, processes, files and the
     CLI; checked against the image; kept by forks and templates."""

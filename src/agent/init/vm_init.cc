@@ -105,6 +105,10 @@ Status MountRoot(const VmConfig& cfg) {
   SBX_ASSIGN_OR_RETURN(std::string own, DiskBySerial("sbx-upper"));
   SBX_RETURN_IF_ERROR(Dir("/mnt/upper"));
   SBX_RETURN_IF_ERROR(Mount(own.c_str(), "/mnt/upper", "ext4", MS_NOATIME));
+  // Kept: the agent freezes this file system for a capture or a stop (kSync).
+  int own_fs = ::open("/mnt/upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (own_fs < 0) return ErrnoError("open /mnt/upper");
+  SetOwnDisk(own_fs);
   // The overlay's folders, made at the first boot on the new disk.
   SBX_RETURN_IF_ERROR(Dir("/mnt/upper/upper"));
   SBX_RETURN_IF_ERROR(Dir("/mnt/upper/work"));
@@ -114,7 +118,10 @@ Status MountRoot(const VmConfig& cfg) {
     const std::string at = "/mnt/l" + std::to_string(i);
     SBX_RETURN_IF_ERROR(Dir(at));
     SBX_RETURN_IF_ERROR(Mount(dev.c_str(), at, "ext4", MS_RDONLY | MS_NOATIME, "noload"));
-    lower += (lower.empty() ? "" : ":") + at;
+    const std::string sub = static_cast<size_t>(i) < cfg.layer_roots.size() ? cfg.layer_roots[i] : "";
+    if (sub.find('/') != std::string::npos || sub == "..")
+      return MakeError(Code::kInvalidArgument, "bad layer root " + sub);
+    lower += (lower.empty() ? "" : ":") + at + (sub.empty() ? "" : "/" + sub);
   }
   if (lower.empty()) return MakeError(Code::kInvalidArgument, "the sandbox has no layers");
   SBX_RETURN_IF_ERROR(Dir("/newroot"));

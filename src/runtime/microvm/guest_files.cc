@@ -4,6 +4,7 @@
 #include <ftw.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -17,6 +18,11 @@
 #include "base/log.h"
 #include "base/reaper.h"
 #include "base/unique_fd.h"
+
+// linux/fs.h's (which clashes with glibc's sys/mount.h).
+#ifndef FICLONE
+#define FICLONE _IOW(0x94, 9, int)
+#endif
 
 namespace sbx::runtime::microvm {
 namespace {
@@ -158,12 +164,16 @@ std::string LayerImages::PathOf(const std::string& layer) const {
   return dir_ + "/" + Hash(layer) + ".ext4";
 }
 
-Result<std::string> LayerImages::ImageOf(const std::string& layer) {
+bool IsVmDiskLayer(const std::string& layer) { return fs::Exists(layer + "/" + kVmDiskLayer); }
+
+
+Result<LayerImages::Disk> LayerImages::ImageOf(const std::string& layer) {
+  if (IsVmDiskLayer(layer)) return Disk{layer + "/" + kVmDiskLayer, "upper"};
   const std::string image = PathOf(layer);
   {
     std::unique_lock<std::mutex> l(mu_);
     cv_.wait(l, [&] { return !building_.count(image); });
-    if (fs::Exists(image)) return image;
+    if (fs::Exists(image)) return Disk{image, ""};
     building_[image] = true;
   }
   Status st = Build(layer, image);
@@ -173,7 +183,7 @@ Result<std::string> LayerImages::ImageOf(const std::string& layer) {
   }
   cv_.notify_all();
   if (!st.ok()) return st.error().Wrap("the disk image of layer " + layer);
-  return image;
+  return Disk{image, ""};
 }
 
 Status LayerImages::Open() {
@@ -240,6 +250,49 @@ Status MakeOwnDisk(const std::string& path, uint64_t bytes) {
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp);
   return OkStatus();
+}
+
+bool DiskIsClean(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  unsigned char sb[0x64];
+  if (!fd.valid() || ::pread(fd.get(), sb, sizeof sb, 1024) != static_cast<ssize_t>(sizeof sb)) return false;
+  if (sb[0x38] != 0x53 || sb[0x39] != 0xEF) return false;  // not ext4 (its magic)
+  const uint32_t incompat = sb[0x60] | (sb[0x61] << 8) | (sb[0x62] << 16) | (static_cast<uint32_t>(sb[0x63]) << 24);
+  return (incompat & 0x4) == 0;  // EXT4_FEATURE_INCOMPAT_RECOVER: the journal needs a replay
+}
+
+Result<uint64_t> CopyDisk(const std::string& from, const std::string& to) {
+  UniqueFd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in.valid()) return ErrnoError("open " + from);
+  struct stat st;
+  if (::fstat(in.get(), &st) != 0) return ErrnoError("stat " + from);
+  UniqueFd out(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!out.valid()) return ErrnoError("create " + to);
+  auto fail = [&](const std::string& what) {
+    Error e = ErrnoError(what);
+    (void)::unlink(to.c_str());
+    return e;
+  };
+  if (::ioctl(out.get(), FICLONE, in.get()) == 0) return static_cast<uint64_t>(st.st_blocks) * 512;
+  if (::ftruncate(out.get(), st.st_size) != 0) return fail("size " + to);
+  uint64_t copied = 0;
+  for (off_t at = 0; at < st.st_size;) {
+    off_t data = ::lseek(in.get(), at, SEEK_DATA);
+    if (data < 0) {
+      if (errno == ENXIO) break;  // only a hole is left
+      return fail("seek " + from);
+    }
+    off_t hole = ::lseek(in.get(), data, SEEK_HOLE);
+    if (hole < 0) return fail("seek " + from);
+    for (off_t off_in = data, off_out = data; off_in < hole;) {
+      ssize_t n = ::copy_file_range(in.get(), &off_in, out.get(), &off_out, static_cast<size_t>(hole - off_in), 0);
+      if (n <= 0) return fail("copy " + from);
+      copied += static_cast<uint64_t>(n);
+    }
+    at = hole;
+  }
+  if (::fsync(out.get()) != 0) return fail("sync " + to);
+  return copied;
 }
 
 }  // namespace sbx::runtime::microvm

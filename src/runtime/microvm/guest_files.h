@@ -13,6 +13,7 @@
 #include <string>
 
 #include "base/result.h"
+#include "runtime/runtime.h"
 
 namespace sbx::runtime::microvm {
 
@@ -28,6 +29,12 @@ struct GuestKernel {
 // `out`: `agent` as /init, the kernel's modules and their order, a /dev/console node.
 Status WriteInitramfs(const GuestKernel& kernel, const std::string& agent, const std::string& out);
 
+// A layer captured from a microVM is its own disk's image (whole: its file system frozen
+// for the copy), in this file of the layer's folder; the layer is the disk's /upper. Only
+// microVMs read such a layer (in their guest kernel: the host never mounts a disk a guest
+// wrote); the other walls refuse it.
+bool IsVmDiskLayer(const std::string& layer);
+
 // Read-only ext4 images of layers, in `cache_dir`, named by a hash of the layer's path
 // (layers never change once made). The layers' files are owned by the sandbox-root range
 // on the host (uid_base up); the image holds them as the guest sees them (from 0), read
@@ -37,7 +44,12 @@ class LayerImages {
   LayerImages(std::string cache_dir, uid_t uid_base) : dir_(std::move(cache_dir)), uid_base_(uid_base) {}
   // Makes the folder (readable through by every VM's user).
   Status Open();
-  Result<std::string> ImageOf(const std::string& layer);
+  // The disk that holds `layer` and the folder on it that is the layer (a VM-made
+  // layer's own image, its "upper"; else the layer folder's cached image, its root).
+  struct Disk {
+    std::string image, root;
+  };
+  Result<Disk> ImageOf(const std::string& layer);
   // Removes the image of a layer that is going (no error if there is none).
   void Forget(const std::string& layer);
   std::string PathOf(const std::string& layer) const;
@@ -54,5 +66,11 @@ class LayerImages {
 // A sandbox's own disk: a sparse ext4 image of `bytes` at `path` (its root owned by root;
 // the guest makes the overlay's folders on it at its first boot).
 Status MakeOwnDisk(const std::string& path, uint64_t bytes);
+// Whether the ext4 image at `path` needs no journal replay (its file system was frozen or
+// unmounted when its VM ended). Reads the superblock only.
+bool DiskIsClean(const std::string& path);
+// Copies a disk image: a reflink where the file system has them (the btrfs store), else
+// its data extents only (the copy stays sparse). Returns the bytes the copy holds.
+Result<uint64_t> CopyDisk(const std::string& from, const std::string& to);
 
 }  // namespace sbx::runtime::microvm

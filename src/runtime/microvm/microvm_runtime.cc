@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -210,10 +211,11 @@ class MicrovmRuntime : public Runtime {
       return MakeError(Code::kFailedPrecondition, "this host has no usable cgroup hierarchy");
     if (!spec.binds.empty())
       return MakeError(Code::kFailedPrecondition, "disks are not available to microVM sandboxes yet");
-    std::vector<std::string> images;
+    std::vector<std::string> images, roots;
     for (const auto& layer : spec.layers) {
-      SBX_ASSIGN_OR_RETURN(std::string img, images_.ImageOf(layer));
-      images.push_back(std::move(img));
+      SBX_ASSIGN_OR_RETURN(LayerImages::Disk disk, images_.ImageOf(layer));
+      images.push_back(std::move(disk.image));
+      roots.push_back(std::move(disk.root));
     }
     SBX_ASSIGN_OR_RETURN(uid_t uid, uids_.Take(spec.id));
     CgroupDir cg = Cgroup(spec.id);
@@ -221,6 +223,7 @@ class MicrovmRuntime : public Runtime {
     SBX_RETURN_IF_ERROR(cg.Create(HostLimits(spec.limits)));
     const std::string vm = VmDir(spec.dir);
     auto fail = [&](Error e) -> Result<Instance> {
+      Forget(spec.id);
       (void)cg.Kill();
       (void)cg.Remove();
       if (spec.link) (void)netlink::DeleteLink(spec.link->host_if);
@@ -239,6 +242,7 @@ class MicrovmRuntime : public Runtime {
     agent::VmConfig cfg;
     cfg.hostname = spec.hostname;
     cfg.layers = static_cast<int>(images.size());
+    cfg.layer_roots = roots;
     cfg.no_new_privs = spec.no_new_privs;
     cfg.nameserver = spec.nameserver;
     cfg.tmp_bytes = MemoryMb(spec.limits) * (1ull << 20) / 2;
@@ -297,6 +301,7 @@ class MicrovmRuntime : public Runtime {
     auto addr = DialerInFolder(ctl, "relay.sock");
     if (!addr.ok()) return fail(addr.error());
     inst.agent = *addr;
+    Remember(spec.id, inst.agent);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBootTimeoutMs);
     while (!agent::PingBlocking(*inst.agent, 1000).ok()) {
       if (!ProcessAlive(inst))
@@ -321,13 +326,15 @@ class MicrovmRuntime : public Runtime {
   }
 
   Status Stop(const std::string& id, const Instance& inst) override {
-    // The guest's dirty pages go to its disk first (a VM that does not answer in time is
-    // ended as it is: its disk then holds what its kernel had written).
+    // The guest's dirty pages go to its disk first, and its disk's file system is frozen
+    // (clean: a capture of the stopped sandbox can copy it). A VM that does not answer in
+    // time is ended as it is: its disk then holds what its kernel had written.
     if (inst.agent && ProcessAlive(inst)) {
       (void)Cgroup(id).Thaw();  // a paused VM runs for its sync
-      if (Status st = agent::SyncBlocking(*inst.agent, kSyncTimeoutMs); !st.ok())
+      if (Status st = agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kFreeze); !st.ok())
         SBX_LOG(kWarn) << "sandbox " << id << ": its files were not synced before the stop: " << st.error().message;
     }
+    Forget(id);
     CgroupDir cg = Cgroup(id);
     SBX_RETURN_IF_ERROR(cg.Kill());
     if (const ProcessHandle* p = ProcessOf(inst); p && p->pidfd.valid()) proc::PidfdWait(p->pidfd.get(), 10000);
@@ -345,8 +352,36 @@ class MicrovmRuntime : public Runtime {
     return Cgroup(id).SetLimits(HostLimits(l));
   }
   bool HasFiles(const std::string& dir) override { return fs::Exists(OwnDisk(dir)); }
-  Result<Captured> CaptureFiles(const std::string&, const std::string&) override {
-    return MakeError(Code::kFailedPrecondition, "snapshots of microVM sandboxes are not available yet");
+  // The sandbox's own disk, copied whole as the layer (its /upper is the layer): the guest
+  // freezes its file system for the copy when it runs; a stopped one was frozen at its stop.
+  Result<Captured> CaptureFiles(const std::string& dir, const std::string& dst) override {
+    const std::string id = std::filesystem::path(dir).filename().string();
+    agent::DialerPtr live = LiveAgent(id);
+    if (live) {
+      (void)Cgroup(id).Thaw();  // core froze it: its agent freezes the disk instead
+      if (Status st = agent::SyncBlocking(*live, kSyncTimeoutMs, agent::SyncMode::kFreeze); !st.ok()) {
+        (void)Cgroup(id).Freeze();
+        return st.error().Wrap("freezing the sandbox's disk for the capture");
+      }
+    } else if (!microvm::DiskIsClean(OwnDisk(dir))) {
+      return MakeError(Code::kFailedPrecondition,
+                       "sandbox " + id + "'s disk was not shut down cleanly (its VM ended without a stop): "
+                       "start it once, then capture it");
+    }
+    Result<Captured> out = MakeError(Code::kInternal, "");
+    if (::mkdir(dst.c_str(), 0755) != 0) {
+      out = ErrnoError("mkdir " + dst);
+    } else if (auto bytes = microvm::CopyDisk(OwnDisk(dir), dst + "/" + kVmDiskLayer); !bytes.ok()) {
+      out = bytes.error();
+    } else {
+      out = Captured{"", *bytes};
+    }
+    if (live) {
+      if (Status st = agent::SyncBlocking(*live, kSyncTimeoutMs, agent::SyncMode::kThaw); !st.ok())
+        SBX_LOG(kWarn) << "sandbox " << id << ": thawing its disk after a capture: " << st.error().message;
+      (void)Cgroup(id).Freeze();
+    }
+    return out;
   }
   Status RemoveLayer(const std::string& path) override {
     images_.Forget(path);
@@ -357,6 +392,7 @@ class MicrovmRuntime : public Runtime {
   Status Thaw(const std::string& id) override { return Cgroup(id).Thaw(); }
 
   Status Destroy(const std::string& id, const std::string& dir) override {
+    Forget(id);
     CgroupDir cg = Cgroup(id);
     SBX_RETURN_IF_ERROR(cg.Kill());
     SBX_RETURN_IF_ERROR(cg.Remove());
@@ -375,7 +411,10 @@ class MicrovmRuntime : public Runtime {
     } else {
       SBX_RETURN_IF_ERROR(Thaw(spec.id));
       SBX_RETURN_IF_ERROR(agent::PingBlocking(*addr, 5000));
+      // A capture cut short by sbxd's end may have left its disk frozen.
+      (void)agent::SyncBlocking(*addr, kSyncTimeoutMs, agent::SyncMode::kThaw);
     }
+    Remember(spec.id, addr);
     Instance inst;
     inst.agent = addr;
     SetProcess(&inst, std::move(*qemu));
@@ -404,6 +443,21 @@ class MicrovmRuntime : public Runtime {
     return netlink::ReadCounters(link.host_if);
   }
 
+  // The agents of running VMs, for captures (the interface gives CaptureFiles a folder).
+  void Remember(const std::string& id, agent::DialerPtr a) {
+    std::lock_guard<std::mutex> l(mu_);
+    live_[id] = std::move(a);
+  }
+  void Forget(const std::string& id) {
+    std::lock_guard<std::mutex> l(mu_);
+    live_.erase(id);
+  }
+  agent::DialerPtr LiveAgent(const std::string& id) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = live_.find(id);
+    return it == live_.end() ? nullptr : it->second;
+  }
+
   std::vector<std::string> ListKernelObjects() override { return ListCgroupChildren(mode_, Parent(), o_.cgroup_root); }
   bool Alive(const Instance& inst) override { return ProcessAlive(inst); }
 
@@ -417,6 +471,7 @@ class MicrovmRuntime : public Runtime {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::string accel_;  // empty while the probe runs
+  std::map<std::string, agent::DialerPtr> live_;  // running VMs' agents, by sandbox id
   std::thread probe_;
 };
 
