@@ -113,6 +113,9 @@ int StartRelay(const RelayOptions& o) {
     ::dup2(null, 2);
   }
   ::signal(SIGPIPE, SIG_IGN);
+  if (o.uid != 0 && (::setgroups(0, nullptr) != 0 || ::setresgid(o.uid, o.uid, o.uid) != 0 ||
+                     ::setresuid(o.uid, o.uid, o.uid) != 0))
+    _exit(1);
   pid_t keeper = ::fork();
   if (keeper == 0) {
     port->Reset();
@@ -121,9 +124,6 @@ int StartRelay(const RelayOptions& o) {
   }
   con->Reset();
   log.Reset();
-  if (o.uid != 0 && (::setgroups(0, nullptr) != 0 || ::setresgid(o.uid, o.uid, o.uid) != 0 ||
-                     ::setresuid(o.uid, o.uid, o.uid) != 0))
-    _exit(1);
   prctl(PR_SET_NAME, "sbx-vm-relay");
   MuxOptions mo;
   mo.listen_fd = lis->get();

@@ -235,7 +235,9 @@ class MicrovmRuntime : public Runtime {
     // which are its; nothing else of the sandbox's or another's is.
     if (::chmod(spec.dir.c_str(), 0711) != 0) return fail(ErrnoError("chmod " + spec.dir));
     if (::mkdir(vm.c_str(), 0700) != 0 || ::chown(vm.c_str(), uid, uid) != 0) return fail(ErrnoError("mkdir " + vm));
-    if (::chown(OwnDisk(spec.dir).c_str(), uid, uid) != 0) return fail(ErrnoError("chown the sandbox's disk"));
+    // The disk is QEMU's user's alone (the sandbox's folder lets every VM's user through).
+    if (::chown(OwnDisk(spec.dir).c_str(), uid, uid) != 0 || ::chmod(OwnDisk(spec.dir).c_str(), 0600) != 0)
+      return fail(ErrnoError("chown the sandbox's disk"));
     const std::string ctl = CtlDir(spec.dir);
     (void)fs::RemoveTree(ctl);
     if (::mkdir(ctl.c_str(), 0700) != 0) return fail(ErrnoError("mkdir " + ctl));

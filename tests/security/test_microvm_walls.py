@@ -1,0 +1,73 @@
+"""A microVM's root against its host: the guest's kernel is the sandbox's, so its root can
+take the agent's port, write what it likes to it and to its own disk. None of that reaches
+past the VM: the relay on the host parses the port's frames strictly and runs unprivileged,
+QEMU is unprivileged and filtered, and a disk a guest wrote is never mounted by the host."""
+import os
+import struct
+import time
+
+import pytest
+
+import sbx
+
+
+def vm_dir(daemon, sid):
+    return os.path.join(daemon.data, "sandboxes", sid, "vm")
+
+
+def test_a_guest_that_takes_its_port_and_lies_on_it_harms_only_itself(client, daemon):
+    with client.create(image="busybox", isolation="microvm") as bystander:
+        hostile = client.create(image="busybox", isolation="microvm")
+        # The guest's root ends the agent's mux and writes a frame that claims 4 GiB.
+        bad = struct.pack("<IB3s", 0xFFFFFFF0, 0x82, b"\x01\x00\x00") + b"x" * 64
+        hostile.files.write("/root/bad", bad)
+        hostile.processes.start("sleep 1; kill -9 $(pidof sbx-mux); sleep 0.2; "
+                                "for p in /sys/class/virtio-ports/*; do "
+                                "[ \"$(cat $p/name)\" = sbx.agent ] && cat /root/bad > /dev/$(basename $p); done; sleep 600",
+                                user="root")
+        time.sleep(4)
+        # Its agent is out of reach now (its own doing): a clear error, not a hang.
+        t = time.time()
+        with pytest.raises(sbx.SbxError):
+            hostile.exec("true", timeout_seconds=20)
+        assert time.time() - t < 60
+        # Nothing else noticed: sbxd, the other VM.
+        assert daemon.client().health()["status"] == "ok"
+        assert bystander.exec("echo fine").stdout == "fine\n"
+        # Delete takes it whole: folder, cgroup, processes.
+        hostile.delete()
+        deadline = time.time() + 30
+        while time.time() < deadline and (hostile.id in daemon.sandbox_dirs() or hostile.id in daemon.cgroups()):
+            time.sleep(0.1)
+        assert hostile.id not in daemon.sandbox_dirs() and hostile.id not in daemon.cgroups()
+        assert bystander.exec("echo still fine").stdout == "still fine\n"
+    daemon.wait_clean()
+
+
+def test_the_vm_holds_no_host_privilege_and_its_files_are_its_own(client, daemon):
+    with client.create(image="busybox", isolation="microvm") as a, \
+            client.create(image="busybox", isolation="microvm") as b:
+        ua = os.stat(vm_dir(daemon, a.id)).st_uid
+        ub = os.stat(vm_dir(daemon, b.id)).st_uid
+        assert ua != ub and ua != 0 and ub != 0
+        for sb, uid in ((a, ua), (b, ub)):
+            d = os.path.join(daemon.data, "sandboxes", sb.id)
+            # QEMU's user owns its own folder and disk and nothing of the sandbox's above them;
+            # the relay's socket is in a folder of root's.
+            assert os.stat(os.path.join(d, "disk.ext4")).st_uid == uid
+            assert os.stat(os.path.join(d, "disk.ext4")).st_mode & 0o077 == 0
+            ctl = os.stat(os.path.join(d, "ctl"))
+            assert ctl.st_uid == 0 and ctl.st_mode & 0o077 == 0
+            assert os.stat(d).st_uid == 0
+        # Every host process of each VM (QEMU, the relay, the console keeper) runs as that
+        # VM's user, without capabilities.
+        for sb, uid in ((a, ua), (b, ub)):
+            base = f"/sys/fs/cgroup/pids/sbx-{daemon.instance}-microvm/{sb.id}/cgroup.procs"
+            if not os.path.exists(base):
+                base = f"/sys/fs/cgroup/sbx-{daemon.instance}-microvm/{sb.id}/cgroup.procs"
+            pids = open(base).read().split()
+            assert pids
+            for pid in pids:
+                st = {l.split(":")[0]: l.split(":")[1].split() for l in open(f"/proc/{pid}/status")}
+                assert st["Uid"] == [str(uid)] * 4, (pid, st["Name"], st["Uid"])
+                assert st["CapEff"] == ["0000000000000000"], (pid, st["Name"])
