@@ -1,13 +1,14 @@
 """Create, exec, list, stop/start and delete through the SDK, the CLI and raw HTTP."""
 import json
 import os
+import shutil
 import time
 
 import pytest
 
 import sbx
 
-from conftest import RUNSC, criu_checkpoints
+from conftest import MICROVM_KERNEL, RUNSC, criu_checkpoints
 
 
 def test_health_and_openapi_need_no_key(daemon):
@@ -17,6 +18,11 @@ def test_health_and_openapi_need_no_key(daemon):
     works = criu_checkpoints()[0]
     # The gVisor wall where runsc is installed (the test command installs it).
     walls = ["container", "gvisor"] if os.access(RUNSC, os.X_OK) else ["container"]
+    # The microVM wall where QEMU and the guest kernel are (the test command installs both);
+    # test daemons boot VMs under TCG.
+    if MICROVM_KERNEL and shutil.which("qemu-system-x86_64"):
+        walls.append("microvm")
+        assert body["microvm_accel"] == "tcg"
     assert body["features"] == {"hibernate": works, "store": True, "isolation": walls}
     assert body["store"]["size_mb"] > 0 and body["store"]["committed_mb"] >= 0
     shown = "hibernate, store" if works else "store"

@@ -209,12 +209,15 @@ def test_abstract_unix_sockets_are_per_sandbox(client):
     b = client.create(image="default")
     try:
         a.exec("python3 -c \"import socket,time; s=socket.socket(socket.AF_UNIX); s.bind('\\0sbx-abstract'); "
-               "s.listen(); time.sleep(60)\" >/dev/null 2>&1 &", check=True)
-        time.sleep(0.5)
+               "s.listen(); time.sleep(300)\" >/dev/null 2>&1 &", check=True)
         probe = ("python3 -c \"import socket; s=socket.socket(socket.AF_UNIX)\n"
                  "try:\n s.connect('\\0sbx-abstract'); print('connected')\n"
                  "except OSError as e: print('refused', e.errno)\"")
-        assert "connected" in a.exec(probe).stdout  # the listener is there ...
+        # The listener is there once its python has started (seconds in an emulated VM) ...
+        deadline = time.time() + 60
+        while "connected" not in a.exec(probe).stdout and time.time() < deadline:
+            time.sleep(0.2)
+        assert "connected" in a.exec(probe).stdout
         assert "refused" in b.exec(probe).stdout    # ... but only in its own sandbox
     finally:
         a.delete()
