@@ -22,9 +22,11 @@ def cpu_ns(d, sid):
 def test_ten_freeze_cycles_keep_files_and_a_counting_process(client, daemon):
     sb = client.create(image="busybox")
     try:
-        # A counter that keeps counting in the background, across every pause.
-        sb.exec("(i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done) >/dev/null 2>&1 &",
-                check=True)
+        # A counter that keeps counting in the background, across every pause. Each value
+        # replaces the file whole (a reader never sees it truncated and not yet written:
+        # a wide window in an emulated VM).
+        sb.exec("(i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.05; done)"
+                " >/dev/null 2>&1 &", check=True)
         last = 0
         for i in range(10):
             sb.exec(f"echo cycle-{i} > /root/f{i}", check=True)

@@ -126,15 +126,18 @@ def test_usage_keeps_network_bytes_per_period_and_after_delete(c, lab):
         u = c.usage(**window)
         return next(l for l in u["sandboxes"] if l["id"] == sb.id)["network"], u["total"]["network"]
 
-    # Deleted, its bytes stay: what it received in all (and a little more: headers, acks).
+    # Deleted, its bytes stay: what it received in all, and a little more. The link counts
+    # whole frames: Ethernet, IP and TCP headers are about 4.6% of a full segment, and a
+    # loaded host adds retransmits, so 10% over.
+    over = lambda n: n * mib + max(mib // 4, n * mib // 10)
     net, total = line()
-    assert 5 * mib <= net["rx_bytes"] < 5 * mib + mib // 4 and 0 < net["tx_bytes"] < mib // 4, net
+    assert 5 * mib <= net["rx_bytes"] < over(5) and 0 < net["tx_bytes"] < mib // 4, net
     assert total["rx_bytes"] >= net["rx_bytes"]
     # The first period (up to the pause) holds the first download only, the second the other.
     first, _ = line(from_=t0 - 1, to=t1)
-    assert 2 * mib <= first["rx_bytes"] < 2 * mib + mib // 4, first
+    assert 2 * mib <= first["rx_bytes"] < over(2), first
     second, _ = line(from_=t1, to=t2 + 1)
-    assert 3 * mib <= second["rx_bytes"] < 3 * mib + mib // 4, second
+    assert 3 * mib <= second["rx_bytes"] < over(3), second
 
 
 def test_none_reaches_nothing(c, lab):
