@@ -5,7 +5,8 @@
 //   sbx-agent --gvisor-init DIR   set up a gVisor sandbox (its first process; config and
 //                                 socket in the bound folder DIR) and serve
 //   /init (PID 1 of a microVM's guest kernel): set up the guest and serve over its port
-//   sbx-agent --vm-launch DIR UID GID LOG TAP|- -- QEMU...   start a microVM's QEMU unprivileged
+//   sbx-agent --vm-launch DIR UID GID LOG [OPTION...] -- QEMU...   start a microVM's QEMU
+//                                 unprivileged (options in vm_relay.h)
 //   sbx-agent --vm-relay DIR PORT CONSOLE LOG LISTEN UID   the host end of a microVM's
 //                                 agent link (names relative to DIR; see vm_relay.h)
 //   sbx-agent --serve PATH     serve on a unix socket at PATH, without isolation (tests)
@@ -156,12 +157,13 @@ int ServeAt(const char* path) {
 
 int main(int argc, char** argv) {
   if (getpid() == 1 && argc >= 1 && std::strcmp(argv[0], "/init") == 0) return VmInit();
-  if (argc >= 9 && std::strcmp(argv[1], "--vm-launch") == 0 && std::strcmp(argv[7], "--") == 0) {
-    sbx::agent::LaunchOptions o{argv[2], static_cast<uid_t>(std::strtoul(argv[3], nullptr, 10)),
-                                static_cast<gid_t>(std::strtoul(argv[4], nullptr, 10)), argv[5],
-                                std::strcmp(argv[6], "-") == 0 ? "" : argv[6],
-                                std::vector<std::string>(argv + 8, argv + argc)};
-    return sbx::agent::LaunchVmm(o);
+  if (argc >= 2 && std::strcmp(argv[1], "--vm-launch") == 0) {
+    auto o = sbx::agent::ParseLaunch(std::vector<std::string>(argv + 2, argv + argc));
+    if (!o.ok()) {
+      std::fprintf(stderr, "sbx-agent --vm-launch: %s\n", o.error().message.c_str());
+      return 2;
+    }
+    return sbx::agent::LaunchVmm(*o);
   }
   if (argc >= 8 && std::strcmp(argv[1], "--vm-relay") == 0) {
     sbx::agent::RelayOptions o{argv[2], argv[3], argv[4], argv[5], argv[6],

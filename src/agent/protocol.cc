@@ -13,6 +13,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "base/base64.h"
 #include "base/unique_fd.h"
 
 namespace sbx::agent {
@@ -154,7 +155,7 @@ static int64_t MonoMs() {
   return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
 }
 
-const char* const kAgentFeatures[] = {"exec", "tty", "files", "archive", "ports", "warm", "procs", "sync", nullptr};
+const char* const kAgentFeatures[] = {"exec", "tty", "files", "archive", "ports", "warm", "procs", "sync", "renew", nullptr};
 
 AgentInfo ThisAgent() {
   AgentInfo a;
@@ -232,6 +233,14 @@ Status SyncBlocking(const Dialer& a, int timeout_ms, SyncMode mode) {
   const char* payload = mode == SyncMode::kFreeze ? R"({"freeze":true})" : mode == SyncMode::kThaw ? R"({"thaw":true})" : "";
   auto r = RoundTrip(a, FrameType::kSync, FrameType::kSyncDone, timeout_ms, payload);
   if (!r.ok()) return r.error();
+  return OkStatus();
+}
+
+Status RenewBlocking(const Dialer& a, int timeout_ms, const Renewal& r) {
+  nlohmann::json renew = {{"time_ns", r.time_ns}, {"entropy", Base64Encode(r.entropy)}};
+  if (!r.hostname.empty()) renew["hostname"] = r.hostname;
+  auto done = RoundTrip(a, FrameType::kSync, FrameType::kSyncDone, timeout_ms, nlohmann::json{{"renew", renew}}.dump());
+  if (!done.ok()) return done.error();
   return OkStatus();
 }
 

@@ -169,7 +169,8 @@ struct AgentInfo {
 };
 // This build's features: "exec" (kExec), "tty" (kExec with tty, kResize), "files"
 // (kFileOp), "archive" (the tar operations of kFileOp), "ports" (kPortOpen), "warm"
-// (kWarm), "procs" (kProcStart, kProcAttach, kProcList, kProcRelease), "sync" (kSync).
+// (kWarm), "procs" (kProcStart, kProcAttach, kProcList, kProcRelease), "sync" (kSync),
+// "renew" (kSync's renew).
 // Append; never rename
 // or reuse a name.
 extern const char* const kAgentFeatures[];
@@ -195,5 +196,16 @@ Status WarmBlocking(const Dialer& a, int timeout_ms);
 // disk's image whole and clean until kThaw; writers inside wait meanwhile).
 enum class SyncMode { kSync, kFreeze, kThaw };
 Status SyncBlocking(const Dialer& a, int timeout_ms, SyncMode mode = SyncMode::kSync);
+// A VM restored from saved memory (a hibernated one, or a copy of a memory template)
+// starts where it was saved: its clock stood still and its kernel's random state is the
+// saved one's. The agent ("renew") sets the clock to `time_ns` (the host's, Unix
+// nanoseconds), mixes `entropy` (32 to 512 bytes) into its kernel's pool and reseeds its
+// generator, and sets `hostname` where it is not empty (kSync with {"renew": {...}}).
+struct Renewal {
+  int64_t time_ns = 0;
+  std::string entropy;
+  std::string hostname;
+};
+Status RenewBlocking(const Dialer& a, int timeout_ms, const Renewal& r);
 
 }  // namespace sbx::agent

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <linux/fs.h>
+#include <linux/random.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "agent/exec_session.h"
 #include "agent/files.h"
@@ -25,6 +27,7 @@
 #include "agent/port_relay.h"
 #include "agent/process_keeper.h"
 #include "agent/protocol.h"
+#include "base/base64.h"
 #include "base/unique_fd.h"
 
 namespace sbx::agent {
@@ -37,11 +40,49 @@ bool g_outside_only = false;
 pid_t g_only_peer = 0;  // nonzero: only this process's connections are served
 int g_own_fs = -1;      // a folder on the sandbox's own disk (a VM's), for kSync's freeze
 
+// A restored VM takes the host's time and new randomness for its kernel (mixed into the
+// pool and credited, then the kernel's generator reseeded at once), and where given a
+// new hostname; "" when done, else what failed.
+std::string Renew(const nlohmann::json& r) {
+  if (!r.is_object() || !r["time_ns"].is_number_integer() || !r["entropy"].is_string())
+    return "a renewal needs time_ns and entropy";
+  const int64_t ns = r["time_ns"].get<int64_t>();
+  struct timespec ts = {static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  if (clock_settime(CLOCK_REALTIME, &ts) != 0) return std::string("set the clock: ") + std::strerror(errno);
+  auto seed = Base64Decode(r["entropy"].get<std::string>());
+  if (!seed.ok() || seed->size() < 32 || seed->size() > 512) return "the entropy must be 32 to 512 bytes of base64";
+  std::vector<char> info(sizeof(struct rand_pool_info) + seed->size());
+  auto* pool = reinterpret_cast<struct rand_pool_info*>(info.data());
+  pool->entropy_count = static_cast<int>(seed->size() * 8);
+  pool->buf_size = static_cast<int>(seed->size());
+  std::memcpy(pool->buf, seed->data(), seed->size());
+  UniqueFd rnd(open("/dev/urandom", O_WRONLY | O_CLOEXEC));
+  if (!rnd.valid() || ioctl(rnd.get(), RNDADDENTROPY, pool) != 0)
+    return std::string("add entropy: ") + std::strerror(errno);
+  if (ioctl(rnd.get(), RNDRESEEDCRNG) != 0) return std::string("reseed the kernel's generator: ") + std::strerror(errno);
+  if (r.contains("hostname") && r["hostname"].is_string()) {
+    const std::string h = r["hostname"].get<std::string>();
+    if (sethostname(h.data(), h.size()) != 0) return std::string("set the hostname: ") + std::strerror(errno);
+  }
+  return "";
+}
+
 // kSync: {} syncs; {"freeze": true} also freezes the sandbox's own disk's file system
 // (its journal flushed and marked clean: an image of the disk is then whole), and
 // {"thaw": true} thaws it. Freezing what is frozen, or thawing what is not, is no error.
+// {"renew": {...}} renews a restored VM (Renew).
 void ServeSync(int sock, const std::string& payload) {
   auto j = nlohmann::json::parse(payload.empty() ? "{}" : payload, nullptr, false);
+  if (j.is_object() && j.contains("renew")) {
+    // Only the VM's own agent as PID 1 has a clock and a kernel generator of its own to renew.
+    std::string err = g_own_fs < 0 ? "this sandbox has no kernel of its own to renew" : Renew(j["renew"]);
+    if (!err.empty()) {
+      SendErrorMessage(sock, "renew the sandbox: " + err);
+      return;
+    }
+    WriteAllBlocking(sock, EncodeFrame(FrameType::kSyncDone, "{}"));
+    return;
+  }
   const bool freeze = j.is_object() && j.value("freeze", false), thaw = j.is_object() && j.value("thaw", false);
   std::string err;
   if (thaw) {

@@ -35,6 +35,12 @@ struct VmConfig {
 constexpr const char* kVmAgentPort = "sbx.agent";
 // The descriptor QEMU has its network's tap open on (sbx-agent --vm-launch opens it).
 constexpr int kTapFd = 3;
+// The descriptor a restoring QEMU reads the saved VM from (`-incoming fd:4`; --vm-launch
+// opens the file).
+constexpr int kIncomingFd = 4;
+// The descriptor of the guest's RAM, a memfd that --vm-launch makes (and fills from a
+// saved VM's RAM file): QEMU maps it shared, so sbxd can copy it out of a stopped VM.
+constexpr int kRamFd = 5;
 // The line a probe boot prints on the console.
 constexpr const char* kVmProbeLine = "sbx-vm-probe-ok";
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -15,9 +16,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "agent/channel_mux.h"
+#include "base/fs.h"
 #include "base/unique_fd.h"
 
 namespace sbx::agent {
@@ -131,6 +134,59 @@ int StartRelay(const RelayOptions& o) {
   _exit(0);
 }
 
+Result<LaunchOptions> ParseLaunch(const std::vector<std::string>& a) {
+  if (a.size() < 5) return MakeError(Code::kInvalidArgument, "usage: DIR UID GID LOG [OPTION...] -- QEMU...");
+  LaunchOptions o;
+  o.dir = a[0];
+  o.uid = static_cast<uid_t>(std::strtoul(a[1].c_str(), nullptr, 10));
+  o.gid = static_cast<gid_t>(std::strtoul(a[2].c_str(), nullptr, 10));
+  o.log = a[3];
+  size_t i = 4;
+  for (; i < a.size() && a[i] != "--"; i += 2) {
+    if (i + 1 >= a.size()) return MakeError(Code::kInvalidArgument, a[i] + " needs a value");
+    const std::string& v = a[i + 1];
+    if (a[i] == "--tap") o.tap = v;
+    else if (a[i] == "--ram") o.ram_mb = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a[i] == "--ram-from") o.ram_from = v;
+    else if (a[i] == "--incoming") o.incoming = v;
+    else return MakeError(Code::kInvalidArgument, "unknown option " + a[i]);
+  }
+  if (i >= a.size() || i + 1 >= a.size()) return MakeError(Code::kInvalidArgument, "no command after --");
+  o.argv.assign(a.begin() + static_cast<long>(i) + 1, a.end());
+  if (!o.ram_from.empty() && o.ram_mb == 0) return MakeError(Code::kInvalidArgument, "--ram-from needs --ram");
+  return o;
+}
+
+namespace {
+
+// A descriptor above those moved into place at exec (0-2, and QEMU's 3 to 5).
+int Above(int fd) {
+  if (fd < 0) return fd;
+  int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  ::close(fd);
+  return high;
+}
+
+// The guest's RAM: a memfd of `mb` MiB, with the data of `from` where given.
+Result<int> MakeRam(uint64_t mb, const std::string& from) {
+  UniqueFd ram(::memfd_create("sbx-vm-ram", MFD_CLOEXEC));
+  if (!ram.valid()) return ErrnoError("memfd_create");
+  const uint64_t size = mb << 20;
+  if (::ftruncate(ram.get(), static_cast<off_t>(size)) != 0) return ErrnoError("size the guest's RAM");
+  if (!from.empty()) {
+    UniqueFd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!in.valid()) return ErrnoError("open " + from);
+    struct stat st;
+    if (::fstat(in.get(), &st) != 0) return ErrnoError("stat " + from);
+    if (static_cast<uint64_t>(st.st_size) != size)
+      return MakeError(Code::kInvalidArgument, from + " is not a RAM of " + std::to_string(mb) + " MiB");
+    SBX_RETURN_IF_ERROR(fs::CopyData(in.get(), ram.get(), size));
+  }
+  return Above(ram.Release());
+}
+
+}  // namespace
+
 int LaunchVmm(const LaunchOptions& o) {
   auto fail = [](const std::string& why) {
     std::fprintf(stderr, "sbx-agent --vm-launch: %s: %s\n", why.c_str(), std::strerror(errno));
@@ -149,6 +205,21 @@ int LaunchVmm(const LaunchOptions& o) {
     ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
     if (::ioctl(tap, TUNSETIFF, &ifr) != 0) return fail("attach to tap " + o.tap);
   }
+  tap = Above(tap);
+  int incoming = -1;
+  if (!o.incoming.empty()) {
+    incoming = Above(::open(o.incoming.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (incoming < 0) return fail("open " + o.incoming);
+  }
+  int ram = -1;
+  if (o.ram_mb > 0) {
+    auto made = MakeRam(o.ram_mb, o.ram_from);
+    if (!made.ok()) {
+      errno = 0;
+      return fail("the guest's RAM: " + made.error().message);
+    }
+    ram = *made;
+  }
   std::vector<gid_t> groups;
   struct stat kvm;
   if (::stat("/dev/kvm", &kvm) == 0 && kvm.st_gid != 0) groups.push_back(kvm.st_gid);
@@ -164,6 +235,8 @@ int LaunchVmm(const LaunchOptions& o) {
   int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(log, 1) < 0 || ::dup2(log, 2) < 0) _exit(fail("stdio"));
   if (tap >= 0 && ::dup2(tap, kTapFd) < 0) _exit(fail("dup the tap"));  // dup2 clears close-on-exec
+  if (incoming >= 0 && ::dup2(incoming, kIncomingFd) < 0) _exit(fail("dup the saved VM"));
+  if (ram >= 0 && ::dup2(ram, kRamFd) < 0) _exit(fail("dup the guest's RAM"));
   if (::setgroups(groups.size(), groups.data()) != 0 || ::setresgid(o.gid, o.gid, o.gid) != 0 ||
       ::setresuid(o.uid, o.uid, o.uid) != 0)
     _exit(fail("drop to uid " + std::to_string(o.uid)));

@@ -25,19 +25,28 @@ struct RelayOptions {
 };
 constexpr size_t kConsoleCap = 1 << 20;
 
-// `sbx-agent --vm-launch DIR UID GID LOG TAP -- QEMU...`: runs QEMU in DIR as UID (and
-// group GID, plus /dev/kvm's group where it is given), with no_new_privs, in a session of
-// its own, its output appended to LOG; returns at once (QEMU writes its pid file itself).
-// With a TAP name (not "-"), QEMU gets that tap open as its fd 3 (/dev/net/tun is root's
-// only). QEMU's own system-call filter then refuses new processes and privilege changes.
+// `sbx-agent --vm-launch DIR UID GID LOG [OPTION...] -- QEMU...`: runs QEMU in DIR as
+// UID (and group GID, plus /dev/kvm's group where it is given), with no_new_privs, in a
+// session of its own, its output appended to LOG; returns at once (QEMU writes its pid
+// file itself). Options (each opened here, as root, before the drop):
+//   --tap NAME       the network's tap, open as QEMU's fd 3 (/dev/net/tun is root's only)
+//   --ram MB         the guest's RAM: a memfd of MB MiB as QEMU's fd 5 (vm_config.h)
+//   --ram-from FILE  that RAM filled from FILE (a saved VM's, sparse)
+//   --incoming FILE  a saved VM to restore, open for reading as QEMU's fd 4
+// QEMU's own system-call filter then refuses new processes and privilege changes.
 struct LaunchOptions {
   std::string dir;
   uid_t uid = 0;
   gid_t gid = 0;
   std::string log;
-  std::string tap;  // empty: none
+  std::string tap;       // empty: none
+  uint64_t ram_mb = 0;   // 0: QEMU's own anonymous memory
+  std::string ram_from;  // empty: a zeroed RAM
+  std::string incoming;  // empty: none
   std::vector<std::string> argv;
 };
+// The options from the arguments after --vm-launch.
+Result<LaunchOptions> ParseLaunch(const std::vector<std::string>& args);
 int LaunchVmm(const LaunchOptions& o);
 
 // Connects, listens, then detaches (the parent returns 0 once the relay serves, or 1 with

@@ -22,7 +22,10 @@ asio::awaitable<Response> Api::Health(Request& req) {
   core::SandboxManager::Features f = manager_->GetFeatures();
   json health = {{"status", "ok"},
                  {"version", SBX_VERSION},
-                 {"features", {{"hibernate", f.hibernate}, {"store", f.store}, {"isolation", f.isolation}}},
+                 {"features", {{"hibernate", f.hibernate},
+                               {"hibernate_isolation", f.hibernate_isolation},
+                               {"store", f.store},
+                               {"isolation", f.isolation}}},
                  // The microVM wall's accelerator (null: no such wall, or its probe still runs).
                  {"microvm_accel", f.microvm_accel.empty() ? json(nullptr) : json(f.microvm_accel)}};
   if (f.store) {

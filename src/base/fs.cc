@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -181,6 +182,48 @@ uint64_t TreeSize(const std::string& path) {
   uint64_t v = g_size.load();
   busy.clear();
   return v;
+}
+
+Result<uint64_t> CopyData(int in, int out, uint64_t size) {
+  const off_t end = static_cast<off_t>(size);
+  uint64_t copied = 0;
+  std::vector<char> buf;
+  for (off_t at = 0; at < end;) {
+    off_t data = ::lseek(in, at, SEEK_DATA);
+    if (data < 0 && errno == ENXIO) break;  // only a hole is left
+    if (data < 0) return ErrnoError("seek the data to copy");
+    if (data >= end) break;
+    off_t hole = ::lseek(in, data, SEEK_HOLE);
+    if (hole < 0) return ErrnoError("seek the data to copy");
+    if (hole > end) hole = end;
+    for (off_t off_in = data, off_out = data; off_in < hole;) {
+      size_t want = static_cast<size_t>(hole - off_in);
+      // In the kernel where it can; between file systems of different kinds (a memfd and
+      // a disk's) it cannot, and the bytes come through here.
+      ssize_t n = buf.empty() ? ::copy_file_range(in, &off_in, out, &off_out, want, 0) : -1;
+      if (n < 0 && buf.empty() && errno != EXDEV && errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS)
+        return ErrnoError("copy");
+      if (n < 0) {
+        if (buf.empty()) buf.resize(1 << 20);
+        n = ::pread(in, buf.data(), std::min(want, buf.size()), off_in);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return n < 0 ? ErrnoError("read the data to copy") : MakeError(Code::kInternal, "the data to copy ended early");
+        for (ssize_t w = 0; w < n;) {
+          ssize_t k = ::pwrite(out, buf.data() + w, static_cast<size_t>(n - w), off_out + w);
+          if (k < 0 && errno == EINTR) continue;
+          if (k <= 0) return ErrnoError("write the copy");
+          w += k;
+        }
+        off_in += n;
+        off_out += n;
+      } else if (n == 0) {
+        return MakeError(Code::kInternal, "the data to copy ended early");
+      }
+      copied += static_cast<uint64_t>(n);
+    }
+    at = hole;
+  }
+  return copied;
 }
 
 }  // namespace sbx::fs

@@ -31,5 +31,9 @@ Result<std::vector<std::string>> ListDir(const std::string& path);
 bool IsMountPoint(const std::string& path);
 // Total bytes of regular files in a tree (no symlink following).
 uint64_t TreeSize(const std::string& path);
+// Copies the data of `in`'s first `size` bytes to the same offsets of `out`, leaving its
+// holes unwritten (a sparse copy; `out` should be at least `size` long already). Returns
+// the bytes copied.
+Result<uint64_t> CopyData(int in, int out, uint64_t size);
 
 }  // namespace sbx::fs

@@ -249,6 +249,7 @@ SandboxManager::Features SandboxManager::GetFeatures() const {
   f.store = admission_.has_store();
   for (const auto& [kind, rt] : runtimes_->all()) {
     f.isolation.push_back(kind);
+    if (rt->Caps().hibernate) f.hibernate_isolation.push_back(kind);
     f.hibernate = f.hibernate || rt->Caps().hibernate;
     if (kind == "microvm") f.microvm_accel = rt->Accelerator();
   }

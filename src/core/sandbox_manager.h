@@ -180,7 +180,8 @@ class SandboxManager {
   StoreStats StoreUse();
   // What this sbxd has, for GET /v1/health (later walls extend it).
   struct Features {
-    bool hibernate = false;              // some isolation kind can hibernate (CRIU found)
+    bool hibernate = false;              // some isolation kind can hibernate
+    std::vector<std::string> hibernate_isolation;  // the kinds that can
     bool store = false;                  // sandboxes' files are on the btrfs store
     std::vector<std::string> isolation;  // the kinds a create may ask for
     std::string microvm_accel;           // kvm or tcg ("" while probing, or no microVM wall)

@@ -275,24 +275,13 @@ Result<uint64_t> CopyDisk(const std::string& from, const std::string& to) {
   };
   if (::ioctl(out.get(), FICLONE, in.get()) == 0) return static_cast<uint64_t>(st.st_blocks) * 512;
   if (::ftruncate(out.get(), st.st_size) != 0) return fail("size " + to);
-  uint64_t copied = 0;
-  for (off_t at = 0; at < st.st_size;) {
-    off_t data = ::lseek(in.get(), at, SEEK_DATA);
-    if (data < 0) {
-      if (errno == ENXIO) break;  // only a hole is left
-      return fail("seek " + from);
-    }
-    off_t hole = ::lseek(in.get(), data, SEEK_HOLE);
-    if (hole < 0) return fail("seek " + from);
-    for (off_t off_in = data, off_out = data; off_in < hole;) {
-      ssize_t n = ::copy_file_range(in.get(), &off_in, out.get(), &off_out, static_cast<size_t>(hole - off_in), 0);
-      if (n <= 0) return fail("copy " + from);
-      copied += static_cast<uint64_t>(n);
-    }
-    at = hole;
+  auto copied = fs::CopyData(in.get(), out.get(), static_cast<uint64_t>(st.st_size));
+  if (!copied.ok()) {
+    (void)::unlink(to.c_str());
+    return copied.error().Wrap("copying " + from);
   }
   if (::fsync(out.get()) != 0) return fail("sync " + to);
-  return copied;
+  return *copied;
 }
 
 }  // namespace sbx::runtime::microvm

@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -30,6 +32,7 @@
 #include "runtime/cgroup.h"
 #include "runtime/microvm/guest_files.h"
 #include "runtime/microvm/qemu.h"
+#include "runtime/microvm/vm_memory.h"
 #include "runtime/netlink.h"
 #include "runtime/process_handle.h"
 #include "runtime/runtime.h"
@@ -50,6 +53,8 @@ constexpr uint64_t kVmmOverheadBytes = 192ull << 20;
 constexpr uint64_t kDefaultDiskBytes = 4ull << 30;
 constexpr uint64_t kMinMemoryMb = 128;
 constexpr int kSyncTimeoutMs = 10000;
+// A save writes the guest's memory at disk speed.
+constexpr int kSaveTimeoutMs = 120000;
 
 // QEMU's folder (its user's: its sockets, pid file and logs).
 std::string VmDir(const std::string& dir) { return dir + "/vm"; }
@@ -181,6 +186,9 @@ class MicrovmRuntime : public Runtime {
   Capabilities Caps() const override {
     Capabilities c;
     c.freeze = true;  // the cgroup freezer holds QEMU (and with it every vCPU)
+    // QEMU saves the whole VM, memory and devices (microvm/vm_memory.h); sbxd's
+    // connections go through the relay, which ends with QEMU.
+    c.hibernate = true;
     return c;
   }
 
@@ -206,7 +214,15 @@ class MicrovmRuntime : public Runtime {
     return accel_.empty() ? "tcg" : accel_;
   }
 
-  Result<Instance> Start(const StartSpec& spec) override {
+  Result<Instance> Start(const StartSpec& spec) override { return Boot(spec, ""); }
+
+  // Boots the VM, or with `saved` (a folder SaveVm filled) loads it from there instead.
+  Result<Instance> Boot(const StartSpec& spec, const std::string& saved) {
+    std::optional<microvm::SavedShape> shape;
+    if (!saved.empty()) {
+      SBX_ASSIGN_OR_RETURN(microvm::SavedShape s, microvm::ReadSavedShape(saved));
+      shape = s;
+    }
     if (mode_ == CgroupMode::kNone)
       return MakeError(Code::kFailedPrecondition, "this host has no usable cgroup hierarchy");
     if (!spec.binds.empty())
@@ -216,6 +232,15 @@ class MicrovmRuntime : public Runtime {
       SBX_ASSIGN_OR_RETURN(LayerImages::Disk disk, images_.ImageOf(layer));
       images.push_back(std::move(disk.image));
       roots.push_back(std::move(disk.root));
+    }
+    const std::string accel = AccelForStart();
+    if (shape) {
+      // The saved devices and machine come back as they were.
+      if (shape->accel != accel)
+        return MakeError(Code::kFailedPrecondition, "sandbox " + spec.id + " was saved under " + shape->accel +
+                                                        " and this sbxd runs microVMs under " + accel);
+      if (shape->layers != static_cast<int>(images.size()) || shape->tap != spec.link.has_value())
+        return MakeError(Code::kFailedPrecondition, "sandbox " + spec.id + "'s saved VM has other devices than it has now");
     }
     SBX_ASSIGN_OR_RETURN(uid_t uid, uids_.Take(spec.id));
     CgroupDir cg = Cgroup(spec.id);
@@ -262,17 +287,23 @@ class MicrovmRuntime : public Runtime {
       vs.mac = MacOf(*spec.link);
     }
     vs.qemu = o_.qemu;
-    vs.accel = AccelForStart();
+    vs.accel = accel;
     vs.kernel = kernel_.vmlinux();
     vs.initrd = initrd_;
     vs.config = cfg.ToJson();
-    vs.cpus = spec.limits.cpus > 0 ? spec.limits.cpus : 1;
-    vs.memory_mb = MemoryMb(spec.limits);
+    vs.cpus = shape ? shape->cpus : spec.limits.cpus > 0 ? spec.limits.cpus : 1;
+    vs.memory_mb = shape ? shape->memory_mb : MemoryMb(spec.limits);
+    vs.incoming = shape.has_value();
+    vs.shared_ram = true;
     vs.own_disk = OwnDisk(spec.dir);
     vs.layer_images = images;
     const std::string log = vm + "/qemu.log";
     std::vector<std::string> launch = {o_.agent_path, "--vm-launch", vm, std::to_string(uid), std::to_string(uid), log,
-                                       vs.tap.empty() ? "-" : vs.tap, "--"};
+                                       "--ram", std::to_string(vs.memory_mb)};
+    if (!vs.tap.empty()) launch.insert(launch.end(), {"--tap", vs.tap});
+    if (shape)
+      launch.insert(launch.end(), {"--ram-from", saved + "/" + microvm::kSavedRam, "--incoming", saved + "/" + microvm::kSavedMemory});
+    launch.emplace_back("--");
     for (auto& a : microvm::QemuArgv(vs)) launch.push_back(std::move(a));
     auto ran = Reaper::Get().Run(launch, "", 0, [&](pid_t pid) { return cg.AddProcess(pid); }, 10000);
     if (!ran.ok()) return fail(ran.error());
@@ -293,13 +324,19 @@ class MicrovmRuntime : public Runtime {
       return fail(MakeError(Code::kInternal, "QEMU's pid file names a process outside its cgroup"));
     auto pidfd = proc::PidfdOpen(pid);
     if (!pidfd.ok()) return fail(MakeError(Code::kInternal, "QEMU ended at start: " + Tail(log)));
+    auto ram = microvm::RamIdentity(pid);
+    if (!ram.ok()) return fail(ram.error());
+    if (shape) {
+      if (Status st = microvm::RunLoadedVm(vm, uid, kBootTimeoutMs); !st.ok())
+        return fail(MakeError(st.error().code, st.error().message + ": " + WhatItSaid(vm)));
+    }
     auto relay = Reaper::Get().Run({o_.agent_path, "--vm-relay", vm, "agent.sock", "console.sock", "console.log",
                                     "../ctl/relay.sock", std::to_string(uid)},
                                    "", 0, [&](pid_t p) { return cg.AddProcess(p); }, 10000);
     if (!relay.ok()) return fail(relay.error());
     if (relay->exit_code != 0) return fail(MakeError(Code::kInternal, "the agent's relay: " + relay->output));
     Instance inst;
-    SetVm(&inst, pid, std::move(*pidfd), uid, vs.accel, vs.tap);
+    SetVm(&inst, pid, std::move(*pidfd), uid, vs.accel, vs.tap, *ram);
     auto addr = DialerInFolder(ctl, "relay.sock");
     if (!addr.ok()) return fail(addr.error());
     inst.agent = *addr;
@@ -312,18 +349,33 @@ class MicrovmRuntime : public Runtime {
         return fail(MakeError(Code::kInternal, "the VM's agent did not come up: " + WhatItSaid(vm)));
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    // A loaded VM's clock stood still since its save, and its kernel's random state is
+    // the saved one's.
+    if (shape) {
+      if (Status st = Renew(*inst.agent, ""); !st.ok()) return fail(st.error().Wrap("renewing the restored VM"));
+    }
     return inst;
   }
 
-  // The process handle's saved state, with the VM's uid and accelerator beside it.
-  // The process handle's saved state, with the VM's uid, accelerator and tap beside it.
+  static Status Renew(const agent::Dialer& a, const std::string& hostname) {
+    agent::Renewal r;
+    r.time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    r.entropy.resize(64);
+    if (::getrandom(r.entropy.data(), r.entropy.size(), 0) != static_cast<ssize_t>(r.entropy.size()))
+      return ErrnoError("getrandom");
+    r.hostname = hostname;
+    return agent::RenewBlocking(a, kSyncTimeoutMs, r);
+  }
+
+  // The process handle's saved state, with the VM's uid, accelerator, tap and RAM beside it.
   static void SetVm(Instance* inst, pid_t pid, UniqueFd pidfd, uid_t uid, const std::string& accel,
-                    const std::string& tap) {
+                    const std::string& tap, std::pair<uint64_t, uint64_t> ram) {
     SetProcess(inst, pid, std::move(pidfd));
     auto j = nlohmann::json::parse(inst->saved_state);
     j["uid"] = uid;
     j["accel"] = accel;
     j["tap"] = tap;
+    j["ram"] = {ram.first, ram.second};
     inst->saved_state = j.dump();
   }
 
@@ -336,6 +388,11 @@ class MicrovmRuntime : public Runtime {
       if (Status st = agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kFreeze); !st.ok())
         SBX_LOG(kWarn) << "sandbox " << id << ": its files were not synced before the stop: " << st.error().message;
     }
+    return EndVm(id, inst);
+  }
+
+  // Ends QEMU and what serves it, and takes the VM's tap and uid back.
+  Status EndVm(const std::string& id, const Instance& inst) {
     Forget(id);
     CgroupDir cg = Cgroup(id);
     SBX_RETURN_IF_ERROR(cg.Kill());
@@ -343,11 +400,49 @@ class MicrovmRuntime : public Runtime {
     SBX_RETURN_IF_ERROR(cg.Remove());
     uids_.Release(id);
     // The tap outlives QEMU (it is persistent): it goes with the VM.
-    auto j = nlohmann::json::parse(inst.saved_state, nullptr, false);
-    if (j.is_object() && j["tap"].is_string() && !j["tap"].get<std::string>().empty())
-      (void)netlink::DeleteLink(j["tap"].get<std::string>());
+    if (auto tap = Saved(inst.saved_state, "tap"); tap.is_string() && !tap.get<std::string>().empty())
+      (void)netlink::DeleteLink(tap.get<std::string>());
     return OkStatus();
   }
+
+  static nlohmann::json Saved(const std::string& saved_state, const char* key) {
+    auto j = nlohmann::json::parse(saved_state, nullptr, false);
+    return j.is_object() && j.contains(key) ? j[key] : nlohmann::json();
+  }
+
+  // Hibernate: QEMU saves the VM (memory and devices) into `dir` and ends; the disk stays
+  // as the saved memory knows it until the restore.
+  Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& dir) override {
+    auto uid = Saved(inst.saved_state, "uid");
+    auto accel = Saved(inst.saved_state, "accel");
+    auto ram = Saved(inst.saved_state, "ram");
+    const ProcessHandle* qemu = ProcessOf(inst);
+    if (!uid.is_number_unsigned() || !accel.is_string() || !qemu || !ram.is_array() || ram.size() != 2 ||
+        !ram[0].is_number_unsigned() || !ram[1].is_number_unsigned())
+      return MakeError(Code::kFailedPrecondition,
+                       "sandbox " + spec.id + "'s VM was started by an earlier sbxd that cannot save it: stop and start it first");
+    microvm::RunningVm running{VmDir(spec.dir), uid.get<uid_t>(), qemu->pid, ram[0].get<uint64_t>(), ram[1].get<uint64_t>()};
+    SBX_RETURN_IF_ERROR(fs::RemoveTree(dir));
+    SBX_RETURN_IF_ERROR(fs::MkdirAll(dir, 0700));
+    microvm::SavedShape shape;
+    shape.accel = accel.get<std::string>();
+    shape.cpus = spec.limits.cpus > 0 ? spec.limits.cpus : 1;
+    shape.memory_mb = MemoryMb(spec.limits);
+    shape.layers = static_cast<int>(spec.layers.size());
+    shape.tap = spec.link.has_value();
+    const auto t0 = std::chrono::steady_clock::now();
+    SBX_RETURN_IF_ERROR(microvm::SaveVm(running, shape, dir, kSaveTimeoutMs));
+    const auto t1 = std::chrono::steady_clock::now();
+    Status st = EndVm(spec.id, inst);
+    auto ms = [](auto d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+    SBX_LOG(kInfo) << "sandbox " << spec.id << ": its VM saved in " << ms(t1 - t0) << " ms, ended in "
+                   << ms(std::chrono::steady_clock::now() - t1) << " ms";
+    return st;
+  }
+  // About what QEMU holds: the guest's pages it touched (zero pages are not saved).
+  uint64_t CheckpointBytes(const std::string& id) override { return Cgroup(id).MemoryCurrent(); }
+  bool HasCheckpoint(const std::string& dir) override { return microvm::ReadSavedShape(dir).ok(); }
+  Result<Instance> Restore(const StartSpec& spec, const std::string& dir) override { return Boot(spec, dir); }
 
   Status UpdateLimits(const std::string& id, const Limits& l) override {
     // The guest keeps the memory and vCPUs it booted with; the host's share follows.
@@ -405,13 +500,17 @@ class MicrovmRuntime : public Runtime {
   Result<Instance> Adopt(const StartSpec& spec, const std::string& saved_state, bool frozen) override {
     auto qemu = OpenSavedProcess(saved_state);
     if (!qemu.ok()) return MakeError(Code::kNotFound, "the sandbox's QEMU is gone");
-    auto j = nlohmann::json::parse(saved_state, nullptr, false);
-    if (j.is_object() && j["uid"].is_number_unsigned()) uids_.Note(spec.id, j["uid"].get<uid_t>());
+    if (auto uid = Saved(saved_state, "uid"); uid.is_number_unsigned()) uids_.Note(spec.id, uid.get<uid_t>());
     SBX_ASSIGN_OR_RETURN(agent::DialerPtr addr, DialerInFolder(CtlDir(spec.dir), "relay.sock"));
     if (frozen) {
       SBX_RETURN_IF_ERROR(Freeze(spec.id));
     } else {
       SBX_RETURN_IF_ERROR(Thaw(spec.id));
+      // A save cut short by sbxd's end left QEMU stopped.
+      if (auto uid = Saved(saved_state, "uid"); uid.is_number_unsigned()) {
+        if (Status st = microvm::ContinueVm(VmDir(spec.dir), uid.get<uid_t>(), 5000); !st.ok())
+          SBX_LOG(kWarn) << "sandbox " << spec.id << ": its VM's monitor: " << st.error().message;
+      }
       SBX_RETURN_IF_ERROR(agent::PingBlocking(*addr, 5000));
       // A capture cut short by sbxd's end may have left its disk frozen.
       (void)agent::SyncBlocking(*addr, kSyncTimeoutMs, agent::SyncMode::kThaw);

@@ -38,11 +38,11 @@ std::string TscKhz() {
   return "";
 }
 
-std::vector<std::string> Machine(const std::string& accel) {
-  if (accel == "kvm") return {"-M", "microvm", "-accel", "kvm", "-cpu", "host"};
+std::vector<std::string> Machine(const std::string& accel, const std::string& machine = "microvm") {
+  if (accel == "kvm") return {"-M", machine, "-accel", "kvm", "-cpu", "host"};
   // One host thread runs the vCPUs; a 64 MiB translation cache (QEMU's default is far
   // larger, and each VM's cache counts against its memory).
-  return {"-M", "microvm", "-accel", "tcg,thread=single,tb-size=64", "-cpu", "max"};
+  return {"-M", machine, "-accel", "tcg,thread=single,tb-size=64", "-cpu", "max"};
 }
 
 }  // namespace
@@ -57,8 +57,14 @@ std::string KernelCmdline(const std::string& config_json) {
 
 std::vector<std::string> QemuArgv(const VmSpec& s) {
   std::vector<std::string> a = {s.qemu};
-  for (auto& m : Machine(s.accel)) a.push_back(m);
+  for (auto& m : Machine(s.accel, s.shared_ram ? "microvm,memory-backend=ram" : "microvm")) a.push_back(m);
   auto add = [&](std::initializer_list<std::string> l) { a.insert(a.end(), l); };
+  if (s.shared_ram) {
+    // The guest's RAM is the memfd --vm-launch made, mapped shared; a save leaves it out
+    // of the stream (x-ignore-shared) and sbxd copies it (microvm/vm_memory.h).
+    add({"-object", "memory-backend-file,id=ram,size=" + std::to_string(s.memory_mb) + "M,mem-path=/proc/self/fd/" +
+                        std::to_string(agent::kRamFd) + ",share=on"});
+  }
   add({"-smp", std::to_string(s.cpus), "-m", std::to_string(s.memory_mb), "-nodefaults", "-no-user-config",
        "-display", "none", "-no-reboot", "-kernel", s.kernel, "-initrd", s.initrd, "-append",
        KernelCmdline(s.config)});
@@ -76,6 +82,9 @@ std::vector<std::string> QemuArgv(const VmSpec& s) {
   if (!s.tap.empty())
     add({"-netdev", "tap,id=net,fd=" + std::to_string(agent::kTapFd), "-device",
          "virtio-net-device,netdev=net,mac=" + s.mac});
+  add({"-qmp", "unix:qmp.sock,server=on,wait=off"});
+  // The load waits for the monitor to set it up (microvm/vm_memory.h).
+  if (s.incoming) add({"-incoming", "defer"});
   add({"-pidfile", "qemu.pid"});
   // QEMU's system-call filter: no new processes, no privilege changes, no scheduling or
   // resource-control calls, nothing obsolete.

@@ -25,11 +25,17 @@ struct VmSpec {
   std::vector<std::string> layer_images;  // read-only, serials sbx-layer-N (topmost first)
   std::string tap;  // the network's tap (empty: none), open as QEMU's fd 3 (--vm-launch)
   std::string mac;
+  // A restore: QEMU waits for the saved VM (`-incoming defer`; RunLoadedVm loads it
+  // from agent::kIncomingFd) instead of booting; every device above must be as it was
+  // when it was saved.
+  bool incoming = false;
+  // The guest's RAM is the memfd on agent::kRamFd (--vm-launch --ram), shared.
+  bool shared_ram = false;
 };
 
 // The arguments (argv[0] is spec.qemu). QEMU runs in the VM's folder: its sockets there
-// are agent.sock (the agent's port) and console.sock (ttyS0), its pid in
-// qemu.pid. It runs as the VM's own unprivileged user from the start (sbx-agent
+// are agent.sock (the agent's port), console.sock (ttyS0) and qmp.sock (its monitor:
+// microvm/qmp.h), its pid in qemu.pid. It runs as the VM's own unprivileged user from the start (sbx-agent
 // --vm-launch), under its own system-call filter.
 std::vector<std::string> QemuArgv(const VmSpec& spec);
 

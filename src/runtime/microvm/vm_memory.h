@@ -1,0 +1,66 @@
+// A microVM saved to files and loaded back. The guest's RAM is a memfd QEMU maps shared
+// (--vm-launch --ram): a save stops the VM, has QEMU write its devices' state (its
+// migration stream without the shared RAM, tens of KB) to a descriptor sbxd hands it
+// over its monitor, and copies the RAM's data (only the pages the guest touched) to a
+// sparse file. A restore fills a new memfd from that file and starts QEMU with
+// `-incoming` on the stream (microvm/qemu.h). The saved VM's shape goes beside: a restore
+// must have the same devices. For hibernate now; the same files are what a memory
+// template keeps. Any thread, one call per VM at a time.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "base/result.h"
+
+namespace sbx::runtime::microvm {
+
+// The names in a saved VM's folder: the stream, then its shape (written last: a folder
+// with it is whole).
+constexpr const char* kSavedMemory = "vm.mem";  // the devices' state
+constexpr const char* kSavedRam = "vm.ram";
+constexpr const char* kSavedShape = "vm.json";
+
+struct SavedShape {
+  std::string accel;  // a TCG guest's state does not load under KVM, nor the other way
+  int cpus = 1;
+  uint64_t memory_mb = 0;
+  int layers = 0;     // read-only disks beside the VM's own
+  bool tap = false;   // whether it had a network device
+  uint64_t bytes = 0; // the RAM's data and the stream, on disk
+};
+
+// A running VM as a save finds it: QEMU's monitor in `dir`, served by `uid`, and its
+// process `pid` with the guest's RAM on its descriptor agent::kRamFd, the memfd
+// (device, inode) that --vm-launch made.
+struct RunningVm {
+  std::string dir;
+  uid_t uid = 0;
+  pid_t pid = 0;
+  uint64_t ram_dev = 0, ram_ino = 0;
+};
+
+// The (device, inode) of the RAM of QEMU `pid`, to know it again at a save.
+Result<std::pair<uint64_t, uint64_t>> RamIdentity(pid_t pid);
+
+// Stops the VM, and saves it into
+// the folder `out` (which must exist, empty). On success QEMU is left stopped, its disks
+// flushed and released: end it. On failure the VM runs on, and `out` may hold a partial
+// stream.
+Status SaveVm(const RunningVm& vm, const SavedShape& shape, const std::string& out, int timeout_ms);
+
+// The shape of the saved VM in `dir` (an error if the folder is not whole).
+Result<SavedShape> ReadSavedShape(const std::string& dir);
+
+// Waits until the QEMU in `vm_dir` (started with `-incoming`) has loaded its saved VM,
+// then lets it run.
+Status RunLoadedVm(const std::string& vm_dir, uid_t uid, int timeout_ms);
+
+// Lets a VM that a save left stopped run again (a save cut short by sbxd's end); a
+// running one is left as it is.
+Status ContinueVm(const std::string& vm_dir, uid_t uid, int timeout_ms);
+
+}  // namespace sbx::runtime::microvm
