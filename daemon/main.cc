@@ -408,7 +408,7 @@ int Run(int argc, char** argv) {
   auto criu = FindCriu(f.criu);
   if (!criu.ok()) return fail(criu.error());
   co.criu = *criu;
-  SBX_LOG(kInfo) << (co.criu.empty() ? std::string("hibernate: off (no CRIU that passes `criu check` and checkpoints a test process here)")
+  SBX_LOG(kInfo) << (co.criu.empty() ? std::string("hibernate: off on the container wall (no CRIU that passes `criu check` and checkpoints a test process here)")
                                      : "hibernate: CRIU at " + co.criu);
   // The in-sandbox API socket (/run/sbx/api.sock inside every sandbox).
   co.api_dir = data_dir + "/sandbox-api";

@@ -327,15 +327,21 @@ def criu_checkpoints():
 
 
 def require_hibernate(d):
-    """Goes on when CRIU can checkpoint on this kernel (and then `d` must offer hibernate).
-    Otherwise checks that `d` says it has no hibernate and refuses one cleanly, leaving the
-    sandbox running, and skips the rest of the test with the reason (pytest -ra lists it)."""
-    ok, why = criu_checkpoints()
+    """Goes on when the wall under test can hibernate: the microVM wall always (QEMU saves
+    the VM), the container wall when CRIU can checkpoint on this kernel (and then `d` must
+    offer it). Otherwise checks that `d` says the wall has no hibernate and refuses one
+    cleanly, leaving the sandbox running, and skips the rest of the test with the reason
+    (pytest -ra lists it)."""
     features = d.raw("GET", "/v1/health", auth=False)[1]["features"]
+    if ISOLATION == "microvm":
+        assert "microvm" in features["hibernate_isolation"] and features["hibernate"] is True, features
+        return
+    ok, why = criu_checkpoints()
     if ok:
         assert features["hibernate"] is True, "CRIU checkpoints here, but sbxd offers no hibernate: " + d.log()[-2000:]
+        assert ISOLATION in features["hibernate_isolation"], features
         return
-    assert features["hibernate"] is False, features
+    assert ISOLATION not in features["hibernate_isolation"], features
     c = d.client()
     sb = c.create(image="busybox")
     try:

@@ -107,11 +107,15 @@ Result<SandboxView> SandboxManager::PauseOrHibernate(const std::string& id, cons
   Lock lock(table_.mu);
   SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));
   const runtime::Capabilities caps = Rt(e->rec).Caps();
-  if (mode == "hibernate" && !caps.hibernate)
+  if (mode == "hibernate" && !caps.hibernate) {
+    const std::string kind = Rt(e->rec).Kind();
+    if (kind != "container")
+      return MakeError(Code::kInvalidArgument, "sandboxes of isolation " + kind + " cannot hibernate; use mode \"freeze\"");
     return MakeError(Code::kInvalidArgument,
-                     "hibernate is not available on this sbxd: it needs CRIU that can checkpoint on this kernel "
-                     "(start sbxd with --criu PATH; scripts/build-criu.sh builds it; sbxd's log says why it has "
-                     "none); use mode \"freeze\"");
+                     "hibernate is not available on this sbxd's container wall: it needs CRIU that can checkpoint on "
+                     "this kernel (start sbxd with --criu PATH; scripts/build-criu.sh builds it; sbxd's log says why "
+                     "it has none); use mode \"freeze\", or a microVM sandbox");
+  }
   if (mode == "freeze" && !caps.freeze)
     return MakeError(Code::kFailedPrecondition, "sandbox " + id + "'s isolation cannot freeze it");
   if (e->is(State::kPaused) && !e->busy) {

@@ -1,6 +1,8 @@
-"""Pause with mode "hibernate": the sandbox's processes are checkpointed to disk with CRIU
-(memory freed, nothing left running) and restored on resume with the same pids, open
-files, working directories and memory; across daemon restarts too."""
+"""Pause with mode "hibernate": the sandbox's processes are checkpointed to disk (CRIU on
+the container wall, QEMU's save of the whole VM on the microVM wall; memory freed, nothing
+left running) and restored on resume with the same pids, open files, working directories
+and memory; across daemon restarts too. The microVM leg runs the wall-neutral tests here;
+test_microvm.py has its own cycle test."""
 import os
 import signal
 import threading
@@ -73,6 +75,7 @@ def ask(sb):
     return out[0], int(out[1]), int(out[2]), out[3], int(out[4])
 
 
+@pytest.mark.not_on("microvm", "it reads the container wall's cgroups (test_microvm.py cycles a VM)")
 @pytest.mark.parametrize("mode", ["hibernate", "freeze"])
 def test_ten_cycles_keep_files_processes_and_memory(daemon, mode):
     if mode == "hibernate":
@@ -184,10 +187,11 @@ def test_hibernate_refusals_change_nothing(daemon):
         sb.delete()
 
 
+@pytest.mark.not_on("microvm", "CRIU is the container wall's")
 def test_without_criu_hibernate_is_refused():
     d = Daemon("nocriu", extra_args=["--criu", "none"])
     try:
-        assert d.raw("GET", "/v1/health", auth=False)[1]["features"]["hibernate"] is False
+        assert "container" not in d.raw("GET", "/v1/health", auth=False)[1]["features"]["hibernate_isolation"]
         sb = d.client().create(image="busybox")
         status, body = d.raw("POST", f"/v1/sandboxes/{sb.id}/pause", body={"mode": "hibernate"})
         assert status == 400 and "needs CRIU" in body["error"]["message"]
@@ -197,13 +201,14 @@ def test_without_criu_hibernate_is_refused():
         d.destroy()
 
 
+@pytest.mark.not_on("microvm", "CRIU is the container wall's")
 def test_sbxd_finds_criu_by_itself_only_if_criu_check_passes(tmp_path, monkeypatch):
     # Without --criu, sbxd takes the set-up's build from the cache folder...
     # (Only one that checkpoints a test process on this kernel: see require_hibernate.)
     d = Daemon("findcriu")
     try:
         works, _ = criu_checkpoints()
-        assert d.raw("GET", "/v1/health", auth=False)[1]["features"]["hibernate"] is works
+        assert ("container" in d.raw("GET", "/v1/health", auth=False)[1]["features"]["hibernate_isolation"]) is works
         assert ("hibernate: CRIU at " in d.log()) is works
     finally:
         d.destroy()
@@ -217,7 +222,7 @@ def test_sbxd_finds_criu_by_itself_only_if_criu_check_passes(tmp_path, monkeypat
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     d = Daemon("badcriu")
     try:
-        assert d.raw("GET", "/v1/health", auth=False)[1]["features"]["hibernate"] is False
+        assert "container" not in d.raw("GET", "/v1/health", auth=False)[1]["features"]["hibernate_isolation"]
         assert "`criu check` failed" in d.log()
     finally:
         d.destroy()
@@ -255,6 +260,7 @@ def test_hibernated_sandbox_survives_kill9_of_sbxd_and_delete_leaves_nothing():
         d.destroy()
 
 
+@pytest.mark.not_on("microvm", "no disks on microVMs yet")
 def test_a_mounted_disk_goes_through_hibernation(daemon):
     """A disk is a bind of a host mount: the checkpoint names it, the restore binds it
     again, and a process working on it goes on."""
@@ -278,6 +284,7 @@ def test_a_mounted_disk_goes_through_hibernation(daemon):
         disk.delete()
 
 
+@pytest.mark.not_on("microvm", "it watches CRIU in the container wall's cgroup")
 def test_delete_cancels_a_restore_in_flight():
     """A delete during a resume from hibernation kills the restore (CRIU runs in the
     sandbox's cgroup) instead of waiting for it: nothing is left, and the resume answers

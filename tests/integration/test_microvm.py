@@ -224,6 +224,63 @@ def test_templates_and_forks_of_a_vm_hold_its_disk(client, daemon):
             daemon.raw("DELETE", f"/v1/snapshots/{n}")
 
 
+def test_hibernate_saves_the_whole_vm_and_the_restore_renews_its_clock(client, daemon):
+    sb = client.create(image="busybox", isolation="microvm")
+    try:
+        # A process whose state is only in its memory, writing it (and a count) to /tmp.
+        sb.exec(["sh", "-c", "echo kept > /root/f; secret=$$-$RANDOM$RANDOM; n=0; while true; do n=$((n+1)); "
+                             "echo $secret > /tmp/s; echo $n > /tmp/n.t; mv /tmp/n.t /tmp/n; sleep 0.2; done "
+                             ">/dev/null 2>&1 &"], check=True)
+        time.sleep(1)
+        secret = sb.exec("cat /tmp/s").stdout
+        boot = sb.exec("cat /proc/sys/kernel/random/boot_id").stdout
+        qemu = qemu_pid(daemon, sb.id)
+        saved = os.path.join(daemon.data, "hibernated", sb.id)
+        for cycle in range(2):
+            n0 = int(sb.exec("cat /tmp/n").stdout)
+            p = sb.pause(mode="hibernate")
+            assert p.state == "paused" and p.data["pause_mode"] == "hibernate"
+            # Nothing of the VM runs on the host: its QEMU, relay and cgroup are gone.
+            assert not os.path.exists(f"/proc/{qemu}") and sb.id not in daemon.cgroups()
+            ram = os.stat(os.path.join(saved, "vm.ram"))
+            memory = sb.data["resources"]["memory_mb"] << 20
+            # The RAM file is as large as the guest's memory, but holds only what it touched.
+            assert ram.st_size == memory and ram.st_blocks * 512 < memory // 4, ram
+            assert all(os.stat(os.path.join(saved, f)).st_mode & 0o777 == 0o600 for f in os.listdir(saved))
+            time.sleep(3)  # the guest's clock stands still meanwhile
+            assert sb.resume().state == "running"
+            assert not os.path.exists(saved)
+            # The same boot, the same process with the same memory, going on from where it was.
+            assert sb.exec("cat /proc/sys/kernel/random/boot_id").stdout == boot
+            assert sb.exec("cat /tmp/s").stdout == secret and sb.exec("cat /root/f").stdout == "kept\n"
+            time.sleep(0.6)
+            assert int(sb.exec("cat /tmp/n").stdout) > n0
+            # Its clock is the host's again, and its disk takes writes (thawed).
+            assert abs(int(sb.exec("date +%s").stdout) - time.time()) < 3
+            sb.exec(f"echo {cycle} > /root/c && sync", check=True)
+            qemu = qemu_pid(daemon, sb.id)
+        assert daemon.metric("sbx_restore_seconds_count") >= 2
+    finally:
+        sb.delete()
+
+
+def test_a_damaged_saved_vm_fails_its_resume_clearly_and_stays_hibernated(client, daemon):
+    with client.create(image="busybox", isolation="microvm") as sb:
+        sb.exec("echo kept > /root/f", check=True)
+        sb.pause(mode="hibernate")
+        ram = os.path.join(daemon.data, "hibernated", sb.id, "vm.ram")
+        subprocess.run(["cp", "--sparse=always", "-p", ram, ram + ".whole"], check=True)
+        os.truncate(ram, os.path.getsize(ram) // 2)
+        status, body = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/resume")
+        assert status == 500 and "RAM" in body["error"]["message"], body
+        assert sb.refresh().data["pause_mode"] == "hibernate"
+        assert sb.id not in daemon.cgroups()
+        # Mended, it resumes.
+        os.rename(ram + ".whole", ram)
+        assert sb.resume().state == "running"
+        assert sb.exec("cat /root/f").stdout == "kept\n"
+
+
 def test_what_this_wall_lacks_is_refused_clearly_and_changes_nothing(client, daemon):
     disk = client.disks.create(size_mb=64)
     try:

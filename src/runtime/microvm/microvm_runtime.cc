@@ -353,6 +353,8 @@ class MicrovmRuntime : public Runtime {
     // the saved one's.
     if (shape) {
       if (Status st = Renew(*inst.agent, ""); !st.ok()) return fail(st.error().Wrap("renewing the restored VM"));
+      if (Status st = agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kThaw); !st.ok())
+        return fail(st.error().Wrap("thawing the restored VM's disk"));
     }
     return inst;
   }
@@ -431,7 +433,13 @@ class MicrovmRuntime : public Runtime {
     shape.layers = static_cast<int>(spec.layers.size());
     shape.tap = spec.link.has_value();
     const auto t0 = std::chrono::steady_clock::now();
-    SBX_RETURN_IF_ERROR(microvm::SaveVm(running, shape, dir, kSaveTimeoutMs));
+    // Its disk's file system frozen first (journal flushed, marked clean): the disk of a
+    // hibernated sandbox is whole, for a snapshot or a fresh boot; the restore thaws it.
+    if (inst.agent) SBX_RETURN_IF_ERROR(agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kFreeze));
+    if (Status st = microvm::SaveVm(running, shape, dir, kSaveTimeoutMs); !st.ok()) {
+      if (inst.agent) (void)agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kThaw);
+      return st;
+    }
     const auto t1 = std::chrono::steady_clock::now();
     Status st = EndVm(spec.id, inst);
     auto ms = [](auto d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
