@@ -7,6 +7,9 @@ same run (the floor). One sbxd of its own; prints Markdown tables:
 - exec round trip (`true`, HTTP keep-alive) on each wall;
 - memory per idle VM: its cgroup's (QEMU and the guest's touched pages) after it settles,
   against an idle container's;
+- hibernate and resume of one VM (QEMU saves its devices' state, sbxd copies the RAM the
+  guest touched; a resume loads them), the resume against the cold boot, and the size of
+  the saved VM on disk;
 - N VMs at once: created in parallel, time until all answer, then their total memory.
 
 It prints the accelerator the VMs used (health's microvm_accel). Under TCG (this kind of
@@ -89,6 +92,20 @@ def main():
                 sb.exec(["true"])
                 xs.append(ms(t))
             execs[wall] = xs
+        # Hibernate and resume cycles of one VM (a counter running in it).
+        vm = sbs["microvm"][0]
+        vm.exec(["sh", "-c", "(while true; do date +%s%N > /tmp/t; sleep 0.1; done) >/dev/null 2>&1 &"])
+        hib, res, saved = [], [], []
+        for _ in range(a.runs):
+            t = time.perf_counter()
+            vm.pause(mode="hibernate")
+            hib.append(ms(t))
+            folder = os.path.join(d.data, "hibernated", vm.id)
+            saved.append(sum(os.stat(os.path.join(folder, f)).st_blocks * 512 for f in os.listdir(folder)) / (1 << 20))
+            t = time.perf_counter()
+            vm.resume()
+            res.append(ms(t))
+            vm.exec(["cat", "/tmp/t"])
         time.sleep(5)  # idle: the guests settle
         mem = {w: [memory_of(d, s.id, w) for s in sbs[w]] for w in sbs}
         for w in sbs:
@@ -102,6 +119,10 @@ def main():
         print(row("exec `true` round trip, container (ms)", execs["container"]))
         print(row(f"exec `true` round trip, microVM ({accel}) (ms)", execs["microvm"],
                   floor=statistics.median(execs["container"])))
+        print(row(f"hibernate a microVM ({accel}) (ms)", hib))
+        print(row(f"resume a hibernated microVM ({accel}), vs its cold boot (ms)", res,
+                  floor=statistics.median(create["microvm"])))
+        print(row("a hibernated microVM on disk (MiB)", saved))
         print(row("memory of an idle sandbox, container (MiB)", mem["container"]))
         print(row(f"memory of an idle VM, its cgroup (MiB)", mem["microvm"],
                   floor=statistics.median(mem["container"])))

@@ -184,10 +184,50 @@ uint64_t TreeSize(const std::string& path) {
   return v;
 }
 
-Result<uint64_t> CopyData(int in, int out, uint64_t size) {
+namespace {
+
+bool ZeroPage(const char* p) {
+  uint64_t acc = 0;
+  for (size_t i = 0; i < 4096; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    acc |= w;
+  }
+  return acc == 0;
+}
+
+// Writes `n` bytes of `buf` at `at`; with `skip_zero`, runs of whole zero pages are not
+// written (aligned at 4 KiB from `at`, which is page-aligned). Returns the bytes written.
+Result<uint64_t> WriteAt(int out, const char* buf, size_t n, off_t at, bool skip_zero) {
+  uint64_t written = 0;
+  for (size_t i = 0; i < n;) {
+    size_t len = n - i;
+    if (skip_zero) {
+      if (len >= 4096 && ZeroPage(buf + i)) {
+        i += 4096;
+        continue;
+      }
+      len = std::min<size_t>(len, 4096);
+    }
+    for (size_t w = 0; w < len;) {
+      ssize_t k = ::pwrite(out, buf + i + w, len - w, at + static_cast<off_t>(i + w));
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) return ErrnoError("write the copy");
+      w += static_cast<size_t>(k);
+    }
+    written += len;
+    i += len;
+  }
+  return written;
+}
+
+}  // namespace
+
+Result<uint64_t> CopyData(int in, int out, uint64_t size, bool skip_zero_pages) {
   const off_t end = static_cast<off_t>(size);
   uint64_t copied = 0;
   std::vector<char> buf;
+  if (skip_zero_pages) buf.resize(1 << 20);
   for (off_t at = 0; at < end;) {
     off_t data = ::lseek(in, at, SEEK_DATA);
     if (data < 0 && errno == ENXIO) break;  // only a hole is left
@@ -208,18 +248,15 @@ Result<uint64_t> CopyData(int in, int out, uint64_t size) {
         n = ::pread(in, buf.data(), std::min(want, buf.size()), off_in);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) return n < 0 ? ErrnoError("read the data to copy") : MakeError(Code::kInternal, "the data to copy ended early");
-        for (ssize_t w = 0; w < n;) {
-          ssize_t k = ::pwrite(out, buf.data() + w, static_cast<size_t>(n - w), off_out + w);
-          if (k < 0 && errno == EINTR) continue;
-          if (k <= 0) return ErrnoError("write the copy");
-          w += k;
-        }
+        SBX_ASSIGN_OR_RETURN(uint64_t w, WriteAt(out, buf.data(), static_cast<size_t>(n), off_out, skip_zero_pages));
         off_in += n;
         off_out += n;
+        copied += w;
       } else if (n == 0) {
         return MakeError(Code::kInternal, "the data to copy ended early");
+      } else {
+        copied += static_cast<uint64_t>(n);
       }
-      copied += static_cast<uint64_t>(n);
     }
     at = hole;
   }

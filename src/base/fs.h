@@ -33,7 +33,8 @@ bool IsMountPoint(const std::string& path);
 uint64_t TreeSize(const std::string& path);
 // Copies the data of `in`'s first `size` bytes to the same offsets of `out`, leaving its
 // holes unwritten (a sparse copy; `out` should be at least `size` long already). Returns
-// the bytes copied.
-Result<uint64_t> CopyData(int in, int out, uint64_t size);
+// the bytes copied. With `skip_zero_pages`, 4 KiB pages of zeros are left as holes too
+// (a memory image: the pages a guest touched but holds zeros in).
+Result<uint64_t> CopyData(int in, int out, uint64_t size, bool skip_zero_pages = false);
 
 }  // namespace sbx::fs

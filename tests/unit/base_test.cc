@@ -1,6 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "base/fs.h"
@@ -126,6 +132,48 @@ struct Collected : tar::Sink {
   }
   Status OnEntryEnd() override { return OkStatus(); }
 };
+
+// A memory image's copy: data lands at its offsets, holes and (asked for) zero pages stay
+// holes, and from a memfd to a file (no copy_file_range between them) too.
+TEST(Fs, CopyDataKeepsOffsetsAndHoles) {
+  int in = memfd_create("copy-test", MFD_CLOEXEC);
+  ASSERT_GE(in, 0);
+  const uint64_t size = 64 << 20;
+  ASSERT_EQ(ftruncate(in, static_cast<off_t>(size)), 0);
+  std::string page(4096, 'a'), zeros(4096, '\0');
+  ASSERT_EQ(pwrite(in, page.data(), page.size(), 8 << 20), 4096);
+  ASSERT_EQ(pwrite(in, zeros.data(), zeros.size(), (8 << 20) + 4096), 4096);  // touched, zero
+  ASSERT_EQ(pwrite(in, "tail", 4, static_cast<off_t>(size - 4)), 4);
+  char tmpl[] = "/tmp/sbx-copy-XXXXXX";
+  int out = mkstemp(tmpl);
+  ASSERT_GE(out, 0);
+  unlink(tmpl);
+  ASSERT_EQ(ftruncate(out, static_cast<off_t>(size)), 0);
+  auto copied = sbx::fs::CopyData(in, out, size, /*skip_zero_pages=*/true);
+  ASSERT_TRUE(copied.ok()) << copied.error().message;
+  EXPECT_EQ(*copied, 2u * 4096);  // the data page and the last page, not the zero one
+  char back[4] = {};
+  ASSERT_EQ(pread(out, back, 4, static_cast<off_t>(size - 4)), 4);
+  EXPECT_EQ(std::string(back, 4), "tail");
+  std::string got(4096, '\0');
+  ASSERT_EQ(pread(out, got.data(), got.size(), 8 << 20), 4096);
+  EXPECT_EQ(got, page);
+  struct stat st;
+  ASSERT_EQ(fstat(out, &st), 0);
+  EXPECT_LE(static_cast<uint64_t>(st.st_blocks) * 512, 64u << 10);  // the rest are holes
+  // Without skipping, the zero page is copied too.
+  char tmpl2[] = "/tmp/sbx-copy-XXXXXX";
+  int out2 = mkstemp(tmpl2);
+  ASSERT_GE(out2, 0);
+  unlink(tmpl2);
+  ASSERT_EQ(ftruncate(out2, static_cast<off_t>(size)), 0);
+  auto all = sbx::fs::CopyData(in, out2, size);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(*all, 3u * 4096);
+  close(in);
+  close(out);
+  close(out2);
+}
 
 TEST(Tar, WrittenArchivesReadBackByteForByte) {
   std::vector<tar::Entry> in(5);

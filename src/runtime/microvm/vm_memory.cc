@@ -44,7 +44,8 @@ Result<std::pair<uint64_t, uint64_t>> RamIdentity(pid_t pid) {
 
 namespace {
 
-// Copies the stopped VM's RAM (the data the guest touched) into the sparse file `to`.
+// Copies the stopped VM's RAM (the pages the guest touched and holds data in) into the
+// sparse file `to`.
 Result<uint64_t> CopyRam(const RunningVm& vm, uint64_t size, const std::string& to) {
   // QEMU's user may have put anything on that descriptor: only the memfd it was given,
   // whole, is read.
@@ -59,7 +60,7 @@ Result<uint64_t> CopyRam(const RunningVm& vm, uint64_t size, const std::string& 
   UniqueFd out(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!out.valid()) return ErrnoError("create " + to);
   if (::ftruncate(out.get(), static_cast<off_t>(size)) != 0) return ErrnoError("size " + to);
-  SBX_ASSIGN_OR_RETURN(uint64_t copied, fs::CopyData(ram.get(), out.get(), size));
+  SBX_ASSIGN_OR_RETURN(uint64_t copied, fs::CopyData(ram.get(), out.get(), size, /*skip_zero_pages=*/true));
   if (::fsync(out.get()) != 0) return ErrnoError("fsync " + to);
   return copied;
 }
