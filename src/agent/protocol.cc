@@ -239,6 +239,7 @@ Status SyncBlocking(const Dialer& a, int timeout_ms, SyncMode mode) {
 Status RenewBlocking(const Dialer& a, int timeout_ms, const Renewal& r) {
   nlohmann::json renew = {{"time_ns", r.time_ns}, {"entropy", Base64Encode(r.entropy)}};
   if (!r.hostname.empty()) renew["hostname"] = r.hostname;
+  if (!r.net.empty()) renew["net"] = nlohmann::json::parse(r.net, nullptr, false);
   auto done = RoundTrip(a, FrameType::kSync, FrameType::kSyncDone, timeout_ms, nlohmann::json{{"renew", renew}}.dump());
   if (!done.ok()) return done.error();
   return OkStatus();

@@ -201,10 +201,14 @@ Status SyncBlocking(const Dialer& a, int timeout_ms, SyncMode mode = SyncMode::k
 // saved one's. The agent ("renew") sets the clock to `time_ns` (the host's, Unix
 // nanoseconds), mixes `entropy` (32 to 512 bytes) into its kernel's pool and reseeds its
 // generator, and sets `hostname` where it is not empty (kSync with {"renew": {...}}).
+// A copy of a template with a network takes its own addresses: `net` (a JSON object with
+// "address", "gateway", "prefix", "address6", "gateway6", as agent::VmConfig has them)
+// readdresses eth0 where it is not empty.
 struct Renewal {
   int64_t time_ns = 0;
   std::string entropy;
   std::string hostname;
+  std::string net;
 };
 Status RenewBlocking(const Dialer& a, int timeout_ms, const Renewal& r);
 

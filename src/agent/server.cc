@@ -24,6 +24,7 @@
 #include "agent/exec_session.h"
 #include "agent/files.h"
 #include "agent/frame_io.h"
+#include "agent/init/vm_net.h"
 #include "agent/port_relay.h"
 #include "agent/process_keeper.h"
 #include "agent/protocol.h"
@@ -63,6 +64,9 @@ std::string Renew(const nlohmann::json& r) {
   if (r.contains("hostname") && r["hostname"].is_string()) {
     const std::string h = r["hostname"].get<std::string>();
     if (sethostname(h.data(), h.size()) != 0) return std::string("set the hostname: ") + std::strerror(errno);
+  }
+  if (r.contains("net") && r["net"].is_object()) {
+    if (Status st = ReaddressVmNetwork(r["net"].dump()); !st.ok()) return "readdress eth0: " + st.error().message;
   }
   return "";
 }

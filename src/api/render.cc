@@ -65,6 +65,9 @@ json SnapshotJson(const storage::SnapshotRecord& r) {
           {"user", r.user.empty() ? "root" : r.user},
           {"size_bytes", r.size_bytes},
           {"layers", layers.is_array() ? layers.size() : 0},
+          // Whether it holds its source's memory (and for which wall).
+          {"memory", !r.memory.empty()},
+          {"memory_isolation", r.memory.empty() ? json(nullptr) : json(r.memory)},
           {"created_at", FormatRfc3339(r.created_ms)}};
 }
 

@@ -174,14 +174,16 @@ asio::awaitable<Response> Api::ResumeSandbox(Request& req) {
 }
 
 asio::awaitable<Response> Api::SnapshotSandbox(Request& req) {
-  auto j = ParseObject(req.body, {"name"});
+  auto j = ParseObject(req.body, {"name", "memory"});
   if (!j.ok()) co_return ErrorResponse(j.error());
   auto name = GetName(*j, "name");
   if (!name.ok()) co_return ErrorResponse(name.error());
   if (name->empty()) co_return Bad("name is required");
+  auto memory = GetBool(*j, "memory", false);
+  if (!memory.ok()) co_return ErrorResponse(memory.error());
   std::string id = req.params["id"];
-  std::function<Result<storage::SnapshotRecord>()> fn = [this, &id, &name] {
-    return manager_->Snapshot(id, *name);
+  std::function<Result<storage::SnapshotRecord>()> fn = [this, &id, &name, &memory] {
+    return manager_->Snapshot(id, *name, *memory);
   };
   int64_t t0 = NowUs();
   auto rec = co_await RunBlocking(pool_, &fn);

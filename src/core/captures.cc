@@ -34,11 +34,13 @@ uint64_t TreeBytes(const std::string& dir) {
 }
 }  // namespace
 
-Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, uint64_t* bytes) {
+Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, uint64_t* bytes, bool memory) {
   EntryPtr e;
   bool running;
   std::vector<std::string> layers;
   runtime::Runtime* rt;
+  runtime::StartSpec spec;
+  runtime::Instance inst;
   {
     Lock lock(table_.mu);
     SBX_ASSIGN_OR_RETURN(e, table_.Find(id));
@@ -46,6 +48,17 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
     if (e->busy) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state; try again");
     if (!e->is(State::kRunning) && !e->is(State::kStopped) && !e->is(State::kPaused))
       return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state);
+    if (memory && !rt->Caps().memory_snapshots)
+      return MakeError(Code::kFailedPrecondition,
+                       "a snapshot with memory is not available for sandboxes of isolation " + rt->Kind() +
+                           " (the microVM wall has it); take one without memory");
+    if (memory && !e->is(State::kRunning))
+      return MakeError(Code::kFailedPrecondition, "a snapshot with memory needs a running sandbox; sandbox " + id +
+                                                      " is " + e->rec.state + (e->is(State::kPaused) ? ": resume it first" : ""));
+    if (memory) {
+      spec = SpecOf(e->rec);
+      inst = e->inst;
+    }
     // A paused sandbox's processes already hold still: no freeze (and no thaw after).
     running = e->is(State::kRunning);
     ++e->captures;
@@ -67,15 +80,16 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
   std::string tmp = base + "/tmp-" + RandomHex(8);
   Result<runtime::Runtime::Captured> captured = MakeError(Code::kInternal, "not captured");
   {
-    if (running) SBX_RETURN_IF_ERROR(rt->Freeze(id));
+    // A memory capture holds the sandbox still itself (its memory and files must match).
+    if (running && !memory) SBX_RETURN_IF_ERROR(rt->Freeze(id));
     ScopeExit thaw([&] {
-      if (running) {
+      if (running && !memory) {
         Status st = rt->Thaw(id);
         if (!st.ok()) SBX_LOG(kError) << "thawing " << id << ": " << st.error().message;
       }
     });
     FaultPoint("snapshot.frozen");
-    captured = rt->CaptureFiles(DirOf(id), tmp);
+    captured = memory ? rt->CaptureMemory(spec, inst, tmp) : rt->CaptureFiles(DirOf(id), tmp);
     FaultPoint("snapshot.copied");
   }
   if (!captured.ok()) {
@@ -109,7 +123,7 @@ void SandboxManager::Unpin(const std::string& layer) {
   if (it != pending_layers_.end()) pending_layers_.erase(it);
 }
 
-Result<storage::SnapshotRecord> SandboxManager::Snapshot(const std::string& id, const std::string& name) {
+Result<storage::SnapshotRecord> SandboxManager::Snapshot(const std::string& id, const std::string& name, bool memory) {
   if (!ValidName(name))
     return MakeError(Code::kInvalidArgument, "invalid snapshot name: names match [a-z0-9][a-z0-9._-]{0,62}");
   {
@@ -117,14 +131,15 @@ Result<storage::SnapshotRecord> SandboxManager::Snapshot(const std::string& id, 
     if (!existing.ok()) return existing.error();
     if (existing->has_value()) return MakeError(Code::kAlreadyExists, "a snapshot named \"" + name + "\" exists");
   }
-  std::string image;
+  std::string image, kind;
   {
     Lock lock(table_.mu);
     SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));
     image = e->rec.image;
+    kind = Rt(e->rec).Kind();
   }
   uint64_t bytes = 0;
-  SBX_ASSIGN_OR_RETURN(auto chain, Capture(id, &bytes));
+  SBX_ASSIGN_OR_RETURN(auto chain, Capture(id, &bytes, memory));
   ScopeExit unpin([&] { Unpin(chain.front()); });
   storage::SnapshotRecord rec;
   rec.name = name;
@@ -133,6 +148,7 @@ Result<storage::SnapshotRecord> SandboxManager::Snapshot(const std::string& id, 
   rec.source = id;
   rec.size_bytes = static_cast<int64_t>(bytes);
   rec.created_ms = Now();
+  if (memory) rec.memory = kind;
   {
     Lock lock(table_.mu);
     if (auto e = table_.Get(id)) {

@@ -110,7 +110,9 @@ class SandboxManager {
   // captures.cc. A snapshot captures a sandbox's files (running: frozen only for the
   // copy) as an immutable named snapshot stacked on the layers it runs on; a fork makes
   // `count` running sandboxes, each with a copy-on-write view of the source's files.
-  Result<storage::SnapshotRecord> Snapshot(const std::string& id, const std::string& name);
+  // With `memory`, the snapshot holds the running sandbox's memory too, where its wall can
+  // (a sandbox from it starts from that memory); 409 with the reason where it cannot.
+  Result<storage::SnapshotRecord> Snapshot(const std::string& id, const std::string& name, bool memory = false);
   Result<std::vector<SandboxView>> Fork(const std::string& id, int count);
   Result<std::vector<storage::SnapshotRecord>> ListSnapshots();
   Result<storage::SnapshotRecord> GetSnapshot(const std::string& name);
@@ -287,7 +289,7 @@ class SandboxManager {
   void TeardownOne(const std::string& id);
 
   // captures.cc: a capture of a sandbox's files as a new layer over its own (the chain).
-  Result<std::vector<std::string>> Capture(const std::string& id, uint64_t* bytes);
+  Result<std::vector<std::string>> Capture(const std::string& id, uint64_t* bytes, bool memory = false);
   void Unpin(const std::string& layer);
 
   // lifecycle.cc: Pause without the detaching around it.

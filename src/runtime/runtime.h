@@ -118,6 +118,12 @@ class Runtime {
     std::optional<uint64_t> bytes;  // its size, when the capture counted it
   };
   virtual Result<Captured> CaptureFiles(const std::string& dir, const std::string& dst) = 0;
+  // The running sandbox whole, its files and its memory, captured as a new read-only layer
+  // in `dst` (which must not exist); the sandbox runs on. A sandbox made from such a layer
+  // (its topmost) starts from that memory where it can (Capabilities::memory_snapshots).
+  virtual Result<Captured> CaptureMemory(const StartSpec& spec, const Instance& inst, const std::string& dst) {
+    return MakeError(Code::kFailedPrecondition, "this isolation cannot capture a sandbox's memory");
+  }
   // Removes a layer folder made by CaptureFiles (or a half-made one), with all it holds.
   virtual Status RemoveLayer(const std::string& path) = 0;
   // Checkpoints every process of the running sandbox into the folder `dir` (the runtime

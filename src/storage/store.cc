@@ -101,6 +101,9 @@ ALTER TABLE usage_periods ADD COLUMN rx_open INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE usage_periods ADD COLUMN tx_bytes INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE usage_periods ADD COLUMN rx_bytes INTEGER NOT NULL DEFAULT 0;
 )sql",
+    R"sql(
+ALTER TABLE snapshots ADD COLUMN memory TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 const char* kSandboxCols =
@@ -250,15 +253,15 @@ Result<std::vector<ImageRecord>> Store::ListImages() {
 
 Status Store::InsertSnapshot(const SnapshotRecord& r) {
   return db_->Query(
-      "INSERT INTO snapshots (name, layers_json, image, parent, source, size_bytes, created_ms, default_user) "
-      "VALUES (?,?,?,?,?,?,?,?)",
-      {r.name, r.layers_json, r.image, r.parent, r.source, r.size_bytes, r.created_ms, r.user});
+      "INSERT INTO snapshots (name, layers_json, image, parent, source, size_bytes, created_ms, default_user, memory) "
+      "VALUES (?,?,?,?,?,?,?,?,?)",
+      {r.name, r.layers_json, r.image, r.parent, r.source, r.size_bytes, r.created_ms, r.user, r.memory});
 }
 
 namespace {
-const char* kSnapshotCols = "name, layers_json, image, parent, source, size_bytes, created_ms, default_user";
+const char* kSnapshotCols = "name, layers_json, image, parent, source, size_bytes, created_ms, default_user, memory";
 SnapshotRecord SnapshotFromRow(const Row& w) {
-  return SnapshotRecord{w.Text(0), w.Text(1), w.Text(2), w.Text(3), w.Text(4), w.Text(7), w.Int(5), w.Int(6)};
+  return SnapshotRecord{w.Text(0), w.Text(1), w.Text(2), w.Text(3), w.Text(4), w.Text(7), w.Int(5), w.Int(6), w.Text(8)};
 }
 }  // namespace
 

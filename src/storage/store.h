@@ -98,6 +98,8 @@ struct SnapshotRecord {
   std::string user;         // its source's default user ("" = root: taken before users existed)
   int64_t size_bytes = 0;   // bytes of its own (topmost) layer
   int64_t created_ms = 0;
+  // The isolation kind whose memory its topmost layer holds too ("": files only).
+  std::string memory;
 };
 
 // A daemon secret, sealed (AES-256-GCM) with the data dir's secret key.

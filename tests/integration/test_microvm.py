@@ -281,6 +281,63 @@ def test_a_damaged_saved_vm_fails_its_resume_clearly_and_stays_hibernated(client
         assert sb.exec("cat /root/f").stdout == "kept\n"
 
 
+def test_a_memory_template_starts_copies_from_its_memory_each_its_own(client, daemon):
+    net = {"mode": "outbound", "allow": ["198.51.100.7/32"]}
+    src = client.create(image="busybox", isolation="microvm", network=net)
+    made, name = [src], f"mem-{src.id}"
+    try:
+        # State only in memory: a process's variable, written to the guest's tmpfs.
+        src.exec(["sh", "-c", "echo file > /root/f; secret=$$-$RANDOM$RANDOM; while true; do echo $secret > /tmp/s; "
+                              "sleep 0.2; done >/dev/null 2>&1 &"], check=True)
+        time.sleep(1)
+        secret = src.exec("cat /tmp/s").stdout
+        # Paused, or on another wall: refused with the reason, nothing made.
+        src.pause()
+        status, body = daemon.raw("POST", f"/v1/sandboxes/{src.id}/snapshot", body={"name": name, "memory": True})
+        assert status == 409 and "running sandbox" in body["error"]["message"], body
+        src.resume()
+        with client.create(image="busybox") as box:
+            status, body = daemon.raw("POST", f"/v1/sandboxes/{box.id}/snapshot", body={"name": name, "memory": True})
+            assert status == 409 and "microVM" in body["error"]["message"], body
+        assert daemon.raw("GET", f"/v1/snapshots/{name}")[0] == 404
+        snap = daemon.raw("POST", f"/v1/sandboxes/{src.id}/snapshot", body={"name": name, "memory": True})[1]
+        assert snap["memory"] is True and snap["memory_isolation"] == "microvm", snap
+        assert src.exec("cat /tmp/s").stdout == secret  # the source runs on
+        src.exec("echo later > /root/f", check=True)
+        copies = []
+        for _ in range(2):
+            cp = client.create(from_=name, isolation="microvm", network=net)
+            made.append(cp)
+            copies.append(cp)
+            # Its memory is the template's: the process and what it keeps in /tmp.
+            assert cp.exec("cat /tmp/s").stdout == secret
+            assert cp.exec("cat /root/f").stdout == "file\n"
+            # Its own name, address (the network answers it there), clock and randomness.
+            assert cp.exec("hostname").stdout.strip() == cp.id
+            assert cp.data["network"]["address"] in cp.exec("ip -4 addr show eth0").stdout
+            assert "REFUSED" in cp.exec("nslookup example.com").stdout
+            assert abs(int(cp.exec("date +%s").stdout) - time.time()) < 3
+        draws = {cp.exec("head -c 32 /dev/urandom | od -An -tx1").stdout for cp in copies}
+        assert len(draws) == 2, draws
+        # Other walls do not take it, and a VM of another shape boots on its files.
+        status, body = daemon.raw("POST", "/v1/sandboxes", body={"from": name, "isolation": "container"})
+        assert status == 409 and "microVM" in body["error"]["message"], body
+        other = client.create(from_=name, isolation="microvm", resources={"memory_mb": 512})
+        made.append(other)
+        assert other.exec("cat /root/f").stdout == "file\n"
+        assert other.exec("cat /tmp/s").exit_code != 0
+        # A copy stopped and started boots afresh on its own disk.
+        copies[0].exec("echo mine >> /root/f", check=True)
+        copies[0].stop()
+        copies[0].start()
+        assert copies[0].exec("cat /root/f").stdout == "file\nmine\n"
+        assert copies[0].exec("cat /tmp/s").exit_code != 0
+    finally:
+        for sb in made:
+            sb.delete()
+        daemon.raw("DELETE", f"/v1/snapshots/{name}")
+
+
 def test_what_this_wall_lacks_is_refused_clearly_and_changes_nothing(client, daemon):
     disk = client.disks.create(size_mb=64)
     try:

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "base/fs.h"
 #include "base/unique_fd.h"
@@ -84,6 +85,26 @@ Status ConfigureIpv6(const VmConfig& cfg) {
 }
 
 }  // namespace
+
+Status ReaddressVmNetwork(const std::string& net_json) {
+  auto j = nlohmann::json::parse(net_json, nullptr, false);
+  if (!j.is_object() || !j["address"].is_string() || !j["gateway"].is_string() || !j["prefix"].is_number_integer())
+    return MakeError(Code::kInvalidArgument, "a network needs address, gateway and prefix");
+  VmConfig cfg;
+  cfg.address = j["address"].get<std::string>();
+  cfg.gateway = j["gateway"].get<std::string>();
+  cfg.prefix = j["prefix"].get<int>();
+  cfg.address6 = j.value("address6", "");
+  cfg.gateway6 = j.value("gateway6", "");
+  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return ErrnoError("socket");
+  struct ifreq ifr = {};
+  std::strncpy(ifr.ifr_name, kIf, IFNAMSIZ - 1);
+  SBX_RETURN_IF_ERROR(Ioctl(s.get(), SIOCGIFFLAGS, &ifr, "read eth0's flags"));
+  ifr.ifr_flags &= ~IFF_UP;
+  SBX_RETURN_IF_ERROR(Ioctl(s.get(), SIOCSIFFLAGS, &ifr, "take eth0 down"));
+  return ConfigureVmNetwork(cfg);
+}
 
 Status ConfigureVmNetwork(const VmConfig& cfg) {
   if (cfg.address.empty()) return OkStatus();

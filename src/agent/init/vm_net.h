@@ -10,5 +10,9 @@ namespace sbx::agent {
 
 // No-op when the config names no address (a sandbox with loopback only).
 Status ConfigureVmNetwork(const VmConfig& cfg);
+// A VM restored from another sandbox's memory takes this sandbox's addresses: eth0 goes
+// down (its IPv6 addresses and every route through it go) and comes up with `net_json`'s
+// (VmConfig's address, gateway, prefix, address6, gateway6).
+Status ReaddressVmNetwork(const std::string& net_json);
 
 }  // namespace sbx::agent

@@ -189,6 +189,7 @@ class MicrovmRuntime : public Runtime {
     // QEMU saves the whole VM, memory and devices (microvm/vm_memory.h); sbxd's
     // connections go through the relay, which ends with QEMU.
     c.hibernate = true;
+    c.memory_snapshots = true;  // the same save, kept as a template's layer
     return c;
   }
 
@@ -203,9 +204,19 @@ class MicrovmRuntime : public Runtime {
     return mb < kMinMemoryMb ? kMinMemoryMb : mb;
   }
 
+  // A sandbox made from a memory template (its topmost layer) starts on a copy of the
+  // template's disk, which its memory knows, and its first start loads that memory.
   Status Prepare(const StartSpec& spec) override {
     SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir, 0700));
+    if (!spec.layers.empty() && IsMemoryLayer(spec.layers[0])) {
+      SBX_RETURN_IF_ERROR(microvm::CopyDisk(spec.layers[0] + "/" + kVmDiskLayer, OwnDisk(spec.dir)));
+      return fs::WriteFileAtomic(MemoryMarker(spec.dir), spec.layers[0], 0600);
+    }
     return microvm::MakeOwnDisk(OwnDisk(spec.dir), spec.limits.disk_bytes ? spec.limits.disk_bytes : kDefaultDiskBytes);
+  }
+  static std::string MemoryMarker(const std::string& dir) { return dir + "/memory-from"; }
+  static bool IsMemoryLayer(const std::string& layer) {
+    return fs::Exists(layer + "/" + microvm::kSavedShape) && fs::Exists(layer + "/" + kVmDiskLayer);
   }
 
   std::string AccelForStart() {
@@ -214,10 +225,33 @@ class MicrovmRuntime : public Runtime {
     return accel_.empty() ? "tcg" : accel_;
   }
 
-  Result<Instance> Start(const StartSpec& spec) override { return Boot(spec, ""); }
+  Result<Instance> Start(const StartSpec& spec) override {
+    auto from = fs::ReadFile(MemoryMarker(spec.dir), 4096);
+    if (!from.ok()) return Boot(spec, "", false);
+    (void)::unlink(MemoryMarker(spec.dir).c_str());  // once: a later start boots
+    // The template's memory loads only into a VM of its shape; otherwise a boot on its files.
+    std::string why;
+    auto shape = microvm::ReadSavedShape(*from);
+    if (!shape.ok()) why = shape.error().message;
+    else if (shape->memory_mb != MemoryMb(spec.limits) || shape->cpus != Cpus(spec.limits))
+      why = "its resources (" + std::to_string(Cpus(spec.limits)) + " vCPUs, " + std::to_string(MemoryMb(spec.limits)) +
+            " MiB) are not its template's (" + std::to_string(shape->cpus) + ", " + std::to_string(shape->memory_mb) + ")";
+    else if (shape->tap != spec.link.has_value())
+      why = spec.link ? "its template had no network" : "its template had a network";
+    if (why.empty()) {
+      auto inst = Boot(spec, *from, true);
+      if (inst.ok()) return inst;
+      why = inst.error().message;
+    }
+    SBX_LOG(kWarn) << "sandbox " << spec.id << " boots on its template's files instead of loading its memory: " << why;
+    return Boot(spec, "", false);
+  }
+  static int Cpus(const Limits& l) { return l.cpus > 0 ? l.cpus : 1; }
 
-  // Boots the VM, or with `saved` (a folder SaveVm filled) loads it from there instead.
-  Result<Instance> Boot(const StartSpec& spec, const std::string& saved) {
+  // Boots the VM, or with `saved` (a folder SaveVm filled) loads it from there instead;
+  // `copy`: the saved VM was another sandbox (a template's), whose name and addresses
+  // this one does not keep.
+  Result<Instance> Boot(const StartSpec& spec, const std::string& saved, bool copy) {
     std::optional<microvm::SavedShape> shape;
     if (!saved.empty()) {
       SBX_ASSIGN_OR_RETURN(microvm::SavedShape s, microvm::ReadSavedShape(saved));
@@ -229,6 +263,8 @@ class MicrovmRuntime : public Runtime {
       return MakeError(Code::kFailedPrecondition, "disks are not available to microVM sandboxes yet");
     std::vector<std::string> images, roots;
     for (const auto& layer : spec.layers) {
+      // A memory template's files are in the disk of each sandbox made from it.
+      if (IsMemoryLayer(layer)) continue;
       SBX_ASSIGN_OR_RETURN(LayerImages::Disk disk, images_.ImageOf(layer));
       images.push_back(std::move(disk.image));
       roots.push_back(std::move(disk.root));
@@ -291,7 +327,7 @@ class MicrovmRuntime : public Runtime {
     vs.kernel = kernel_.vmlinux();
     vs.initrd = initrd_;
     vs.config = cfg.ToJson();
-    vs.cpus = shape ? shape->cpus : spec.limits.cpus > 0 ? spec.limits.cpus : 1;
+    vs.cpus = shape ? shape->cpus : Cpus(spec.limits);
     vs.memory_mb = shape ? shape->memory_mb : MemoryMb(spec.limits);
     vs.incoming = shape.has_value();
     vs.shared_ram = true;
@@ -352,20 +388,28 @@ class MicrovmRuntime : public Runtime {
     // A loaded VM's clock stood still since its save, and its kernel's random state is
     // the saved one's.
     if (shape) {
-      if (Status st = Renew(*inst.agent, ""); !st.ok()) return fail(st.error().Wrap("renewing the restored VM"));
+      if (Status st = Renew(*inst.agent, copy ? spec.hostname : "", copy ? NetJson(cfg) : ""); !st.ok())
+        return fail(st.error().Wrap("renewing the restored VM"));
       if (Status st = agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kThaw); !st.ok())
         return fail(st.error().Wrap("thawing the restored VM's disk"));
     }
     return inst;
   }
 
-  static Status Renew(const agent::Dialer& a, const std::string& hostname) {
+  static std::string NetJson(const agent::VmConfig& c) {
+    if (c.address.empty()) return "";
+    return nlohmann::json{{"address", c.address}, {"gateway", c.gateway}, {"prefix", c.prefix},
+                          {"address6", c.address6}, {"gateway6", c.gateway6}}.dump();
+  }
+
+  static Status Renew(const agent::Dialer& a, const std::string& hostname, const std::string& net) {
     agent::Renewal r;
     r.time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     r.entropy.resize(64);
     if (::getrandom(r.entropy.data(), r.entropy.size(), 0) != static_cast<ssize_t>(r.entropy.size()))
       return ErrnoError("getrandom");
     r.hostname = hostname;
+    r.net = net;
     return agent::RenewBlocking(a, kSyncTimeoutMs, r);
   }
 
@@ -414,30 +458,37 @@ class MicrovmRuntime : public Runtime {
 
   // Hibernate: QEMU saves the VM (memory and devices) into `dir` and ends; the disk stays
   // as the saved memory knows it until the restore.
-  Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& dir) override {
+  // What a save needs of a running VM, and the shape it is saved with.
+  Result<std::pair<microvm::RunningVm, microvm::SavedShape>> SaveOf(const StartSpec& spec, const Instance& inst) {
     auto uid = Saved(inst.saved_state, "uid");
     auto accel = Saved(inst.saved_state, "accel");
     auto ram = Saved(inst.saved_state, "ram");
     const ProcessHandle* qemu = ProcessOf(inst);
     if (!uid.is_number_unsigned() || !accel.is_string() || !qemu || !ram.is_array() || ram.size() != 2 ||
-        !ram[0].is_number_unsigned() || !ram[1].is_number_unsigned())
+        !ram[0].is_number_unsigned() || !ram[1].is_number_unsigned() || !inst.agent)
       return MakeError(Code::kFailedPrecondition,
                        "sandbox " + spec.id + "'s VM was started by an earlier sbxd that cannot save it: stop and start it first");
     microvm::RunningVm running{VmDir(spec.dir), uid.get<uid_t>(), qemu->pid, ram[0].get<uint64_t>(), ram[1].get<uint64_t>()};
-    SBX_RETURN_IF_ERROR(fs::RemoveTree(dir));
-    SBX_RETURN_IF_ERROR(fs::MkdirAll(dir, 0700));
     microvm::SavedShape shape;
     shape.accel = accel.get<std::string>();
-    shape.cpus = spec.limits.cpus > 0 ? spec.limits.cpus : 1;
+    shape.cpus = Cpus(spec.limits);
     shape.memory_mb = MemoryMb(spec.limits);
-    shape.layers = static_cast<int>(spec.layers.size());
+    for (const auto& l : spec.layers) shape.layers += IsMemoryLayer(l) ? 0 : 1;
     shape.tap = spec.link.has_value();
+    return std::make_pair(running, shape);
+  }
+
+  Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& dir) override {
+    SBX_ASSIGN_OR_RETURN(auto save, SaveOf(spec, inst));
+    auto& [running, shape] = save;
+    SBX_RETURN_IF_ERROR(fs::RemoveTree(dir));
+    SBX_RETURN_IF_ERROR(fs::MkdirAll(dir, 0700));
     const auto t0 = std::chrono::steady_clock::now();
     // Its disk's file system frozen first (journal flushed, marked clean): the disk of a
     // hibernated sandbox is whole, for a snapshot or a fresh boot; the restore thaws it.
-    if (inst.agent) SBX_RETURN_IF_ERROR(agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kFreeze));
+    SBX_RETURN_IF_ERROR(agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kFreeze));
     if (Status st = microvm::SaveVm(running, shape, dir, kSaveTimeoutMs); !st.ok()) {
-      if (inst.agent) (void)agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kThaw);
+      (void)agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kThaw);
       return st;
     }
     const auto t1 = std::chrono::steady_clock::now();
@@ -450,7 +501,29 @@ class MicrovmRuntime : public Runtime {
   // About what QEMU holds: the guest's pages it touched (zero pages are not saved).
   uint64_t CheckpointBytes(const std::string& id) override { return Cgroup(id).MemoryCurrent(); }
   bool HasCheckpoint(const std::string& dir) override { return microvm::ReadSavedShape(dir).ok(); }
-  Result<Instance> Restore(const StartSpec& spec, const std::string& dir) override { return Boot(spec, dir); }
+  Result<Instance> Restore(const StartSpec& spec, const std::string& dir) override { return Boot(spec, dir, false); }
+
+  // A memory template: the VM saved as for a hibernate, with its disk copied while it is
+  // stopped (its file system frozen clean first), and then it runs on.
+  Result<Captured> CaptureMemory(const StartSpec& spec, const Instance& inst, const std::string& dst) override {
+    SBX_ASSIGN_OR_RETURN(auto save, SaveOf(spec, inst));
+    auto& [running, shape] = save;
+    if (::mkdir(dst.c_str(), 0755) != 0) return ErrnoError("mkdir " + dst);
+    SBX_RETURN_IF_ERROR(agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kFreeze));
+    Status st = microvm::SaveVm(running, shape, dst, kSaveTimeoutMs);
+    Result<uint64_t> disk = uint64_t{0};
+    if (st.ok()) disk = microvm::CopyDisk(OwnDisk(spec.dir), dst + "/" + kVmDiskLayer);
+    if (st.ok()) {
+      // It goes on whether or not its disk was copied.
+      Status go = microvm::ContinueVm(running.dir, running.uid, kSyncTimeoutMs);
+      if (!go.ok()) SBX_LOG(kError) << "sandbox " << spec.id << " stays stopped after its capture: " << go.error().message;
+    }
+    (void)agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kThaw);
+    if (!st.ok()) return st.error();
+    if (!disk.ok()) return disk.error();
+    auto shape_read = microvm::ReadSavedShape(dst);
+    return Captured{"", *disk + (shape_read.ok() ? shape_read->bytes : 0)};
+  }
 
   Status UpdateLimits(const std::string& id, const Limits& l) override {
     // The guest keeps the memory and vCPUs it booted with; the host's share follows.
