@@ -23,6 +23,7 @@ struct SnapshotCommands {
   std::string snap_id, snap_name;
   std::string fork_id;
   int fork_count = 1;
+  bool snap_memory = false;
   std::string tb_name, tb_image, tb_from, tb_type = "small", tb_user;
   std::vector<std::string> tb_steps;
   int64_t tb_timeout = 1800;
@@ -37,6 +38,9 @@ void SnapshotCommands::Add(CLI::App& app) {
   snap->footer("Example: sbx snapshot my-box with-deps");
   snap->add_option("id", snap_id)->required();
   snap->add_option("name", snap_name)->required();
+  snap->add_flag("--memory", snap_memory,
+                 "keep the running sandbox's memory too: sandboxes from it start with its processes "
+                 "(microVM sandboxes)");
   fork = app.add_subcommand("fork", "new sandboxes with a copy of a sandbox's files");
   fork->footer("Example: sbx fork my-box --count 3");
   fork->add_option("id", fork_id)->required();
@@ -67,10 +71,13 @@ void SnapshotCommands::Add(CLI::App& app) {
 
 std::optional<int> SnapshotCommands::Run(HttpClient& c, const Globals& g) {
   if (*snap) {
-    auto j = CallJson(c, "POST", "/v1/sandboxes/" + snap_id + "/snapshot", json{{"name", snap_name}});
+    json body = {{"name", snap_name}};
+    if (snap_memory) body["memory"] = true;
+    auto j = CallJson(c, "POST", "/v1/sandboxes/" + snap_id + "/snapshot", body);
     if (!j) return 1;
     if (g.json) std::printf("%s\n", j->dump().c_str());
-    else std::printf("%s (%.1f MB)\n", Str(*j, "name").c_str(), j->value("size_bytes", 0) / 1048576.0);
+    else std::printf("%s (%.1f MB%s)\n", Str(*j, "name").c_str(), j->value("size_bytes", 0) / 1048576.0,
+                     j->value("memory", false) ? ", with memory" : "");
     return 0;
   }
   if (*fork) {

@@ -140,12 +140,17 @@ class Sandbox:
         """Extend the TTL: the sandbox now expires ``seconds`` from now."""
         return self._update(self._client.api.request("POST", self._path("/timeout"), body={"timeout_seconds": seconds}))
 
-    def snapshot(self, name: str) -> "Snapshot":
+    def snapshot(self, name: str, memory: bool = False) -> "Snapshot":
         """Capture this sandbox's files as the immutable named snapshot ``name``.
 
-        A running sandbox is frozen only for the copy and keeps running.
+        A running sandbox is frozen only for the copy and keeps running. With
+        ``memory=True`` the snapshot keeps the running sandbox's memory too (microVM
+        sandboxes): sandboxes created from it start with its processes running.
         """
-        return Snapshot(self._client, self._client.api.request("POST", self._path("/snapshot"), body={"name": name}))
+        body: Dict[str, Any] = {"name": name}
+        if memory:
+            body["memory"] = True
+        return Snapshot(self._client, self._client.api.request("POST", self._path("/snapshot"), body=body))
 
     def fork(self, count: Optional[int] = None) -> Any:
         """New running sandboxes with a copy-on-write view of this one's files.

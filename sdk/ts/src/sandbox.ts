@@ -231,9 +231,15 @@ export class Sandbox {
     return result;
   }
 
-  /** Captures the sandbox's files as a named snapshot (a template for `create({ from })`). */
-  async snapshot(name: string): Promise<Snapshot> {
-    const d = await this.client.http.json<SnapshotData>("POST", this.path("/snapshot"), { json: { name } });
+  /**
+   * Captures the sandbox's files as a named snapshot (a template for `create({ from })`);
+   * with `memory: true`, its running memory too (microVM sandboxes: sandboxes from it start
+   * with its processes running).
+   */
+  async snapshot(name: string, options?: { memory?: boolean }): Promise<Snapshot> {
+    const body: Record<string, unknown> = { name };
+    if (options?.memory) body.memory = true;
+    const d = await this.client.http.json<SnapshotData>("POST", this.path("/snapshot"), { json: body });
     return new Snapshot(this.client, d);
   }
 

@@ -102,6 +102,9 @@ export interface SnapshotData {
   parent?: string | null;
   layers?: number;
   size_bytes?: number;
+  /** Whether it keeps its source's memory (a memory template), and for which wall. */
+  memory?: boolean;
+  memory_isolation?: string | null;
   created_at?: string;
   [key: string]: unknown;
 }

@@ -32,6 +32,7 @@
 #include "runtime/cgroup.h"
 #include "runtime/microvm/guest_files.h"
 #include "runtime/microvm/qemu.h"
+#include "runtime/microvm/vm_host.h"
 #include "runtime/microvm/vm_memory.h"
 #include "runtime/netlink.h"
 #include "runtime/process_handle.h"
@@ -43,6 +44,12 @@ namespace {
 
 using microvm::GuestKernel;
 using microvm::LayerImages;
+using microvm::Ipv4;
+using microvm::Ipv6;
+using microvm::MacOf;
+using microvm::Tail;
+using microvm::VmUids;
+using microvm::WhatItSaid;
 
 // Under TCG a boot takes seconds, more with many at once on few cores.
 constexpr int kBootTimeoutMs = 90000;
@@ -62,77 +69,6 @@ std::string VmDir(const std::string& dir) { return dir + "/vm"; }
 // its own folder for a link to another sandbox's socket.
 std::string CtlDir(const std::string& dir) { return dir + "/ctl"; }
 std::string OwnDisk(const std::string& dir) { return dir + "/disk.ext4"; }
-
-std::string Ipv4(uint32_t host_order) {
-  struct in_addr a = {htonl(host_order)};
-  char b[INET_ADDRSTRLEN];
-  return ::inet_ntop(AF_INET, &a, b, sizeof b) ? b : "";
-}
-std::string Ipv6(const std::array<uint8_t, 16>& a) {
-  char b[INET6_ADDRSTRLEN];
-  return ::inet_ntop(AF_INET6, a.data(), b, sizeof b) ? b : "";
-}
-
-// A MAC of the locally administered range, from the sandbox's address.
-std::string MacOf(const NetLink& l) {
-  char b[18];
-  std::snprintf(b, sizeof b, "52:54:%02x:%02x:%02x:%02x", (l.sandbox >> 24) & 255, (l.sandbox >> 16) & 255,
-                (l.sandbox >> 8) & 255, l.sandbox & 255);
-  return b;
-}
-
-std::string Tail(const std::string& path, size_t n = 800) {
-  auto text = fs::ReadFile(path, 4 << 20);
-  if (!text.ok()) return "";
-  std::string t = *text;
-  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
-  return t.size() > n ? t.substr(t.size() - n) : t;
-}
-
-// The last words of a VM that did not come up: QEMU's own, and the guest's console.
-std::string WhatItSaid(const std::string& vm) {
-  std::string q = Tail(vm + "/qemu.log", 400), c = Tail(vm + "/console.log", 600);
-  return (q.empty() ? "" : "QEMU: " + q + "; ") + (c.empty() ? "the console is empty" : "console: " + c);
-}
-
-// Hands out the uids QEMU and the relay run as, one per live sandbox, so that no VM's
-// processes can signal or trace another's.
-class VmUids {
- public:
-  VmUids(uid_t base, uid_t count) : base_(base), count_(count) {}
-  Result<uid_t> Take(const std::string& id) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (auto it = taken_.find(id); it != taken_.end()) return it->second;
-    for (uid_t i = 0; i < count_; ++i) {
-      uid_t u = base_ + (next_ + i) % count_;
-      if (in_use_.count(u)) continue;
-      next_ = (next_ + i + 1) % count_;
-      taken_[id] = u;
-      in_use_.insert(u);
-      return u;
-    }
-    return MakeError(Code::kResourceExhausted, "every microVM uid is in use");
-  }
-  void Note(const std::string& id, uid_t u) {
-    std::lock_guard<std::mutex> l(mu_);
-    taken_[id] = u;
-    in_use_.insert(u);
-  }
-  void Release(const std::string& id) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (auto it = taken_.find(id); it != taken_.end()) {
-      in_use_.erase(it->second);
-      taken_.erase(it);
-    }
-  }
-
- private:
-  uid_t base_, count_;
-  std::mutex mu_;
-  std::map<std::string, uid_t> taken_;
-  std::set<uid_t> in_use_;
-  uid_t next_ = 0;
-};
 
 class MicrovmRuntime : public Runtime {
  public:
