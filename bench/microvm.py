@@ -7,6 +7,8 @@ same run (the floor). One sbxd of its own; prints Markdown tables:
 - exec round trip (`true`, HTTP keep-alive) on each wall;
 - memory per idle VM: its cgroup's (QEMU and the guest's touched pages) after it settles,
   against an idle container's;
+- a memory template of one VM (a process running in it): the snapshot, then creates from
+  it (each loads the template's memory) against the cold boot, and each copy's memory;
 - hibernate and resume of one VM (QEMU saves its devices' state, sbxd copies the RAM the
   guest touched; a resume loads them), the resume against the cold boot, and the size of
   the saved VM on disk;
@@ -95,6 +97,23 @@ def main():
         # Hibernate and resume cycles of one VM (a counter running in it).
         vm = sbs["microvm"][0]
         vm.exec(["sh", "-c", "(while true; do date +%s%N > /tmp/t; sleep 0.1; done) >/dev/null 2>&1 &"])
+        # A memory template of it, and creates from it (each checked: the counter runs).
+        name = f"bench-mem-{vm.id}"
+        t = time.perf_counter()
+        vm.snapshot(name, memory=True)
+        snap_ms = ms(t)
+        from_mem, copies = [], []
+        for _ in range(a.runs):
+            t = time.perf_counter()
+            cp = c.create(from_=name, isolation="microvm")
+            from_mem.append(ms(t))
+            assert cp.exec(["cat", "/tmp/t"]).exit_code == 0
+            copies.append(cp)
+        time.sleep(5)
+        copy_mem = [memory_of(d, s.id, "microvm") for s in copies]
+        for s in copies:
+            s.delete()
+        c.api.request("DELETE", f"/v1/snapshots/{name}")
         hib, res, saved = [], [], []
         for _ in range(a.runs):
             t = time.perf_counter()
@@ -119,6 +138,10 @@ def main():
         print(row("exec `true` round trip, container (ms)", execs["container"]))
         print(row(f"exec `true` round trip, microVM ({accel}) (ms)", execs["microvm"],
                   floor=statistics.median(execs["container"])))
+        print(row(f"memory template of a microVM ({accel}), the snapshot (ms)", [snap_ms]))
+        print(row(f"create from a memory template ({accel}), vs a cold boot (ms)", from_mem,
+                  floor=statistics.median(create["microvm"])))
+        print(row("memory of an idle copy of a memory template, its cgroup (MiB)", copy_mem))
         print(row(f"hibernate a microVM ({accel}) (ms)", hib))
         print(row(f"resume a hibernated microVM ({accel}), vs its cold boot (ms)", res,
                   floor=statistics.median(create["microvm"])))
