@@ -71,3 +71,46 @@ def test_the_vm_holds_no_host_privilege_and_its_files_are_its_own(client, daemon
                 st = {l.split(":")[0]: l.split(":")[1].split() for l in open(f"/proc/{pid}/status")}
                 assert st["Uid"] == [str(uid)] * 4, (pid, st["Name"], st["Uid"])
                 assert st["CapEff"] == ["0000000000000000"], (pid, st["Name"])
+
+
+def test_a_vms_monitor_and_saved_memory_are_out_of_other_vms_reach(client, daemon):
+    """QEMU's monitor (which can stop, save and read a VM) answers only its own user and
+    root; another VM's user cannot reach it, nor a hibernated VM's memory or a memory
+    template's, which are root's alone."""
+    import socket
+    import subprocess
+    with client.create(image="busybox", isolation="microvm") as a, \
+            client.create(image="busybox", isolation="microvm") as b:
+        ub = os.stat(vm_dir(daemon, b.id)).st_uid
+        monitor = os.path.join(vm_dir(daemon, a.id), "qmp.sock")
+        assert os.path.exists(monitor)
+        probe = ("import socket, sys\n"
+                 "s = socket.socket(socket.AF_UNIX)\n"
+                 "try:\n    s.connect(sys.argv[1]); print('connected')\n"
+                 "except OSError as e:\n    print('refused', e.errno)\n")
+        def as_b(*args):
+            return subprocess.run(["/usr/bin/python3", "-c", *args], capture_output=True, text=True,
+                                  user=ub, group=ub, timeout=30).stdout
+        assert as_b(probe, monitor).startswith("refused"), "another VM's user reached a monitor"
+        # A hibernated VM's memory, and a memory template's, are root's, mode 0600.
+        a.exec("echo secret-in-memory > /tmp/s", check=True)
+        name = f"mem-sec-{a.id}"
+        snap = daemon.raw("POST", f"/v1/sandboxes/{a.id}/snapshot", body={"name": name, "memory": True})[1]
+        assert snap["memory"] is True, snap
+        try:
+            a.pause(mode="hibernate")
+            saved = os.path.join(daemon.data, "hibernated", a.id)
+            layers = os.path.join(daemon.data, "layers")
+            template = [os.path.join(layers, l) for l in os.listdir(layers)
+                        if os.path.exists(os.path.join(layers, l, "vm.ram"))]
+            assert template
+            for folder in [saved, *template]:
+                for f in ("vm.ram", "vm.mem", "vm.json"):
+                    st = os.stat(os.path.join(folder, f))
+                    assert st.st_uid == 0 and st.st_mode & 0o077 == 0, (folder, f, oct(st.st_mode))
+                read = ("import sys\ntry:\n    open(sys.argv[1], 'rb').read(1); print('read')\n"
+                        "except OSError as e:\n    print('refused', e.errno)\n")
+                assert as_b(read, os.path.join(folder, "vm.ram")).startswith("refused")
+            assert a.resume().exec("cat /tmp/s").stdout == "secret-in-memory\n"
+        finally:
+            daemon.raw("DELETE", f"/v1/snapshots/{name}")
