@@ -25,6 +25,7 @@
 
 #include "agent/frame_io.h"
 #include "agent/spawn.h"
+#include "base/proc.h"
 #include "base/unique_fd.h"
 
 namespace sbx::agent {
@@ -477,19 +478,7 @@ void ServeProcAttach(int sock, const std::string& payload) {
   }
   // The request, with sbxd's connection itself: from now on the keeper answers on it.
   std::string frame = EncodeFrame(FrameType::kProcAttach, payload);
-  struct iovec iov = {frame.data(), frame.size()};
-  alignas(struct cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
-  struct msghdr m = {};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = cbuf;
-  m.msg_controllen = sizeof cbuf;
-  struct cmsghdr* c = CMSG_FIRSTHDR(&m);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &sock, sizeof sock);
-  if (sendmsg(k.get(), &m, MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size()))
+  if (proc::SendWithFd(k.get(), frame, sock) != static_cast<ssize_t>(frame.size()))
     SendError(sock, Errno(errno, "handing the connection to the process's keeper"));
 }
 

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -89,6 +90,24 @@ uint64_t SelfPeakRssBytes() {
 int SelfFdCount() {
   auto l = fs::ListDir("/proc/self/fd");
   return l.ok() ? static_cast<int>(l->size()) - 1 : -1;  // minus the one opendir holds
+}
+
+ssize_t SendWithFd(int sock, const std::string& data, int fd) {
+  struct iovec iov = {const_cast<char*>(data.data()), data.size()};
+  struct msghdr m = {};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (fd >= 0) {
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+    struct cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  return ::sendmsg(sock, &m, MSG_NOSIGNAL);
 }
 
 }  // namespace sbx::proc

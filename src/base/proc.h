@@ -26,5 +26,8 @@ uint64_t SelfRssBytes();
 // The most resident memory this process has had (VmHWM).
 uint64_t SelfPeakRssBytes();
 int SelfFdCount();
+// One sendmsg(2) of `data` on the unix socket `sock`, with the descriptor `fd` along
+// (SCM_RIGHTS) where it is >= 0; MSG_NOSIGNAL. Returns sendmsg's result (errno set).
+ssize_t SendWithFd(int sock, const std::string& data, int fd);
 
 }  // namespace sbx::proc

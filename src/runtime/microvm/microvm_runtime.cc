@@ -392,8 +392,6 @@ class MicrovmRuntime : public Runtime {
     return j.is_object() && j.contains(key) ? j[key] : nlohmann::json();
   }
 
-  // Hibernate: QEMU saves the VM (memory and devices) into `dir` and ends; the disk stays
-  // as the saved memory knows it until the restore.
   // What a save needs of a running VM, and the shape it is saved with.
   Result<std::pair<microvm::RunningVm, microvm::SavedShape>> SaveOf(const StartSpec& spec, const Instance& inst) {
     auto uid = Saved(inst.saved_state, "uid");
@@ -414,6 +412,8 @@ class MicrovmRuntime : public Runtime {
     return std::make_pair(running, shape);
   }
 
+  // Hibernate: QEMU saves the VM (memory and devices) into `dir` and ends; the disk stays
+  // as the saved memory knows it until the restore.
   Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& dir) override {
     SBX_ASSIGN_OR_RETURN(auto save, SaveOf(spec, inst));
     auto& [running, shape] = save;

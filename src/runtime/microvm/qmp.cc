@@ -9,6 +9,8 @@
 #include <cstring>
 #include <thread>
 
+#include "base/proc.h"
+
 namespace sbx::runtime::microvm {
 namespace {
 
@@ -60,23 +62,9 @@ Result<Qmp> Qmp::Connect(const std::string& dir, const std::string& name, uid_t 
 }
 
 Status Qmp::Send(const std::string& line, int pass_fd) {
-  struct iovec iov = {const_cast<char*>(line.data()), line.size()};
-  struct msghdr m = {};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (pass_fd >= 0) {
-    m.msg_control = control;
-    m.msg_controllen = sizeof control;
-    struct cmsghdr* c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-  }
   // A command is a few hundred bytes: one send takes it whole, or fails.
   ssize_t n;
-  do n = ::sendmsg(fd_.get(), &m, MSG_NOSIGNAL);
+  do n = proc::SendWithFd(fd_.get(), line, pass_fd);
   while (n < 0 && errno == EINTR);
   if (n < 0) return ErrnoError("write to QEMU's monitor");
   if (static_cast<size_t>(n) != line.size()) return MakeError(Code::kInternal, "a short write to QEMU's monitor");
