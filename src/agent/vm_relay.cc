@@ -189,7 +189,8 @@ Result<int> MakeRam(uint64_t mb, const std::string& from) {
 
 int LaunchVmm(const LaunchOptions& o) {
   auto fail = [](const std::string& why) {
-    std::fprintf(stderr, "sbx-agent --vm-launch: %s: %s\n", why.c_str(), std::strerror(errno));
+    if (errno != 0) std::fprintf(stderr, "sbx-agent --vm-launch: %s: %s\n", why.c_str(), std::strerror(errno));
+    else std::fprintf(stderr, "sbx-agent --vm-launch: %s\n", why.c_str());
     return 1;
   };
   if (o.argv.empty()) return fail("no command");
@@ -206,6 +207,7 @@ int LaunchVmm(const LaunchOptions& o) {
     if (::ioctl(tap, TUNSETIFF, &ifr) != 0) return fail("attach to tap " + o.tap);
   }
   tap = Above(tap);
+  if (!o.tap.empty() && tap < 0) return fail("move the tap's descriptor");
   int incoming = -1;
   if (!o.incoming.empty()) {
     incoming = Above(::open(o.incoming.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
@@ -219,6 +221,7 @@ int LaunchVmm(const LaunchOptions& o) {
       return fail("the guest's RAM: " + made.error().message);
     }
     ram = *made;
+    if (ram < 0) return fail("move the guest's RAM's descriptor");
   }
   std::vector<gid_t> groups;
   struct stat kvm;
