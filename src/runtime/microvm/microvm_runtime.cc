@@ -423,9 +423,9 @@ class MicrovmRuntime : public Runtime {
     // Its disk's file system frozen first (journal flushed, marked clean): the disk of a
     // hibernated sandbox is whole, for a snapshot or a fresh boot; the restore thaws it.
     SBX_RETURN_IF_ERROR(agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kFreeze));
-    if (Status st = microvm::SaveVm(running, shape, dir, kSaveTimeoutMs); !st.ok()) {
+    if (auto saved = microvm::SaveVm(running, shape, dir, kSaveTimeoutMs); !saved.ok()) {
       (void)agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kThaw);
-      return st;
+      return saved.error();
     }
     const auto t1 = std::chrono::steady_clock::now();
     Status st = EndVm(spec.id, inst);
@@ -446,19 +446,18 @@ class MicrovmRuntime : public Runtime {
     auto& [running, shape] = save;
     if (::mkdir(dst.c_str(), 0755) != 0) return ErrnoError("mkdir " + dst);
     SBX_RETURN_IF_ERROR(agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kFreeze));
-    Status st = microvm::SaveVm(running, shape, dst, kSaveTimeoutMs);
+    Result<uint64_t> saved = microvm::SaveVm(running, shape, dst, kSaveTimeoutMs);
     Result<uint64_t> disk = uint64_t{0};
-    if (st.ok()) disk = microvm::CopyDisk(OwnDisk(spec.dir), dst + "/" + kVmDiskLayer);
-    if (st.ok()) {
+    if (saved.ok()) disk = microvm::CopyDisk(OwnDisk(spec.dir), dst + "/" + kVmDiskLayer);
+    if (saved.ok()) {
       // It goes on whether or not its disk was copied.
       Status go = microvm::ContinueVm(running.dir, running.uid, kSyncTimeoutMs);
       if (!go.ok()) SBX_LOG(kError) << "sandbox " << spec.id << " stays stopped after its capture: " << go.error().message;
     }
     (void)agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kThaw);
-    if (!st.ok()) return st.error();
+    if (!saved.ok()) return saved.error();
     if (!disk.ok()) return disk.error();
-    auto shape_read = microvm::ReadSavedShape(dst);
-    return Captured{"", *disk + (shape_read.ok() ? shape_read->bytes : 0)};
+    return Captured{"", *disk + *saved};
   }
 
   Status UpdateLimits(const std::string& id, const Limits& l) override {

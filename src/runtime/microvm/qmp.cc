@@ -20,12 +20,12 @@ using Clock = std::chrono::steady_clock;
 // An answer longer than this is no answer of QEMU's (query-migrate's is a few hundred bytes).
 constexpr size_t kMaxLine = 1 << 20;
 
+}  // namespace
+
 int MsLeft(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return left < 0 ? 0 : static_cast<int>(left);
 }
-
-}  // namespace
 
 Result<Qmp> Qmp::Connect(const std::string& dir, const std::string& name, uid_t uid, int timeout_ms) {
   // Through a handle on the folder: its path may be longer than a socket address holds.

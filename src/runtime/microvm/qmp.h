@@ -17,6 +17,9 @@
 
 namespace sbx::runtime::microvm {
 
+// Milliseconds until `deadline` (0 once it passed).
+int MsLeft(std::chrono::steady_clock::time_point deadline);
+
 class Qmp {
  public:
   // Connects to the socket `name` in the folder `dir` (QEMU's), served by `uid`, and

@@ -28,17 +28,14 @@ Status IgnoreSharedRam(Qmp& q) {
   return OkStatus();
 }
 
-int MsLeft(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left < 1 ? 1 : static_cast<int>(left);
-}
-
 }  // namespace
 
+// QEMU's descriptor of the guest's RAM, as root reaches it.
+std::string RamPath(pid_t pid) { return "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(agent::kRamFd); }
+
 Result<std::pair<uint64_t, uint64_t>> RamIdentity(pid_t pid) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(agent::kRamFd);
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return ErrnoError("stat the VM's RAM");
+  if (::stat(RamPath(pid).c_str(), &st) != 0) return ErrnoError("stat the VM's RAM");
   return std::make_pair(static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino));
 }
 
@@ -49,8 +46,7 @@ namespace {
 Result<uint64_t> CopyRam(const RunningVm& vm, uint64_t size, const std::string& to) {
   // QEMU's user may have put anything on that descriptor: only the memfd it was given,
   // whole, is read.
-  const std::string path = "/proc/" + std::to_string(vm.pid) + "/fd/" + std::to_string(agent::kRamFd);
-  UniqueFd ram(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  UniqueFd ram(::open(RamPath(vm.pid).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!ram.valid()) return ErrnoError("open the VM's RAM");
   struct stat st;
   if (::fstat(ram.get(), &st) != 0) return ErrnoError("stat the VM's RAM");
@@ -67,7 +63,7 @@ Result<uint64_t> CopyRam(const RunningVm& vm, uint64_t size, const std::string& 
 
 }  // namespace
 
-Status SaveVm(const RunningVm& vm, const SavedShape& shape, const std::string& out, int timeout_ms) {
+Result<uint64_t> SaveVm(const RunningVm& vm, const SavedShape& shape, const std::string& out, int timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   const std::string stream = out + "/" + kSavedMemory;
   UniqueFd fd(::open(stream.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
@@ -104,7 +100,7 @@ Status SaveVm(const RunningVm& vm, const SavedShape& shape, const std::string& o
     (void)q.Execute("cont");
     return st.error().Wrap("saving the VM");
   }
-  return OkStatus();
+  return s.bytes;
 }
 
 Result<SavedShape> ReadSavedShape(const std::string& dir) {

@@ -50,7 +50,8 @@ Result<std::pair<uint64_t, uint64_t>> RamIdentity(pid_t pid);
 // the folder `out` (which must exist, empty). On success QEMU is left stopped, its disks
 // flushed and released: end it. On failure the VM runs on, and `out` may hold a partial
 // stream.
-Status SaveVm(const RunningVm& vm, const SavedShape& shape, const std::string& out, int timeout_ms);
+// Returns the bytes saved (the RAM's data and the stream).
+Result<uint64_t> SaveVm(const RunningVm& vm, const SavedShape& shape, const std::string& out, int timeout_ms);
 
 // The shape of the saved VM in `dir` (an error if the folder is not whole).
 Result<SavedShape> ReadSavedShape(const std::string& dir);
