@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "agent/channel_mux.h"
+#include "agent/vm_jail.h"
 #include "base/fs.h"
 #include "base/unique_fd.h"
 
@@ -149,6 +150,8 @@ Result<LaunchOptions> ParseLaunch(const std::vector<std::string>& a) {
     else if (a[i] == "--ram") o.ram_mb = std::strtoull(v.c_str(), nullptr, 10);
     else if (a[i] == "--ram-from") o.ram_from = v;
     else if (a[i] == "--incoming") o.incoming = v;
+    else if (a[i] == "--ro") o.read_only.push_back(v);
+    else if (a[i] == "--rw") o.read_write.push_back(v);
     else return MakeError(Code::kInvalidArgument, "unknown option " + a[i]);
   }
   if (i >= a.size() || i + 1 >= a.size()) return MakeError(Code::kInvalidArgument, "no command after --");
@@ -240,6 +243,10 @@ int LaunchVmm(const LaunchOptions& o) {
   if (tap >= 0 && ::dup2(tap, kTapFd) < 0) _exit(fail("dup the tap"));  // dup2 clears close-on-exec
   if (incoming >= 0 && ::dup2(incoming, kIncomingFd) < 0) _exit(fail("dup the saved VM"));
   if (ram >= 0 && ::dup2(ram, kRamFd) < 0) _exit(fail("dup the guest's RAM"));
+  if (Status jailed = EnterVmJail({o.dir, o.read_only, o.read_write, o.argv[0]}); !jailed.ok()) {
+    errno = 0;
+    _exit(fail("QEMU's jail: " + jailed.error().message));
+  }
   if (::setgroups(groups.size(), groups.data()) != 0 || ::setresgid(o.gid, o.gid, o.gid) != 0 ||
       ::setresuid(o.uid, o.uid, o.uid) != 0)
     _exit(fail("drop to uid " + std::to_string(o.uid)));

@@ -33,7 +33,10 @@ constexpr size_t kConsoleCap = 1 << 20;
 //   --ram MB         the guest's RAM: a memfd of MB MiB as QEMU's fd 5 (vm_config.h)
 //   --ram-from FILE  that RAM filled from FILE (a saved VM's, sparse)
 //   --incoming FILE  a saved VM to restore, open for reading as QEMU's fd 4
-// QEMU's own system-call filter then refuses new processes and privilege changes.
+//   --ro PATH        a file QEMU reads (kernel, initramfs, layer image), shown in its jail
+//   --rw PATH        a file QEMU writes (its own disk), shown in its jail
+// QEMU runs in a jail (vm_jail.h) that shows it DIR and those files and nothing else of
+// the host's; its own system-call filter then refuses new processes and privilege changes.
 struct LaunchOptions {
   std::string dir;
   uid_t uid = 0;
@@ -43,6 +46,7 @@ struct LaunchOptions {
   uint64_t ram_mb = 0;   // 0: QEMU's own anonymous memory
   std::string ram_from;  // empty: a zeroed RAM
   std::string incoming;  // empty: none
+  std::vector<std::string> read_only, read_write;
   std::vector<std::string> argv;
 };
 // The options from the arguments after --vm-launch.

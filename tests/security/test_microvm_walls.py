@@ -114,3 +114,62 @@ def test_a_vms_monitor_and_saved_memory_are_out_of_other_vms_reach(client, daemo
             assert a.resume().exec("cat /tmp/s").stdout == "secret-in-memory\n"
         finally:
             daemon.raw("DELETE", f"/v1/snapshots/{name}")
+
+
+def test_qemu_sees_only_its_own_files_in_its_jail(client, daemon):
+    """QEMU runs in a mount namespace of its own (the jailer's idea): its root shows the
+    system's programs, the files its VM boots from and its own folder and disk, nothing
+    else of the host's: no other VM's folder, disk or template, no API key, no /etc; and its
+    /proc shows its user's processes only."""
+    import subprocess
+    with client.create(image="busybox", isolation="microvm") as a, \
+            client.create(image="busybox", isolation="microvm") as b:
+        # A template that `a` does not boot from: its disk image is out of a's sight.
+        b.exec("echo template-secret > /root/t", check=True)
+        name = f"jail-{b.id}"
+        snap = daemon.raw("POST", f"/v1/sandboxes/{b.id}/snapshot", body={"name": name})[1]
+        assert snap.get("name") == name, snap
+        try:
+            pid = int(open(os.path.join(vm_dir(daemon, a.id), "qemu.pid")).read())
+            ua = os.stat(vm_dir(daemon, a.id)).st_uid
+            root = f"/proc/{pid}/root"
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\0")
+            named = {p for arg in argv for part in arg.split(",") for p in [part.split("=", 1)[-1]]
+                     if p.startswith("/")}
+            # Everything of sbxd's data dir that QEMU sees is its own folder and disk, or a
+            # file on its command line.
+            own = os.path.join(daemon.data, "sandboxes", a.id)
+            seen = []
+            for top, dirs, files in os.walk(root + daemon.data):
+                for f in files:
+                    seen.append(os.path.join(top, f)[len(root):])
+            assert seen
+            for path in seen:
+                assert path.startswith(own + "/") or path in named, path
+            assert not os.path.exists(root + os.path.join(daemon.data, "sandboxes", b.id))
+            assert not os.path.exists(root + os.path.join(daemon.data, "api-key"))
+            assert os.listdir(root + "/etc") == ["ld.so.cache"]
+            for gone in ("/root", "/home", "/run", "/boot", "/var/lib"):
+                if not daemon.data.startswith(gone + "/"):
+                    assert not os.path.exists(root + gone), gone
+            assert set(os.listdir(root + "/dev")) <= {"null", "zero", "full", "random", "urandom", "kvm"}
+            # What QEMU's user sees from inside: only its own processes, and it cannot
+            # write anywhere but its folder and disk.
+            def inside(*cmd):
+                return subprocess.run(["nsenter", "-t", str(pid), "-m", "-S", str(ua), "-G", str(ua), *cmd],
+                                      capture_output=True, text=True, timeout=30)
+            listed = inside("/usr/bin/ls", "/proc")
+            assert listed.returncode == 0, listed.stderr
+            pids = {int(p) for p in listed.stdout.split() if p.isdigit()}
+            assert pid in pids and 1 not in pids and os.getpid() not in pids and daemon.proc.pid not in pids, pids
+            for p in pids:
+                try:
+                    assert os.stat(f"/proc/{p}").st_uid == ua, p
+                except FileNotFoundError:
+                    pass  # ls itself, gone
+            wrote = inside("/usr/bin/touch", "/usr/x", "/x", "/var/x")
+            assert wrote.returncode != 0 and not os.path.exists("/usr/x")
+            # The VM works as ever.
+            assert a.exec("echo fine").stdout == "fine\n"
+        finally:
+            daemon.raw("DELETE", f"/v1/snapshots/{name}")

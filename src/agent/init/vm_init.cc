@@ -19,6 +19,7 @@
 
 #include "agent/channel_mux.h"
 #include "agent/init/container_init.h"
+#include "agent/init/mounts.h"
 #include "agent/init/vm_net.h"
 #include "agent/server.h"
 #include "base/fs.h"
@@ -27,13 +28,6 @@ namespace sbx::agent {
 namespace {
 
 constexpr const char* kAgentName = "sbx-agent";  // the agent's abstract socket in the guest
-
-Status Mount(const char* src, const std::string& target, const char* type, unsigned long flags,
-             const std::string& data = "") {
-  if (::mount(src, target.c_str(), type, flags, data.empty() ? nullptr : data.c_str()) != 0)
-    return ErrnoError("mount " + target);
-  return OkStatus();
-}
 
 Status Dir(const std::string& path, mode_t mode = 0755) {
   if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return ErrnoError("mkdir " + path);

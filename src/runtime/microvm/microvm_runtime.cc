@@ -273,6 +273,10 @@ class MicrovmRuntime : public Runtime {
     std::vector<std::string> launch = {o_.agent_path, "--vm-launch", vm, std::to_string(uid), std::to_string(uid), log,
                                        "--ram", std::to_string(vs.memory_mb)};
     if (!vs.tap.empty()) launch.insert(launch.end(), {"--tap", vs.tap});
+    // QEMU's jail shows it these and its own folder, nothing else of the host's.
+    for (const std::string& f : {vs.kernel, vs.initrd}) launch.insert(launch.end(), {"--ro", f});
+    for (const auto& f : images) launch.insert(launch.end(), {"--ro", f});
+    launch.insert(launch.end(), {"--rw", vs.own_disk});
     if (shape)
       launch.insert(launch.end(), {"--ram-from", saved + "/" + microvm::kSavedRam, "--incoming", saved + "/" + microvm::kSavedMemory});
     launch.emplace_back("--");
@@ -324,29 +328,12 @@ class MicrovmRuntime : public Runtime {
     // A loaded VM's clock stood still since its save, and its kernel's random state is
     // the saved one's.
     if (shape) {
-      if (Status st = Renew(*inst.agent, copy ? spec.hostname : "", copy ? NetJson(cfg) : ""); !st.ok())
+      if (Status st = microvm::RenewLoadedVm(*inst.agent, kSyncTimeoutMs, copy ? &cfg : nullptr); !st.ok())
         return fail(st.error().Wrap("renewing the restored VM"));
       if (Status st = agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kThaw); !st.ok())
         return fail(st.error().Wrap("thawing the restored VM's disk"));
     }
     return inst;
-  }
-
-  static std::string NetJson(const agent::VmConfig& c) {
-    if (c.address.empty()) return "";
-    return nlohmann::json{{"address", c.address}, {"gateway", c.gateway}, {"prefix", c.prefix},
-                          {"address6", c.address6}, {"gateway6", c.gateway6}}.dump();
-  }
-
-  static Status Renew(const agent::Dialer& a, const std::string& hostname, const std::string& net) {
-    agent::Renewal r;
-    r.time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    r.entropy.resize(64);
-    if (::getrandom(r.entropy.data(), r.entropy.size(), 0) != static_cast<ssize_t>(r.entropy.size()))
-      return ErrnoError("getrandom");
-    r.hostname = hostname;
-    r.net = net;
-    return agent::RenewBlocking(a, kSyncTimeoutMs, r);
   }
 
   // The process handle's saved state, with the VM's uid, accelerator, tap and RAM beside it.

@@ -1,6 +1,7 @@
 #include "runtime/microvm/vm_memory.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -151,6 +152,22 @@ Status ContinueVm(const std::string& vm_dir, uid_t uid, int timeout_ms) {
   (void)q.Execute("migrate_cancel");
   SBX_RETURN_IF_ERROR(q.Execute("cont"));
   return OkStatus();
+}
+
+Status RenewLoadedVm(const agent::Dialer& agent, int timeout_ms, const agent::VmConfig* copy) {
+  agent::Renewal r;
+  r.time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+  r.entropy.resize(64);
+  if (::getrandom(r.entropy.data(), r.entropy.size(), 0) != static_cast<ssize_t>(r.entropy.size()))
+    return ErrnoError("getrandom");
+  if (copy) {
+    r.hostname = copy->hostname;
+    if (!copy->address.empty())
+      r.net = json{{"address", copy->address}, {"gateway", copy->gateway}, {"prefix", copy->prefix},
+                   {"address6", copy->address6}, {"gateway6", copy->gateway6}}.dump();
+  }
+  return agent::RenewBlocking(agent, timeout_ms, r);
 }
 
 }  // namespace sbx::runtime::microvm

@@ -14,6 +14,8 @@
 #include <string>
 #include <utility>
 
+#include "agent/protocol.h"
+#include "agent/vm_config.h"
 #include "base/result.h"
 
 namespace sbx::runtime::microvm {
@@ -59,6 +61,12 @@ Result<SavedShape> ReadSavedShape(const std::string& dir);
 // Waits until the QEMU in `vm_dir` (started with `-incoming`) has loaded its saved VM,
 // then lets it run.
 Status RunLoadedVm(const std::string& vm_dir, uid_t uid, int timeout_ms);
+
+// After a load: sets the guest's clock to the host's and mixes fresh host entropy into its
+// kernel's pool (the saved VM's clock stood still and its random state is the saved one's);
+// for another sandbox's VM (a template's copy, `copy` its own config) also its hostname and
+// network addresses.
+Status RenewLoadedVm(const agent::Dialer& agent, int timeout_ms, const agent::VmConfig* copy);
 
 // Lets a VM that a save left stopped run again (a save cut short by sbxd's end); a
 // running one is left as it is.

@@ -1,0 +1,34 @@
+// QEMU's view of the host, after the Firecracker jailer's idea: `sbx-agent --vm-launch`
+// enters it as root, just before it drops to the VM's user. It is a mount namespace of
+// the VM's own, whose root is an empty read-only tmpfs holding, each at its host path:
+//   - the system's programs and libraries: /usr and the top-level links or folders into
+//     it (/bin, /lib, /lib64, ...), and /etc/ld.so.cache, read-only;
+//   - a /dev of null, zero, full, random, urandom and kvm (where the host has it);
+//   - a /proc of its own that shows a process only to its own user (hidepid=invisible),
+//     and /sys read-only;
+//   - QEMU itself where it lives elsewhere, read-only;
+//   - the files the VM boots from (kernel, initramfs, layer images), read-only;
+//   - its own folder and disk, read-write.
+// Nothing else of the host is there: no other VM's folder, disk or template, no data
+// dir, no /etc, /home or /root. So a QEMU that its guest took over reads only its own.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+
+namespace sbx::agent {
+
+struct JailFiles {
+  std::string dir;                       // the VM's folder: read-write, the jail's cwd
+  std::vector<std::string> read_only;    // absolute paths of files QEMU reads
+  std::vector<std::string> read_write;   // absolute paths of files QEMU writes
+  std::string program;                   // QEMU's own path, where absolute (read-only, executable)
+};
+
+// Enters the jail (root only; the caller's mounts elsewhere are untouched). On success
+// the process's root is the jail and its working directory `dir`.
+Status EnterVmJail(const JailFiles& files);
+
+}  // namespace sbx::agent
