@@ -23,7 +23,7 @@ struct SnapshotCommands {
   std::string snap_id, snap_name;
   std::string fork_id;
   int fork_count = 1;
-  bool snap_memory = false;
+  bool snap_memory = false, fork_memory = false;
   std::string tb_name, tb_image, tb_from, tb_type = "small", tb_user;
   std::vector<std::string> tb_steps;
   int64_t tb_timeout = 1800;
@@ -45,6 +45,8 @@ void SnapshotCommands::Add(CLI::App& app) {
   fork->footer("Example: sbx fork my-box --count 3");
   fork->add_option("id", fork_id)->required();
   fork->add_option("--count", fork_count, "how many (default 1)");
+  fork->add_flag("--memory", fork_memory,
+                 "start each from the running sandbox's memory too, its processes running (microVM sandboxes)");
 
   auto* tmpl = app.add_subcommand("template", "templates (named snapshots)");
   tmpl->footer("Examples: sbx template build py --image default --run 'python3 -m venv /home/user/v' --run '/home/user/v/bin/pip install sympy'\n"
@@ -81,7 +83,9 @@ std::optional<int> SnapshotCommands::Run(HttpClient& c, const Globals& g) {
     return 0;
   }
   if (*fork) {
-    auto j = CallJson(c, "POST", "/v1/sandboxes/" + fork_id + "/fork", json{{"count", fork_count}});
+    json body = {{"count", fork_count}};
+    if (fork_memory) body["memory"] = true;
+    auto j = CallJson(c, "POST", "/v1/sandboxes/" + fork_id + "/fork", body);
     if (!j) return 1;
     if (g.json) std::printf("%s\n", (*j)["sandboxes"].dump().c_str());
     else

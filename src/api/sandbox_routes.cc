@@ -195,15 +195,17 @@ asio::awaitable<Response> Api::SnapshotSandbox(Request& req) {
 }
 
 asio::awaitable<Response> Api::ForkSandbox(Request& req) {
-  auto j = ParseObject(req.body, {"count"});
+  auto j = ParseObject(req.body, {"count", "memory"});
   if (!j.ok()) co_return ErrorResponse(j.error());
   auto count = GetInt(*j, "count");
   if (!count.ok()) co_return ErrorResponse(count.error());
+  auto memory = GetBool(*j, "memory", false);
+  if (!memory.ok()) co_return ErrorResponse(memory.error());
   int64_t n = count->value_or(1);
   if (n < 1 || n > 64) co_return Bad("count must be between 1 and 64");
   std::string id = req.params["id"];
-  std::function<Result<std::vector<core::SandboxView>>()> fn = [this, &id, n] {
-    return manager_->Fork(id, static_cast<int>(n));
+  std::function<Result<std::vector<core::SandboxView>>()> fn = [this, &id, n, &memory] {
+    return manager_->Fork(id, static_cast<int>(n), *memory);
   };
   int64_t t0 = NowUs();
   auto list = co_await RunBlocking(pool_, &fn);

@@ -50,10 +50,10 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
       return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state);
     if (memory && !rt->Caps().memory_snapshots)
       return MakeError(Code::kFailedPrecondition,
-                       "a snapshot with memory is not available for sandboxes of isolation " + rt->Kind() +
-                           " (the microVM wall has it); take one without memory");
+                       "a capture with memory (a snapshot or fork) is not available for sandboxes of isolation " +
+                           rt->Kind() + " (the microVM wall has it); leave memory out");
     if (memory && !e->is(State::kRunning))
-      return MakeError(Code::kFailedPrecondition, "a snapshot with memory needs a running sandbox; sandbox " + id +
+      return MakeError(Code::kFailedPrecondition, "a capture with memory needs a running sandbox; sandbox " + id +
                                                       " is " + e->rec.state + (e->is(State::kPaused) ? ": resume it first" : ""));
     if (memory) {
       spec = SpecOf(e->rec);
@@ -172,7 +172,7 @@ Result<storage::SnapshotRecord> SandboxManager::Snapshot(const std::string& id, 
   return rec;
 }
 
-Result<std::vector<SandboxView>> SandboxManager::Fork(const std::string& id, int count) {
+Result<std::vector<SandboxView>> SandboxManager::Fork(const std::string& id, int count, bool memory) {
   if (count < 1 || count > 64) return MakeError(Code::kInvalidArgument, "count must be between 1 and 64");
   CreateRequest req;
   std::string image;
@@ -209,7 +209,7 @@ Result<std::vector<SandboxView>> SandboxManager::Fork(const std::string& id, int
     req.from = r.from_snapshot;
     image = r.image;
   }
-  SBX_ASSIGN_OR_RETURN(auto chain, Capture(id, nullptr));
+  SBX_ASSIGN_OR_RETURN(auto chain, Capture(id, nullptr, memory));
   FaultPoint("fork.captured");
   std::vector<SandboxView> out;
   for (int i = 0; i < count; ++i) {

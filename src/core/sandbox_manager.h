@@ -111,9 +111,10 @@ class SandboxManager {
   // copy) as an immutable named snapshot stacked on the layers it runs on; a fork makes
   // `count` running sandboxes, each with a copy-on-write view of the source's files.
   // With `memory`, the snapshot holds the running sandbox's memory too, where its wall can
-  // (a sandbox from it starts from that memory); 409 with the reason where it cannot.
+  // (a sandbox from it starts from that memory), and each fork starts from the source's
+  // memory; 409 with the reason where it cannot.
   Result<storage::SnapshotRecord> Snapshot(const std::string& id, const std::string& name, bool memory = false);
-  Result<std::vector<SandboxView>> Fork(const std::string& id, int count);
+  Result<std::vector<SandboxView>> Fork(const std::string& id, int count, bool memory = false);
   Result<std::vector<storage::SnapshotRecord>> ListSnapshots();
   Result<storage::SnapshotRecord> GetSnapshot(const std::string& name);
   // Sandboxes already started from it keep their layers until they are gone.

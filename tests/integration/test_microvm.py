@@ -338,6 +338,47 @@ def test_a_memory_template_starts_copies_from_its_memory_each_its_own(client, da
         daemon.raw("DELETE", f"/v1/snapshots/{name}")
 
 
+def test_forks_with_memory_start_with_the_sources_processes_each_its_own(client, daemon):
+    src = client.create(image="busybox", isolation="microvm")
+    made = [src]
+    try:
+        src.exec(["sh", "-c", "secret=$$-$RANDOM$RANDOM; while true; do echo $secret > /tmp/s; "
+                              "sleep 0.2; done >/dev/null 2>&1 &"], check=True)
+        time.sleep(1)
+        secret = src.exec("cat /tmp/s").stdout
+        before = daemon.sandbox_dirs()
+        # Refused, with the reason and nothing made: a paused source, another wall.
+        src.pause()
+        status, body = daemon.raw("POST", f"/v1/sandboxes/{src.id}/fork", body={"memory": True})
+        assert status == 409 and "running sandbox" in body["error"]["message"], body
+        src.resume()
+        with client.create(image="busybox") as box:
+            status, body = daemon.raw("POST", f"/v1/sandboxes/{box.id}/fork", body={"memory": True})
+            assert status == 409 and "microVM" in body["error"]["message"], body
+            status, body = daemon.raw("POST", f"/v1/sandboxes/{box.id}/fork", body={"memory": "yes"})
+            assert status == 400, body
+        deadline = time.time() + 30  # the box's folder goes as its delete ends
+        while daemon.sandbox_dirs() != before and time.time() < deadline:
+            time.sleep(0.1)
+        assert daemon.sandbox_dirs() == before
+        forks = src.fork(count=2, memory=True)
+        made += forks
+        assert src.exec("cat /tmp/s").stdout == secret  # the source runs on
+        for f in forks:
+            assert f.data["metadata"]["forked_from"] == src.id
+            # The source's process runs on in it: it writes its secret again.
+            f.exec("rm /tmp/s", check=True)
+            time.sleep(0.6)
+            assert f.exec("cat /tmp/s").stdout == secret
+            assert f.exec("hostname").stdout.strip() == f.id
+        draws = {f.exec("head -c 32 /dev/urandom | od -An -tx1").stdout for f in forks}
+        assert len(draws) == 2, draws
+    finally:
+        for sb in made:
+            sb.delete()
+    daemon.wait_clean()
+
+
 def test_what_this_wall_lacks_is_refused_clearly_and_changes_nothing(client, daemon):
     disk = client.disks.create(size_mb=64)
     try:

@@ -152,12 +152,16 @@ class Sandbox:
             body["memory"] = True
         return Snapshot(self._client, self._client.api.request("POST", self._path("/snapshot"), body=body))
 
-    def fork(self, count: Optional[int] = None) -> Any:
+    def fork(self, count: Optional[int] = None, memory: bool = False) -> Any:
         """New running sandboxes with a copy-on-write view of this one's files.
 
         ``fork()`` returns one :class:`Sandbox`; ``fork(count=K)`` returns a list of K.
+        With ``memory=True`` each starts from this running sandbox's memory too, its
+        processes running (microVM sandboxes).
         """
-        body = {} if count is None else {"count": count}
+        body: Dict[str, Any] = {} if count is None else {"count": count}
+        if memory:
+            body["memory"] = True
         d = self._client.api.request("POST", self._path("/fork"), body=body) or {}
         made = [Sandbox(self._client, s) for s in (d.get("sandboxes") or [])]
         return made[0] if count is None else made

@@ -243,12 +243,16 @@ export class Sandbox {
     return new Snapshot(this.client, d);
   }
 
-  /** One new running sandbox with a copy of this one's files. */
-  fork(options?: { count?: undefined }): Promise<Sandbox>;
+  /**
+   * One new running sandbox with a copy of this one's files; with `memory: true`, started
+   * from this running sandbox's memory too (microVM sandboxes).
+   */
+  fork(options?: { count?: undefined; memory?: boolean }): Promise<Sandbox>;
   /** `count` new running sandboxes (1 to 64), each with a copy of this one's files. */
-  fork(options: { count: number }): Promise<Sandbox[]>;
-  async fork(options: { count?: number } = {}): Promise<Sandbox | Sandbox[]> {
-    const body = options.count === undefined ? {} : { count: options.count };
+  fork(options: { count: number; memory?: boolean }): Promise<Sandbox[]>;
+  async fork(options: { count?: number; memory?: boolean } = {}): Promise<Sandbox | Sandbox[]> {
+    const body: Record<string, unknown> = options.count === undefined ? {} : { count: options.count };
+    if (options.memory) body.memory = true;
     const d = await this.client.http.json<{ sandboxes?: SandboxData[] }>("POST", this.path("/fork"), { json: body });
     const made = (d?.sandboxes ?? []).map((s) => new Sandbox(this.client, s));
     return options.count === undefined ? made[0]! : made;
