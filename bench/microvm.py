@@ -114,6 +114,14 @@ def main():
         for s in copies:
             s.delete()
         c.api.request("DELETE", f"/v1/snapshots/{name}")
+        # Forks with memory: one capture and one load per fork (count 1 each).
+        forks = []
+        for _ in range(a.runs):
+            t = time.perf_counter()
+            f = vm.fork(memory=True)
+            forks.append(ms(t))
+            assert f.exec(["cat", "/tmp/t"]).exit_code == 0
+            f.delete()
         hib, res, saved = [], [], []
         for _ in range(a.runs):
             t = time.perf_counter()
@@ -142,6 +150,8 @@ def main():
         print(row(f"create from a memory template ({accel}), vs a cold boot (ms)", from_mem,
                   floor=statistics.median(create["microvm"])))
         print(row("memory of an idle copy of a memory template, its cgroup (MiB)", copy_mem))
+        print(row(f"fork with memory, count 1 ({accel}), vs a cold boot (ms)", forks,
+                  floor=statistics.median(create["microvm"])))
         print(row(f"hibernate a microVM ({accel}) (ms)", hib))
         print(row(f"resume a hibernated microVM ({accel}), vs its cold boot (ms)", res,
                   floor=statistics.median(create["microvm"])))

@@ -183,7 +183,7 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
     SBX_RETURN_IF_ERROR(admission_.CheckQuota(table_, 1, req.memory_mb.value_or(type.memory_mb), admission_.DiskMbFor(req, type)));
   }
   // Warm sandboxes are made with no_new_privs: a create without it boots its own.
-  if (use_pool && opts_.pool_size > 0 && req.no_new_privs) {
+  if (use_pool && opts_.pool_size > 0 && req.no_new_privs && PoolFits(req, type)) {
     if (EntryPtr pooled = TakeFromPool(req, image_name, layers)) {
       auto v = Claim(pooled, req, type);
       if (v.ok() || v.error().code == Code::kAlreadyExists) return v;

@@ -277,6 +277,9 @@ class SandboxManager {
   };
   // A warm sandbox for `req` (nullptr: none), teaching the pool to keep this key warm.
   EntryPtr TakeFromPool(const CreateRequest& req, const std::string& image, const std::vector<std::string>& layers);
+  // Whether a warm sandbox (of the "small" type) can serve this create: always, but on a
+  // wall of fixed shape (a VM's) only a create of the same vCPUs and memory.
+  bool PoolFits(const CreateRequest& req, const SandboxType& type) const;
   EntryPtr TakePooled(const std::string& key) SBX_REQUIRES(table_.mu);
   Result<SandboxView> Claim(EntryPtr e, const CreateRequest& req, const SandboxType& type);
   void PoolLoop();

@@ -45,6 +45,14 @@ EntryPtr SandboxManager::TakePooled(const std::string& key) {
   return nullptr;
 }
 
+bool SandboxManager::PoolFits(const CreateRequest& req, const SandboxType& type) const {
+  runtime::Runtime* rt = runtimes_->Find(req.isolation);
+  if (!rt || !rt->Caps().fixed_shape) return true;
+  auto small = types_.Find("small");
+  return small.ok() && req.cpus.value_or(type.cpus) == small->cpus &&
+         req.memory_mb.value_or(type.memory_mb) == small->memory_mb;
+}
+
 Result<SandboxView> SandboxManager::Claim(EntryPtr e, const CreateRequest& req, const SandboxType& type) {
   // Only what is per-sandbox changes: the pooled sandbox has run nothing, so it is
   // exactly what a cold create would have made.

@@ -86,6 +86,9 @@ struct Capabilities {
   bool hibernate_with_open_connections = false;
   bool fast_capture = false;      // CaptureFiles in constant time, whatever the files
   bool memory_snapshots = false;  // a template may keep the memory of its sandbox
+  // vCPUs and memory are fixed at boot (a guest kernel's): UpdateLimits changes only the
+  // host's share, so a warm sandbox serves only creates of its own shape.
+  bool fixed_shape = false;
 };
 
 class Runtime {

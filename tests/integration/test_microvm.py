@@ -379,6 +379,50 @@ def test_forks_with_memory_start_with_the_sources_processes_each_its_own(client,
     daemon.wait_clean()
 
 
+def test_a_warm_pool_keeps_loaded_copies_of_a_memory_template(tmp_path):
+    from conftest import Daemon
+    d = Daemon("vm-pool", extra_args=["--pool-size", "1"])
+
+    def wait_pool():  # a VM for the image and one for the template
+        deadline = time.time() + 120
+        while d.metric("sbx_pool_ready") < 2:
+            assert time.time() < deadline, "the pool did not fill"
+            time.sleep(0.1)
+    try:
+        c = d.client()
+        src = c.create(image="busybox", isolation="microvm")
+        src.exec(["sh", "-c", "secret=$$-$RANDOM$RANDOM; while true; do echo $secret > /tmp/s; "
+                              "sleep 0.2; done >/dev/null 2>&1 &"], check=True)
+        time.sleep(1)
+        secret = src.exec("cat /tmp/s").stdout
+        name = "pool-mem"
+        src.snapshot(name, memory=True)
+        first = c.create(from_=name, isolation="microvm")  # loaded at once; the pool learns it
+        wait_pool()
+        claims = d.metric("sbx_pool_claims_total")
+        cp = c.create(from_=name, isolation="microvm", metadata={"k": "v"})
+        assert d.metric("sbx_pool_claims_total") == claims + 1
+        # A loaded copy, renewed for itself: the template's process, its own name and
+        # randomness.
+        assert cp.exec("cat /tmp/s").stdout == secret
+        assert cp.exec("hostname").stdout.strip() == cp.id
+        assert c.get(cp.id).data["metadata"] == {"k": "v"}
+        draws = {sb.exec("head -c 32 /dev/urandom | od -An -tx1").stdout for sb in (first, cp)}
+        assert len(draws) == 2
+        # Another shape never takes a warm VM (its guest keeps the RAM it booted with).
+        wait_pool()
+        claims = d.metric("sbx_pool_claims_total")
+        big = c.create(from_=name, isolation="microvm", resources={"memory_mb": 512})
+        assert d.metric("sbx_pool_claims_total") == claims
+        total_kb = int(big.exec("awk '/MemTotal/ {print $2}' /proc/meminfo").stdout)
+        assert total_kb > 400 * 1024, total_kb
+        for sb in (src, first, cp, big):
+            sb.delete()
+        c.api.request("DELETE", f"/v1/snapshots/{name}")
+    finally:
+        d.destroy()
+
+
 def test_what_this_wall_lacks_is_refused_clearly_and_changes_nothing(client, daemon):
     disk = client.disks.create(size_mb=64)
     try:

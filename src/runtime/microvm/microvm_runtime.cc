@@ -126,6 +126,7 @@ class MicrovmRuntime : public Runtime {
     // connections go through the relay, which ends with QEMU.
     c.hibernate = true;
     c.memory_snapshots = true;  // the same save, kept as a template's layer
+    c.fixed_shape = true;       // the guest's vCPUs and RAM are its boot's
     return c;
   }
 
