@@ -346,6 +346,21 @@ class Bash:
                     "traceback": ""}
 
 
+_host = os.uname().nodename
+
+
+def renew_if_copied():
+    """A copy of this process in another sandbox (a memory template's or a fork's, each
+    with a hostname of its own) draws random numbers of its own: Python's `random` is
+    seeded again from the kernel's pool, which sbx renewed in the copy."""
+    global _host
+    name = os.uname().nodename
+    if name != _host:
+        _host = name
+        if "random" in sys.modules:
+            sys.modules["random"].seed()
+
+
 def main():
     caps = start_captures()
     global _cell
@@ -364,6 +379,7 @@ def main():
         except Exception:
             continue
         count += 1
+        renew_if_copied()
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         _cell = n

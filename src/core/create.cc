@@ -8,6 +8,7 @@
 #include "base/ids.h"
 #include "base/log.h"
 #include "core/layer_files.h"
+#include "core/processes.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
@@ -249,7 +250,16 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
   Status st = table_.Persist(*e);
   if (!st.ok()) SBX_LOG(kError) << "persisting sandbox " << r.id << ": " << st.error().message;
   ++creates_;
-  return View(*e);
+  SandboxView view = View(*e);
+  if (inst->loaded_memory) {
+    // Its processes came with the memory it loaded (code contexts among them): followed
+    // before the create answers.
+    const std::string id = r.id;
+    table_.mu.Unlock();
+    if (processes_) processes_->Reattach(id, true);
+    table_.mu.Lock();
+  }
+  return view;
 }
 
 }  // namespace sbx::core

@@ -6,6 +6,7 @@
 
 #include "base/fs.h"
 #include "base/log.h"
+#include "core/processes.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
@@ -117,7 +118,15 @@ Result<SandboxView> SandboxManager::Claim(EntryPtr e, const CreateRequest& req, 
   table_.Add(e);
   ++creates_;
   ++pool_claims_;
-  return View(*e);
+  SandboxView view = View(*e);
+  if (e->inst.loaded_memory) {
+    // A memory template's copy: its processes are followed before the create answers.
+    const std::string id = e->rec.id;
+    table_.mu.Unlock();
+    if (processes_) processes_->Reattach(id, true);
+    table_.mu.Lock();
+  }
+  return view;
 }
 
 bool SandboxManager::FillOne(const std::string& key, const PoolKey& k) {

@@ -75,6 +75,9 @@ struct Instance {
   std::string saved_state;
   // The runtime's own handle on what runs (a process, a VMM); empty: nothing runs.
   std::shared_ptr<void> handle;
+  // Start loaded a saved memory (a memory template's, a fork's): the processes the agent
+  // kept there run on, and are the new sandbox's to follow.
+  bool loaded_memory = false;
 };
 
 // What a wall can do beyond start, stop and exec. Core asks these instead of knowing walls.

@@ -177,7 +177,10 @@ class MicrovmRuntime : public Runtime {
       why = spec.link ? "its template had no network" : "its template had a network";
     if (why.empty()) {
       auto inst = Boot(spec, *from, true);
-      if (inst.ok()) return inst;
+      if (inst.ok()) {
+        inst->loaded_memory = true;
+        return inst;
+      }
       why = inst.error().message;
     }
     SBX_LOG(kWarn) << "sandbox " << spec.id << " boots on its template's files instead of loading its memory: " << why;
