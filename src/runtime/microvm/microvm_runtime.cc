@@ -8,7 +8,6 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +24,7 @@
 #include <thread>
 
 #include "agent/vm_config.h"
+#include "base/fault.h"
 #include "base/fs.h"
 #include "base/log.h"
 #include "base/proc.h"
@@ -307,6 +307,7 @@ class MicrovmRuntime : public Runtime {
     auto ram = microvm::RamIdentity(pid);
     if (!ram.ok()) return fail(ram.error());
     if (shape) {
+      FaultPoint("microvm.loading");  // QEMU waits for its saved state
       if (Status st = microvm::RunLoadedVm(vm, uid, kBootTimeoutMs); !st.ok())
         return fail(MakeError(st.error().code, st.error().message + ": " + WhatItSaid(vm)));
     }
