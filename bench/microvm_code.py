@@ -25,15 +25,12 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, os.path.join(ROOT, "sdk", "python"))
 
 from conftest import Daemon  # noqa: E402
+from microvm import accelerator, ms  # noqa: E402
 
 CALL = "print(sympy.factorint(2**64 - 1))"
 WANT = "{3: 1, 5: 1, 17: 1, 257: 1, 641: 1, 65537: 1, 6700417: 1}\n"
 WARM = "import sys, glob\nsys.path[:0] = glob.glob('/home/user/v/lib/python3*/site-packages')\nimport sympy"
 SCRIPT = "~/v/bin/python -c 'import sympy; print(sympy.factorint(2**64 - 1))'"
-
-
-def ms(t0):
-    return (time.perf_counter() - t0) * 1000
 
 
 def cell(d, sid, code, want=WANT):
@@ -69,10 +66,7 @@ def main():
     rows = []
     try:
         c = d.client()
-        deadline = time.time() + 30
-        while not c.health().get("microvm_accel") and time.time() < deadline:
-            time.sleep(0.2)
-        accel = c.health().get("microvm_accel")
+        accel = accelerator(c)
         print(f"accelerator: {accel}; machine: {os.cpu_count()} CPUs; gap {a.gap_ms} ms before each fresh call\n")
         d.cli("image", "build", "default", timeout=1800)
         sess = c.create(image="default", isolation="microvm")
