@@ -65,7 +65,7 @@ if ! $SBX image ls | grep -q '^default '; then
   $SBX image build default
 fi
 
-log "demo: create, exec, files, the code interpreter, a background process, pause/resume, snapshot, create from it, fork, the gVisor wall, a microVM, its memory as a template, hibernate, rm, serverless calls on a disk, usage"
+log "demo: create, exec, files, the code interpreter, a background process, pause/resume, snapshot, create from it, fork, the gVisor wall, a microVM, its memory as a template and a fork, hibernate, rm, serverless calls on a disk, usage"
 # `sbx exec` sends piped input as the command's stdin: none of this script's (it may come
 # through a pipe) goes to the demo's commands.
 exec </dev/null
@@ -109,12 +109,17 @@ $SBX exec "$GV" -- sh -c 'cat /home/user/note; dmesg | head -n 1; echo "kernel a
 VM=$($SBX create --isolation microvm --ttl 600)
 $SBX exec "$VM" -- sh -c 'echo "kernel as the microVM sees it: $(uname -r), host: '"$(uname -r)"'"; python3 -c "print(6*7)"'
 # Its memory as a template: a copy starts with the source's processes running (here a
-# ticker), under its own name, without a boot; then the copy hibernates and comes back.
+# ticker and a code context), under its own name, without a boot; then the copy
+# hibernates and comes back.
 $SBX exec "$VM" -- sh -c '(n=0; while true; do n=$((n+1)); echo $n > /tmp/ticks; sleep 1; done) >/dev/null 2>&1 &'
+$SBX run "$VM" -c 'answer = 6 * 7'
 $SBX exec "$VM" -- sh -c 'until [ -s /tmp/ticks ]; do sleep 0.2; done; echo "the source ticks: $(cat /tmp/ticks)"'
 $SBX snapshot "$VM" demo-memory-$$ --memory
 VM2=$($SBX create --from demo-memory-$$ --isolation microvm --ttl 600)
 $SBX exec "$VM2" -- sh -c 'echo "$(hostname), a copy of a memory template: its ticker is at $(cat /tmp/ticks)"'
+$SBX run "$VM2" -c 'print("its code context is warm: answer =", answer)'
+VM3=$($SBX fork "$VM" --memory)        # the same from the running VM, in one call
+$SBX exec "$VM3" -- sh -c 'echo "$(hostname), a fork with memory: its ticker is at $(cat /tmp/ticks)"'
 $SBX pause "$VM2" --mode hibernate && $SBX resume "$VM2"
 $SBX exec "$VM2" -- sh -c 'sleep 1; echo "hibernated and resumed: its ticker goes on, at $(cat /tmp/ticks)"'
 # Networking: an allow list; a name outside it gets no answer from the sandbox's resolver
@@ -123,7 +128,7 @@ NET=$($SBX create --ttl 600 --allow deb.debian.org)
 $SBX network "$NET"
 $SBX exec "$NET" -- sh -c 'getent hosts example.com || echo "example.com: refused (not in the allow list)"'
 $SBX ls
-$SBX rm "$ID" "$FROM" "$FORK" "$GV" "$VM" "$VM2" "$NET"
+$SBX rm "$ID" "$FROM" "$FORK" "$GV" "$VM" "$VM2" "$VM3" "$NET"
 $SBX template rm demo-template-$$ demo-memory-$$
 DISK=$($SBX disk create --size-mb 256)
 $SBX disk exec "$DISK" -- 'echo "written by call one in $SBX_SANDBOX_ID" > notes.txt'
