@@ -87,7 +87,7 @@ $SBX pause "$ID"                      # frozen: not billed, memory kept
 $SBX resume "$ID"
 COUNTER=$($SBX spawn "$ID" -- sh -c 'n=0; while true; do n=$((n+1)); echo "counter at $n"; sleep 0.2; done')
 sleep 0.5
-if $SBX health | grep -q hibernate; then
+if $SBX health | grep -q 'hibernate ([^)]*container'; then  # the walls that can hibernate
   $SBX pause "$ID" --mode hibernate   # checkpointed to disk (CRIU), the background process too: memory freed
   $SBX resume "$ID"                   # restored: the same process goes on counting, sbxd follows it again
 else

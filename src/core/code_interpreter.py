@@ -242,6 +242,10 @@ class Python:
         for o in objs:
             self.results.append(render(o, False))
 
+    def reseed(self):
+        if "random" in sys.modules:
+            sys.modules["random"].seed()
+
     def error(self, e, filename):
         tb = e.__traceback__
         # The cell's own frames: the interpreter's are not the user's business.
@@ -298,6 +302,9 @@ class Bash:
         self.shell.stdin.write(text.encode())
         self.shell.stdin.flush()
 
+    def reseed(self):
+        self.write("RANDOM=%d\n" % int.from_bytes(os.urandom(4), "big"))
+
     def run(self, n, code, env):
         for k in env:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
@@ -349,16 +356,15 @@ class Bash:
 _host = os.uname().nodename
 
 
-def renew_if_copied():
+def renew_if_copied(kernel):
     """A copy of this process in another sandbox (a memory template's or a fork's, each
-    with a hostname of its own) draws random numbers of its own: Python's `random` is
-    seeded again from the kernel's pool, which sbx renewed in the copy."""
+    with a hostname of its own) draws random numbers of its own: Python's `random`, or
+    bash's $RANDOM, is seeded again from the kernel's pool, which sbx renewed in the copy."""
     global _host
     name = os.uname().nodename
     if name != _host:
         _host = name
-        if "random" in sys.modules:
-            sys.modules["random"].seed()
+        kernel.reseed()
 
 
 def main():
@@ -379,7 +385,7 @@ def main():
         except Exception:
             continue
         count += 1
-        renew_if_copied()
+        renew_if_copied(kernel)
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         _cell = n

@@ -382,32 +382,38 @@ def test_forks_with_memory_start_with_the_sources_processes_each_its_own(client,
 def test_a_memory_template_keeps_a_warm_code_context_each_copy_drawing_its_own_numbers(client, daemon):
     """The seed's case: a template whose interpreter has imported what the tool call needs.
     Each copy finds the context (its variables, its imports) and is followed as its own
-    process; Python's `random` draws differently in each copy."""
+    process; Python's `random` and a bash context's $RANDOM draw differently in each copy."""
     src = client.create(image="default", isolation="microvm")
     made, name = [src], f"code-mem-{src.id}"
     try:
         out = code_cell(daemon, src.id, "import random, json\nx = 41\nrandom.random()")
         assert out["error"] is None, out
+        status, sh = daemon.raw("POST", f"/v1/sandboxes/{src.id}/code/contexts", body={"language": "bash"})
+        assert status == 201, sh
+        code_cell(daemon, src.id, "echo $RANDOM", context=sh["id"])
         snap = daemon.raw("POST", f"/v1/sandboxes/{src.id}/snapshot", body={"name": name, "memory": True})[1]
         assert snap["memory"] is True, snap
         draws = {code_cell(daemon, src.id, "random.random()")["results"][0]["text"]}
+        shell_draws = {code_cell(daemon, src.id, "echo $RANDOM $RANDOM", context=sh["id"])["logs"]["stdout"][0]}
         for _ in range(2):
             cp = client.create(from_=name, isolation="microvm")
             made.append(cp)
             contexts = daemon.raw("GET", f"/v1/sandboxes/{cp.id}/code/contexts")[1]
-            assert [c["id"] for c in contexts["contexts"]] == ["python"], contexts
+            assert sorted(c["id"] for c in contexts["contexts"]) == sorted(["python", sh["id"]]), contexts
             out = code_cell(daemon, cp.id, "x + 1")
             assert out["results"][0]["text"] == "42" and out["error"] is None, out
             draws.add(code_cell(daemon, cp.id, "random.random()")["results"][0]["text"])
-        assert len(draws) == 3, draws
+            shell_draws.add(code_cell(daemon, cp.id, "echo $RANDOM $RANDOM", context=sh["id"])["logs"]["stdout"][0])
+        assert len(draws) == 3 and len(shell_draws) == 3, (draws, shell_draws)
     finally:
         for sb in made:
             sb.delete()
         daemon.raw("DELETE", f"/v1/snapshots/{name}")
 
 
-def code_cell(daemon, sid, text):
-    status, out = daemon.raw("POST", f"/v1/sandboxes/{sid}/code", body={"code": text}, timeout=120)
+def code_cell(daemon, sid, text, context=None):
+    body = {"code": text, **({"context": context} if context else {})}
+    status, out = daemon.raw("POST", f"/v1/sandboxes/{sid}/code", body=body, timeout=120)
     assert status == 200, out
     return out
 

@@ -27,7 +27,7 @@ def test_health_and_openapi_need_no_key(daemon):
     hib = (["container"] if works else []) + (["microvm"] if "microvm" in walls else [])
     assert body["features"] == {"hibernate": bool(hib), "hibernate_isolation": hib, "store": True, "isolation": walls}
     assert body["store"]["size_mb"] > 0 and body["store"]["committed_mb"] >= 0
-    shown = "hibernate, store" if hib else "store"
+    shown = f"hibernate ({', '.join(hib)}), store" if hib else "store"
     assert daemon.cli("health").stdout.strip() == f"ok, sbxd {body['version']} ({', '.join(walls)}; {shown})"
     status, doc = daemon.raw("GET", "/v1/openapi.json", auth=False)
     assert status == 200 and "/v1/sandboxes/{id}/exec" in doc["paths"]
