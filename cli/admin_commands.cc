@@ -191,20 +191,20 @@ std::optional<int> HealthCommand::Run(HttpClient& c, const Globals& g) {
     }
     // "ok, sbxd 0.1.0 (container, microvm; hibernate (microvm), store)": the walls, then
     // what the daemon has (hibernate with the walls that can).
-    std::string kinds, has;
     const nlohmann::json& f = j->contains("features") && (*j)["features"].is_object() ? (*j)["features"] : nlohmann::json::object();
-    if (f.contains("isolation") && f["isolation"].is_array())
-      for (const auto& k : f["isolation"])
-        if (k.is_string()) kinds += (kinds.empty() ? "" : ", ") + k.get<std::string>();
+    auto walls = [&](const char* key) {  // a list of walls, joined
+      std::string out;
+      if (f.contains(key) && f[key].is_array())
+        for (const auto& k : f[key])
+          if (k.is_string()) out += (out.empty() ? "" : ", ") + k.get<std::string>();
+      return out;
+    };
+    std::string kinds = walls("isolation"), has;
     for (const char* name : {"hibernate", "store"}) {
       if (!f.contains(name) || !f[name].is_boolean() || !f[name].get<bool>()) continue;
       has += (has.empty() ? "" : ", ") + std::string(name);
-      if (std::string(name) == "hibernate" && f.contains("hibernate_isolation") && f["hibernate_isolation"].is_array()) {
-        std::string on;
-        for (const auto& k : f["hibernate_isolation"])
-          if (k.is_string()) on += (on.empty() ? "" : ", ") + k.get<std::string>();
-        if (!on.empty()) has += " (" + on + ")";
-      }
+      if (std::string on = std::string(name) == "hibernate" ? walls("hibernate_isolation") : ""; !on.empty())
+        has += " (" + on + ")";
     }
     std::string detail = kinds + (has.empty() ? "" : "; " + has);
     std::printf("ok, sbxd %s%s\n", Str(*j, "version").c_str(), detail.empty() ? "" : (" (" + detail + ")").c_str());

@@ -8,7 +8,6 @@
 #include "base/ids.h"
 #include "base/log.h"
 #include "core/layer_files.h"
-#include "core/processes.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
@@ -251,14 +250,7 @@ Result<SandboxView> SandboxManager::CreateOn(const CreateRequest& req, const std
   if (!st.ok()) SBX_LOG(kError) << "persisting sandbox " << r.id << ": " << st.error().message;
   ++creates_;
   SandboxView view = View(*e);
-  if (inst->loaded_memory) {
-    // Its processes came with the memory it loaded (code contexts among them): followed
-    // before the create answers.
-    const std::string id = r.id;
-    table_.mu.Unlock();
-    if (processes_) processes_->Reattach(id, true);
-    table_.mu.Lock();
-  }
+  FollowLoadedProcesses(*inst, std::string(r.id));
   return view;
 }
 

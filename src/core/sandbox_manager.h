@@ -282,6 +282,10 @@ class SandboxManager {
   bool PoolFits(const CreateRequest& req, const SandboxType& type) const;
   EntryPtr TakePooled(const std::string& key) SBX_REQUIRES(table_.mu);
   Result<SandboxView> Claim(EntryPtr e, const CreateRequest& req, const SandboxType& type);
+  // After a start that loaded a saved memory (a memory template's copy, a fork with
+  // memory): the kept processes that came with it are followed as the sandbox's own
+  // before its create answers. Drops the table's lock around the agent's round trip.
+  void FollowLoadedProcesses(const runtime::Instance& inst, const std::string& id) SBX_REQUIRES(table_.mu);
   void PoolLoop();
   bool FillOne(const std::string& key, const PoolKey& k);  // false if the fill failed
   void DropPool(const std::string& key) SBX_REQUIRES(table_.mu);

@@ -119,14 +119,15 @@ Result<SandboxView> SandboxManager::Claim(EntryPtr e, const CreateRequest& req, 
   ++creates_;
   ++pool_claims_;
   SandboxView view = View(*e);
-  if (e->inst.loaded_memory) {
-    // A memory template's copy: its processes are followed before the create answers.
-    const std::string id = e->rec.id;
-    table_.mu.Unlock();
-    if (processes_) processes_->Reattach(id, true);
-    table_.mu.Lock();
-  }
+  FollowLoadedProcesses(e->inst, std::string(e->rec.id));
   return view;
+}
+
+void SandboxManager::FollowLoadedProcesses(const runtime::Instance& inst, const std::string& id) {
+  if (!inst.loaded_memory || !processes_) return;
+  table_.mu.Unlock();
+  processes_->Reattach(id, true);
+  table_.mu.Lock();
 }
 
 bool SandboxManager::FillOne(const std::string& key, const PoolKey& k) {
