@@ -120,7 +120,8 @@ int GvisorInit(const char* ctl_dir) {
   if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) return 1;
   close(null);
   // The socket's folder is gone from the sandbox's view: every peer is sbxd.
-  auto st = sbx::agent::Serve(lfd->get(), /*is_init=*/true, /*outside_peers_only=*/false);
+  sbx::agent::SetRelisten(&sbx::agent::RelistenGvisorAgent, &sbx::agent::GvisorAgentClosed);
+  auto st = sbx::agent::Serve(lfd->Release(), /*is_init=*/true, /*outside_peers_only=*/false);
   return st.ok() ? 0 : 1;
 }
 

@@ -22,7 +22,7 @@ struct BenchCommands {
   int disk_runs = 50;
   int disk_gap = 0;
   int hib_runs = 10;
-  std::string hib_criu;
+  std::string hib_criu, hib_isolation;
   std::string bench_isolation;
 
   void Add(CLI::App& app);
@@ -46,6 +46,7 @@ void BenchCommands::Add(CLI::App& app) {
   bench_hib->footer("Example: sbx bench hibernate --runs 10");
   bench_hib->add_option("--runs", hib_runs, "cycles (default 10)");
   bench_hib->add_option("--criu", hib_criu, "CRIU binary for the floor (default $SBX_CRIU, else the build cache's)");
+  bench_hib->add_option("--isolation", hib_isolation, "the sandbox's wall (default: sbxd's); CRIU's floor is the container wall's");
   bench->add_option("--runs", runs, "samples per row (default 50)");
   bench->add_option("--image", bench_image, "image for sandboxes (default busybox)");
   bench->add_option("--isolation", bench_isolation,
@@ -63,7 +64,7 @@ std::optional<int> BenchCommands::Run(HttpClient& c, const Globals& g) {
       hib_criu = env && *env ? env : std::string(cache && *cache ? cache : "/var/cache/sbx") + "/criu/criu";
       if (::access(hib_criu.c_str(), X_OK) != 0) hib_criu.clear();  // no floor row then
     }
-    return RunBenchHibernate(g, hib_runs, g.data_dir, hib_criu);
+    return RunBenchHibernate(g, hib_runs, g.data_dir, hib_criu, hib_isolation);
   }
   if (*bench) return RunBench(g, runs, bench_image, bench_isolation, !no_peers);
   return std::nullopt;

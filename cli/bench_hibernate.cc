@@ -37,22 +37,25 @@ constexpr const char* kHolder =
     "open('/tmp/holder-ready', 'w').close()\n"
     "time.sleep(1e9)\n";
 
-// Resident anonymous memory charged to the sandbox's cgroup, in MB (-1 if unknown).
-double CgroupRssMb(const std::string& data_dir, const std::string& id) {
+// Resident memory charged to the sandbox's cgroup, in MB (-1 if unknown): anonymous
+// memory, and on the gVisor wall the sentry's memory file too (shared memory).
+double CgroupRssMb(const std::string& data_dir, const std::string& id, const std::string& isolation) {
   std::error_code ec;
   std::string real = std::filesystem::weakly_canonical(data_dir, ec).string();
-  std::string inst = Sha256Hex(ec ? data_dir : real).substr(0, 8);
-  for (auto [path, key] : {std::pair<std::string, std::string>{"/sys/fs/cgroup/memory/sbx-" + inst + "/" + id +
-                                                                   "/memory.stat",
-                                                               "total_rss"},
-                           {"/sys/fs/cgroup/sbx-" + inst + "/" + id + "/memory.stat", "anon"}}) {
-    auto text = fs::ReadFile(path);
-    if (!text.ok()) continue;
-    size_t at = text->find("\n" + key + " ");
-    if (text->rfind(key + " ", 0) == 0) at = 0;
-    else if (at != std::string::npos) ++at;
-    if (at == std::string::npos) continue;
-    return std::stod(text->substr(at + key.size() + 1)) / 1048576.0;
+  std::string parent = "sbx-" + Sha256Hex(ec ? data_dir : real).substr(0, 8) + (isolation == "gvisor" ? "-gvisor" : "");
+  auto value = [](const std::string& text, const std::string& key) -> double {
+    size_t at = text.rfind(key + " ", 0) == 0 ? 0 : text.find("\n" + key + " ");
+    if (at == std::string::npos) return -1;
+    if (at > 0) ++at;
+    return std::stod(text.substr(at + key.size() + 1)) / 1048576.0;
+  };
+  if (auto v1 = fs::ReadFile("/sys/fs/cgroup/memory/" + parent + "/" + id + "/memory.stat"); v1.ok()) {
+    double rss = value(*v1, "total_rss");
+    return isolation == "gvisor" && rss >= 0 ? rss + std::max(0.0, value(*v1, "total_shmem")) : rss;
+  }
+  if (auto v2 = fs::ReadFile("/sys/fs/cgroup/" + parent + "/" + id + "/memory.stat"); v2.ok()) {
+    double anon = value(*v2, "anon");
+    return isolation == "gvisor" && anon >= 0 ? anon + std::max(0.0, value(*v2, "shmem")) : anon;
   }
   return -1;
 }
@@ -108,7 +111,8 @@ std::pair<std::vector<double>, std::vector<double>> CriuFloor(const std::string&
 
 }  // namespace
 
-int RunBenchHibernate(const Globals& g, int runs, const std::string& data_dir, const std::string& criu) {
+int RunBenchHibernate(const Globals& g, int runs, const std::string& data_dir, const std::string& criu,
+                      const std::string& isolation) {
   HttpClient c(g.url, g.api_key);
   auto call = [&](const std::string& m, const std::string& t, const json& body, double* ms) -> std::optional<json> {
     auto t0 = Clock::now();
@@ -121,8 +125,9 @@ int RunBenchHibernate(const Globals& g, int runs, const std::string& data_dir, c
     }
     return json::parse(r->body, nullptr, false);
   };
-  auto sb = call("POST", "/v1/sandboxes",
-                 json{{"image", "default"}, {"type", "small"}, {"no_env", true}, {"ttl_seconds", 3600}}, nullptr);
+  json body = {{"image", "default"}, {"type", "small"}, {"no_env", true}, {"ttl_seconds", 3600}};
+  if (!isolation.empty()) body["isolation"] = isolation;
+  auto sb = call("POST", "/v1/sandboxes", body, nullptr);
   if (!sb) return 1;
   std::string id = (*sb)["id"];
   std::string base = "/v1/sandboxes/" + id;
@@ -142,10 +147,10 @@ int RunBenchHibernate(const Globals& g, int runs, const std::string& data_dir, c
   std::vector<double> hib, res, freeze, thaw, rss_before, rss_after, size;
   for (int i = 0; i < runs; ++i) {
     double ms;
-    rss_before.push_back(CgroupRssMb(data_dir, id));
+    rss_before.push_back(CgroupRssMb(data_dir, id, isolation));
     if (!call("POST", base + "/pause", json{{"mode", "hibernate"}}, &ms)) return done(1);
     hib.push_back(ms);
-    rss_after.push_back(CgroupRssMb(data_dir, id));
+    rss_after.push_back(CgroupRssMb(data_dir, id, isolation));
     size.push_back(fs::TreeSize(data_dir + "/hibernated/" + id) / 1048576.0);
     if (!call("POST", base + "/resume", json::object(), &ms)) return done(1);
     res.push_back(ms);
@@ -165,7 +170,8 @@ int RunBenchHibernate(const Globals& g, int runs, const std::string& data_dir, c
   done(0);
   double floor_size = 0;
   std::vector<double> fd, fr;
-  if (!criu.empty()) {
+  // CRIU is the container wall's floor; the other walls' rows stand alone.
+  if (!criu.empty() && (isolation.empty() || isolation == "container")) {
     std::fprintf(stderr, "the floor: CRIU on the same program on the host...\n");
     std::tie(fd, fr) = CriuFloor(criu, runs, &floor_size);
   }
@@ -188,7 +194,8 @@ int RunBenchHibernate(const Globals& g, int runs, const std::string& data_dir, c
   row("sbx pause mode freeze (same sandbox)", freeze, 0);
   row("sbx resume (thaw)", thaw, 0);
   std::printf("\n| memory | median MB |\n|---|--:|\n");
-  std::printf("| sandbox resident (cgroup anon) while running | %.1f |\n", Median(rss_before));
+  std::printf("| sandbox resident (cgroup%s) while running | %.1f |\n", isolation == "gvisor" ? " anon + shmem" : " anon",
+              Median(rss_before));
   std::printf("| sandbox resident while hibernated (RAM per hibernated sandbox) | %.1f |\n", Median(rss_after));
   std::printf("| checkpoint on disk | %.1f |\n", Median(size));
   if (floor_size > 0) std::printf("| floor: CRIU image of the same python3 | %.1f |\n", floor_size);

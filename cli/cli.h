@@ -68,7 +68,8 @@ int RunBench(const Globals& g, int runs, const std::string& image, const std::st
 int RunBenchDiskExec(const Globals& g, int runs, const std::string& data_dir, int gap_ms);
 // `sbx bench hibernate`: hibernate and restore of a sandbox holding ~100 MB of Python
 // objects, beside CRIU on the same program on the host (`criu`, if not empty).
-int RunBenchHibernate(const Globals& g, int runs, const std::string& data_dir, const std::string& criu);
+int RunBenchHibernate(const Globals& g, int runs, const std::string& data_dir, const std::string& criu,
+                      const std::string& isolation);
 // `sbx bench patterns`: the seed's three tool-call patterns, timed.
 int RunBenchPatterns(const Globals& g, int runs, int gap_ms);
 // `sbx template build`: runs the steps in a fresh sandbox (streaming their output) as

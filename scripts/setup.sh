@@ -65,7 +65,7 @@ if ! $SBX image ls | grep -q '^default '; then
   $SBX image build default
 fi
 
-log "demo: create, exec, files, the code interpreter, a background process, pause/resume, snapshot, create from it, fork, the gVisor wall, a microVM, its memory as a template and a fork, hibernate, rm, serverless calls on a disk, usage"
+log "demo: create, exec, files, the code interpreter, a background process, pause/resume, snapshot, create from it, fork, the gVisor wall and its hibernate, a microVM, its memory as a template and a fork, hibernate, rm, serverless calls on a disk, usage"
 # `sbx exec` sends piped input as the command's stdin: none of this script's (it may come
 # through a pipe) goes to the demo's commands.
 exec </dev/null
@@ -104,6 +104,10 @@ $SBX exec "$FORK" -- cat /home/user/note
 # The same template on the gVisor wall: the code's system calls meet a user-space kernel.
 GV=$($SBX create --from demo-template-$$ --isolation gvisor --ttl 600)
 $SBX exec "$GV" -- sh -c 'cat /home/user/note; dmesg | head -n 1; echo "kernel as the sandbox sees it: $(uname -r)"'
+# It hibernates too (runsc checkpoint: gVisor's kernel and its processes saved to disk).
+$SBX exec "$GV" -- sh -c 'echo "kept in memory only" > /dev/shm/kept'
+$SBX pause "$GV" --mode hibernate && $SBX resume "$GV"
+$SBX exec "$GV" -- cat /dev/shm/kept
 # The microVM wall: the default image on a kernel of its own (QEMU; TCG where this host's
 # KVM cannot run a guest, as health's microvm_accel says).
 VM=$($SBX create --isolation microvm --ttl 600)

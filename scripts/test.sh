@@ -47,8 +47,8 @@ bash "$ROOT/scripts/fuzz.sh" "${SBX_FUZZ_SECONDS:-30}"
 bash "$ROOT/scripts/vm/cgroup-v2-smoke.sh" "$BUILD"
 
 # The gVisor leg's files: each operation of the API once (files, processes, the code
-# interpreter, templates and forks, lifecycle, users, disks, ports, the network) and the
-# hostile probes.
+# interpreter, templates and forks, lifecycle, users, disks, ports, the network,
+# hibernate) and the hostile probes.
 # Tests of the container wall's own mechanics are left out there by their mark
 # (container_wall, which says what gVisor does instead).
 GVISOR_LEG=(
@@ -58,6 +58,7 @@ GVISOR_LEG=(
   tests/security/test_code_walls.py tests/security/test_user_walls.py tests/security/test_hostile.py
   tests/security/test_resources.py tests/security/test_host_traces.py tests/security/test_network_walls.py
   tests/integration/test_network.py tests/integration/test_network_v6.py tests/integration/test_network_dns.py
+  tests/integration/test_hibernate.py
 )
 # The microVM leg's files (under TCG here): each operation the wall has (exec, files,
 # processes, users, ports, lifecycle, the network) and the hostile probes. Tests that need

@@ -47,6 +47,49 @@ CRIU = os.environ.get("SBX_CRIU") or os.path.join(os.environ.get("SBX_CACHE_DIR"
 # Each test run takes its own stretch of host uids (20 M, picked by its pid), so that two
 # runs on one machine (a developer's beside CI's) never share sandbox or owner uids.
 _next_uid_base = [300000 + (os.getpid() % 100) * 20_000_000]  # sbxd takes bases up to 2^31
+# Two runs whose pids are equal modulo 100 would pick the same stretch: each daemon's three
+# ranges are claimed by a file holding the run's pid here (a dead run's claim is taken over).
+UID_CLAIMS = "/run/sbx-test-uids"
+
+
+def _uids_in_use(lo, hi):
+    """Whether any process runs as a uid in [lo, hi) (what an interrupted run left)."""
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if lo <= int(line.split()[1]) < hi:
+                            return True
+                        break
+        except (OSError, ValueError):
+            pass
+    return False
+
+
+def claim_uid_base():
+    """The next base of three uid ranges that no other live test run claimed and no process
+    runs in."""
+    os.makedirs(UID_CLAIMS, exist_ok=True)
+    while True:
+        base = _next_uid_base[0]
+        _next_uid_base[0] += 3 * 65536
+        path = os.path.join(UID_CLAIMS, str(base))
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                with open(path) as f:
+                    owner = int(f.read() or 0)
+            except (OSError, ValueError):
+                owner = 0
+            if owner > 0 and os.path.exists(f"/proc/{owner}"):
+                continue
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        if not _uids_in_use(base, base + 3 * 65536):
+            return base
 
 
 def free_port() -> int:
@@ -74,8 +117,7 @@ class Daemon:
         # own their user namespaces (sbxd's default --owner-uid-base), and above those the
         # uids its VMs' QEMUs run as. The next daemon starts above all three, so that no
         # daemon's sandboxes run as another's namespace owners or VMs.
-        self.uid_base = _next_uid_base[0]
-        _next_uid_base[0] += 3 * 65536
+        self.uid_base = claim_uid_base()
         self.proc: subprocess.Popen | None = None
         self.log_path = log_path or os.path.join(self.data, "sbxd.log")
         self.start()
@@ -328,17 +370,16 @@ def criu_checkpoints():
 
 def require_hibernate(d):
     """Goes on when the wall under test can hibernate: the microVM wall always (QEMU saves
-    the VM), the container wall when CRIU can checkpoint on this kernel (and then `d` must
+    the VM), the gVisor wall always (runsc checkpoint), the container wall when CRIU can
+    checkpoint on this kernel (and then `d` must
     offer it). Otherwise checks that `d` says the wall has no hibernate and refuses one
     cleanly, leaving the sandbox running, and skips the rest of the test with the reason
     (pytest -ra lists it)."""
     features = d.raw("GET", "/v1/health", auth=False)[1]["features"]
-    if ISOLATION == "microvm":
-        assert "microvm" in features["hibernate_isolation"] and features["hibernate"] is True, features
+    if ISOLATION in ("microvm", "gvisor"):
+        assert ISOLATION in features["hibernate_isolation"] and features["hibernate"] is True, features
         return
     ok, why = criu_checkpoints()
-    if ISOLATION == "gvisor":
-        ok, why = False, "the gVisor wall has no hibernate"
     if ok:
         assert features["hibernate"] is True, "CRIU checkpoints here, but sbxd offers no hibernate: " + d.log()[-2000:]
         assert ISOLATION in features["hibernate_isolation"], features
@@ -348,9 +389,8 @@ def require_hibernate(d):
     sb = c.create(image="busybox")
     try:
         status, body = d.raw("POST", f"/v1/sandboxes/{sb.id}/pause", body={"mode": "hibernate"})
-        # The container wall needs CRIU; the gVisor wall has no hibernate.
-        expect = "checkpoint on this kernel" if ISOLATION == "container" else "cannot hibernate"
-        assert status == 400 and expect in body["error"]["message"], body
+        # The container wall needs CRIU.
+        assert status == 400 and "checkpoint on this kernel" in body["error"]["message"], body
         assert sb.refresh().state == "running"
         assert sb.exec("echo alive").stdout == "alive\n"
     finally:

@@ -40,6 +40,8 @@ bool g_is_init = false;
 bool g_outside_only = false;
 pid_t g_only_peer = 0;  // nonzero: only this process's connections are served
 int g_own_fs = -1;      // a folder on the sandbox's own disk (a VM's), for kSync's freeze
+Result<UniqueFd> (*g_relisten)() = nullptr;  // SetRelisten's
+void (*g_closed)() = nullptr;
 
 // A restored VM takes the host's time and new randomness for its kernel (mixed into the
 // pool and credited, then the kernel's generator reseeded at once), and where given a
@@ -215,16 +217,27 @@ void ServeConnection(int sock) {
 }  // namespace
 
 void SetOwnDisk(int fd) { g_own_fs = fd; }
+void SetRelisten(Result<UniqueFd> (*relisten)(), void (*closed)()) {
+  g_relisten = relisten;
+  g_closed = closed;
+}
 
-Status Serve(int listen_fd, bool is_init, bool outside_peers_only, pid_t only_peer) {
+Status Serve(int given_fd, bool is_init, bool outside_peers_only, pid_t only_peer) {
   constexpr size_t kSpares = 2;
   g_is_init = is_init;
   g_only_peer = only_peer;
   g_outside_only = is_init && outside_peers_only;
   SetKeeperScope(getpid());
+  // -1 while closed for a checkpoint (SetRelisten); a socket made by `relisten` is ours.
+  UniqueFd owned(g_relisten ? given_fd : -1);  // with SetRelisten, the socket is ours
+  int listen_fd = given_fd;
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
+  if (g_relisten) {
+    sigaddset(&chld, SIGUSR1);
+    sigaddset(&chld, SIGUSR2);
+  }
   sigprocmask(SIG_BLOCK, &chld, nullptr);
   signal(SIGPIPE, SIG_IGN);
   UniqueFd sfd(signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK));
@@ -252,7 +265,7 @@ Status Serve(int listen_fd, bool is_init, bool outside_peers_only, pid_t only_pe
     // Keep the spares topped up (a failed fork, e.g. at the pids limit, is retried on
     // the next event or after a short wait).
     bool short_of_spares = false;
-    while (spares.size() < kSpares)
+    while (listen_fd >= 0 && spares.size() < kSpares)
       if (!fork_spare()) {
         short_of_spares = true;
         break;
@@ -269,7 +282,28 @@ Status Serve(int listen_fd, bool is_init, bool outside_peers_only, pid_t only_pe
     }
     if (p[1].revents & POLLIN) {
       struct signalfd_siginfo si;
+      bool close_listener = false, reopen = false;
       while (read(sfd.get(), &si, sizeof si) > 0) {
+        if (si.ssi_signo == SIGUSR1) close_listener = true, reopen = false;
+        if (si.ssi_signo == SIGUSR2) reopen = true, close_listener = false;
+      }
+      if (close_listener && listen_fd >= 0) {
+        // Every holder of the socket goes: the spares (killed and reaped here, so that
+        // the socket is closed when sbxd sees it refuse), then ours.
+        for (pid_t s : spares) kill(s, SIGKILL);
+        for (pid_t s : spares) waitpid(s, nullptr, 0);
+        spares.clear();
+        owned.Reset();
+        listen_fd = -1;
+        g_closed();
+      }
+      if (reopen && listen_fd < 0) {
+        auto l = g_relisten();
+        if (l.ok()) {
+          owned = std::move(*l);
+          listen_fd = owned.get();
+        }
+        // A failure leaves the agent closed: sbxd's wait for it ends the sandbox.
       }
       int st;
       pid_t r;

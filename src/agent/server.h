@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "base/result.h"
+#include "base/unique_fd.h"
 
 namespace sbx::agent {
 
@@ -18,5 +19,13 @@ namespace sbx::agent {
 Status Serve(int listen_fd, bool is_init, bool outside_peers_only = true, pid_t only_peer = 0);
 // A folder on the sandbox's own disk (a microVM's), which kSync can freeze and thaw.
 void SetOwnDisk(int fd);
+// For a listening socket that a checkpoint cannot hold (gVisor's host sockets): with this
+// set, SIGUSR1 to PID 1 closes the listening socket (and ends the spare handlers, which
+// share it), then calls `closed` (which says so where sbxd sees it), and SIGUSR2 listens
+// again with `relisten` (which returns the new socket). sbxd sends both from outside
+// (runsc kill) around a checkpoint: SIGUSR2 after a restore, or after a save that failed.
+// A SIGUSR2 while listening, or a SIGUSR1 while closed, does nothing. Call before Serve,
+// which then owns its listening socket.
+void SetRelisten(Result<UniqueFd> (*relisten)(), void (*closed)());
 
 }  // namespace sbx::agent

@@ -205,20 +205,23 @@ Status SandboxManager::ResumeLocked(const EntryPtr& e) {
   e->busy = true;
   e->restoring = hibernated;
   runtime::StartSpec spec = SpecOf(e->rec);
-  // The checkpoint holds the link the sandbox had when it was hibernated; rules changed
-  // since then give it its link or take it away once it runs.
-  if (hibernated) spec.link = HibernatedLink(e->rec);
-  const auto want_link = LinkOfRow(e->rec);
   runtime::Runtime& rt = Rt(e->rec);
+  // The checkpoint holds the link the sandbox had when it was hibernated; rules changed
+  // since then give it its link or take it away once it runs (or, on a wall whose
+  // restore sets up the network anew, as it is restored).
+  const auto had_link = HibernatedLink(e->rec), want_link = LinkOfRow(e->rec);
+  const bool relinks = rt.Caps().restore_relinks;
+  if (hibernated) spec.link = relinks ? want_link : had_link;
   table_.mu.Unlock();
   Status st = OkStatus();
   runtime::Instance restored;
   if (hibernated) {
-    auto inst = rt.Restore(spec, CheckpointDir(id));
+    if (relinks && had_link && !want_link) st = rt.DetachLink(*had_link);
+    auto inst = st.ok() ? rt.Restore(spec, CheckpointDir(id)) : Result<runtime::Instance>(st.error());
     if (inst.ok()) restored = *inst;
     else st = inst.error();
-    if (st.ok() && want_link && !spec.link) st = rt.AttachLink(id, restored, *want_link);
-    if (st.ok() && !want_link && spec.link) st = rt.DetachLink(*spec.link);
+    if (st.ok() && !relinks && want_link && !spec.link) st = rt.AttachLink(id, restored, *want_link);
+    if (st.ok() && !relinks && !want_link && spec.link) st = rt.DetachLink(*spec.link);
     if (!st.ok() && inst.ok()) (void)rt.Stop(id, restored);  // it stays hibernated
   } else {
     st = rt.Thaw(id);

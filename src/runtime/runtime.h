@@ -92,6 +92,12 @@ struct Capabilities {
   // vCPUs and memory are fixed at boot (a guest kernel's): UpdateLimits changes only the
   // host's share, so a warm sandbox serves only creates of its own shape.
   bool fixed_shape = false;
+  // AttachLink gives a running sandbox a network; false: its links are fixed when it
+  // starts (a warm sandbox then serves only creates that want the network it has).
+  bool live_links = true;
+  // Restore sets up the sandbox's network anew with the spec's link (the one it should
+  // have now), rather than the link it was hibernated with.
+  bool restore_relinks = false;
 };
 
 class Runtime {

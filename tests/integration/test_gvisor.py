@@ -46,14 +46,20 @@ def test_the_agents_socket_is_out_of_reach_of_the_sandboxs_code(client, daemon):
     )
     with client.create(image="default", isolation="gvisor") as sb:
         sb.files.write("/tmp/probe.py", probe)
-        assert sb.exec("ls -A /run/sbx-ctl").stdout == ""
-        for user in ("user", "root"):
-            out = sb.exec("python3 /tmp/probe.py", user=user).stdout
-            assert out.startswith("REFUSED"), (user, out)
-        # Unshared: a mount namespace of one's own, in a user namespace of one's own.
-        out = sb.exec("python3 -c 'import os; os.unshare(os.CLONE_NEWUSER | os.CLONE_NEWNS); "
-                      "exec(open(\"/tmp/probe.py\").read())'", user="user").stdout
-        assert "ANSWER" not in out, out
+        # The same after a hibernate: the agent closed its socket for the checkpoint and
+        # made it again, in the same covered folder.
+        for restored in (False, True):
+            if restored:
+                sb.pause(mode="hibernate")
+                assert sb.resume().state == "running"
+            assert sb.exec("ls -A /run/sbx-ctl").stdout == ""
+            for user in ("user", "root"):
+                out = sb.exec("python3 /tmp/probe.py", user=user).stdout
+                assert out.startswith("REFUSED"), (restored, user, out)
+            # Unshared: a mount namespace of one's own, in a user namespace of one's own.
+            out = sb.exec("python3 -c 'import os; os.unshare(os.CLONE_NEWUSER | os.CLONE_NEWNS); "
+                          "exec(open(\"/tmp/probe.py\").read())'", user="user").stdout
+            assert "ANSWER" not in out, (restored, out)
 
 
 def test_templates_cross_walls_and_forks_keep_theirs(client, daemon):

@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+import sbx
+
 import netlab
 from conftest import Daemon, require_hibernate
 
@@ -205,6 +207,7 @@ def test_rebinding_is_refused(c, lab):
         assert ok(got["http:rebind.test/rebind-allowed"])
 
 
+@pytest.mark.not_on("gvisor", "gVisor's stack takes its links at start: test_gvisor_takes_a_network_at_start_only")
 def test_live_changes_apply_to_new_connections(c, lab):
     with c.create(image="default", network="none") as sb:
         assert not ok(probe(sb, f"http:{netlab.WEB}/live-0")[f"http:{netlab.WEB}/live-0"])
@@ -219,6 +222,32 @@ def test_live_changes_apply_to_new_connections(c, lab):
     log = lab.http_log()
     assert "/live-1" in log
     for path in ("/live-0", "/live-2", "/live-3"):
+        assert path not in log
+
+
+def test_gvisor_takes_a_network_at_start_only(c, lab):
+    """gVisor's network stack takes the namespace's links when the sandbox starts or is
+    restored: a running sandbox's rules change live and its network can go, but a network
+    it started without is refused (409, nothing changes) until a resume gives it one."""
+    with c.create(image="default", network="none", isolation="gvisor") as sb:
+        with pytest.raises(sbx.ConflictError) as e:
+            sb.set_network("outbound")
+        assert "takes its links when the sandbox starts" in str(e.value)
+        assert sb.refresh().network["mode"] == "none" and sb.network["address"] is None
+        assert not ok(probe(sb, f"http:{netlab.WEB}/gv-0")[f"http:{netlab.WEB}/gv-0"])
+        sb.pause("hibernate")
+        sb.set_network("outbound")
+        sb.resume()
+        assert sb.network["address"]
+        assert ok(probe(sb, f"http:{netlab.WEB}/gv-1")[f"http:{netlab.WEB}/gv-1"])
+        sb.set_network(deny=[netlab.WEB])
+        assert not ok(probe(sb, f"http:{netlab.WEB}/gv-2")[f"http:{netlab.WEB}/gv-2"])
+        sb.set_network("none")
+        assert sb.network["address"] is None
+        assert not ok(probe(sb, f"http:{netlab.WEB}/gv-3")[f"http:{netlab.WEB}/gv-3"])
+    log = lab.http_log()
+    assert "/gv-1" in log
+    for path in ("/gv-0", "/gv-2", "/gv-3"):
         assert path not in log
 
 

@@ -17,5 +17,10 @@ namespace sbx::agent {
 // host socket, which sbxd dials), then unmounts the folder: no process of the sandbox can
 // reach the socket after that. Returns the listening socket.
 Result<UniqueFd> InitGvisorSandbox(const std::string& ctl_dir);
+// The same socket again, for Serve's SetRelisten: a checkpoint cannot hold a host socket,
+// so the agent closes it around one and listens anew after (the folder stays open).
+Result<UniqueFd> RelistenGvisorAgent();
+// Says that the agent closed its socket for a checkpoint: the socket's file goes.
+void GvisorAgentClosed();
 
 }  // namespace sbx::agent

@@ -67,6 +67,7 @@ const std::pair<const char*, const char*> kKernelFiles[2] = {{"cmdline", "/proc/
 namespace {
 
 constexpr int kReadyTimeoutMs = 20000;
+constexpr int kAdoptPingMs = 10000;  // Adopt's ping (see there)
 
 std::string ReadLine(int fd, int timeout_ms) {
   std::string s;
@@ -374,7 +375,9 @@ class ContainerRuntime : public Runtime {
     } else {
       // A capture cut short by a crash may have left it frozen: its agent could not answer.
       SBX_RETURN_IF_ERROR(Thaw(spec.id));
-      SBX_RETURN_IF_ERROR(agent::PingBlocking(*addr, 2000));
+      // Generous: a restart re-adopts every sandbox at once, and on a busy host a thawed
+      // agent may take seconds to answer; an agent that is gone refuses at once.
+      SBX_RETURN_IF_ERROR(agent::PingBlocking(*addr, kAdoptPingMs));
     }
     owners_.Note(spec.id, pid);
     Instance inst;

@@ -51,10 +51,14 @@ nlohmann::json BundleSpec(const GvisorOptions& o, const StartSpec& spec, const s
   // Disks: the host folders sbxd mounted for them.
   for (const auto& b : spec.binds) mounts.push_back(Mount(b.target, "bind", b.source, {"rbind", "rw", "nosuid", "nodev"}));
 
-  // No network namespace of runsc's making: the sandbox's sockets live in the one runsc
-  // runs in (runsc --network=host there).
-  nlohmann::json ns = nlohmann::json::array(
-      {{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}}, {{"type", "user"}}});
+  // The network namespace sbxd made (runsc runs in it too): gVisor's network stack takes
+  // its links when the sandbox starts.
+  nlohmann::json ns = nlohmann::json::array({{{"type", "pid"}},
+                                             {{"type", "ipc"}},
+                                             {{"type", "uts"}},
+                                             {{"type", "mount"}},
+                                             {{"type", "user"}},
+                                             {{"type", "network"}, {"path", NetnsOf(spec.dir)}}});
   nlohmann::json map = nlohmann::json::array({{{"containerID", 0}, {"hostID", o.uid_base}, {"size", o.uid_count}}});
   const uint64_t nofile = o.max_open_files;
   return {

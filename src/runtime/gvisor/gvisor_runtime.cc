@@ -41,6 +41,33 @@ using gvisor::NetnsOf;
 using gvisor::RootOf;
 
 constexpr int kReadyTimeoutMs = 20000;
+constexpr int kSaveTimeoutMs = 120000;
+constexpr int kAdoptPingMs = 10000;  // as the container wall's
+// Written into a checkpoint's folder once runsc saved it whole.
+constexpr const char* kCheckpointMark = "complete";
+
+// What runsc says when it refuses a save (the line of runsc's log that says it failed,
+// before its stack trace), as the API's error: gVisor's network stack cannot save a TCP
+// connection, nor one it closed within about a minute (409).
+Error SaveRefused(const std::string& log) {
+  auto text = fs::ReadFile(log, 1 << 20);
+  std::string line = text.ok() ? *text : "";
+  if (size_t at = line.find("checkpoint failed"); at != std::string::npos) line = line.substr(at);
+  line = line.substr(0, line.find('\n'));
+  if (size_t at = line.find("unsupported networking state"); at != std::string::npos) {
+    std::string which;  // "local A:P, remote B:Q"
+    if (size_t l = line.find("local ", at); l != std::string::npos) {
+      which = line.substr(l);
+      while (!which.empty() && (which.back() == ':' || which.back() == ' ')) which.pop_back();
+    }
+    return MakeError(Code::kFailedPrecondition,
+                     "gVisor cannot checkpoint a sandbox with a TCP connection open, or closed by it within about "
+                     "a minute" + (which.empty() ? "" : " (" + which + ")") +
+                         "; close it and wait, or pause with mode \"freeze\"");
+  }
+  return MakeError(Code::kInternal, "runsc could not checkpoint the sandbox: " + line.substr(0, 600));
+}
+
 // The host memory the sentry, its gofer and their page tables take beyond the memory they
 // give the sandbox: the cgroup holds the type's memory plus this. gVisor sizes its own
 // memory by the type's (runsc reads the limit from the bundle when it boots: that is what
@@ -142,6 +169,11 @@ class GvisorRuntime : public Runtime {
     Capabilities c;
     c.freeze = true;                  // the cgroup freezer holds the sentry and its gofer
     c.fast_capture = o_.disk_quotas;  // btrfs snapshots on the store
+    c.hibernate = true;               // runsc checkpoint and restore
+    // gVisor's network stack takes the namespace's links when the sandbox starts or is
+    // restored, and never after.
+    c.live_links = false;
+    c.restore_relinks = true;
     return c;
   }
 
@@ -149,22 +181,56 @@ class GvisorRuntime : public Runtime {
   std::string Group(const std::string& id) const { return Parent() + "/" + id; }
   CgroupDir Cgroup(const std::string& id) const { return CgroupDir(mode_, Group(id), o_.cgroup_root); }
 
-  // runsc with the options every call shares; with `netns`, run in that network namespace
-  // (nsenter: util-linux, on every Debian) on the host's network stack there.
-  // runsc 2024-07's own network stack cannot start on kernels that give every namespace
-  // /proc/sys/net/core/rmem_default (it takes any such namespace for the host's).
+  // runsc with the options every call shares; with `netns`, in that network namespace
+  // (nsenter: util-linux, on every Debian), on gVisor's own network stack (netstack),
+  // which takes the namespace's links when the sandbox starts or is restored.
+  // runsc 2024-07 takes any namespace that shows /proc/sys/net/core/rmem_default for the
+  // host's and refuses to start netstack there, and 6.x kernels show it in every
+  // namespace: runsc runs in a mount namespace of its own where that folder is covered.
   std::vector<std::string> Runsc(std::vector<std::string> args, const std::string& netns = "") const {
-    std::vector<std::string> argv = {o_.runsc,    "--root", o_.state_dir, "--network", netns.empty() ? "none" : "host",
+    std::vector<std::string> argv = {o_.runsc,    "--root", o_.state_dir, "--network", netns.empty() ? "none" : "sandbox",
                                      "--overlay2", "none",   "--host-uds", "all"};
     if (!o_.platform.empty()) argv.insert(argv.begin() + 1, {"--platform", o_.platform});
-    if (!netns.empty()) argv.insert(argv.begin(), {"nsenter", "--net=" + netns, "--"});
+    if (!netns.empty())
+      argv.insert(argv.begin(), {"nsenter", "--net=" + netns, "--", "unshare", "--mount", "--propagation", "private",
+                                 "--", "sh", "-c",
+                                 "mount -t tmpfs -o ro,size=4k sbx /proc/sys/net/core && exec \"$@\"", "sh"});
     argv.insert(argv.end(), args.begin(), args.end());
     return argv;
   }
 
+  // runsc's signal to the agent (PID 1 in the sandbox): SIGUSR1 closes its host socket
+  // for a checkpoint, SIGUSR2 opens it again (agent/server.h, SetRelisten).
+  Status SignalAgent(const std::string& id, const std::string& dir, const char* sig) {
+    auto r = Reaper::Get().Run(Runsc({"kill", id, sig}), "", 0, nullptr, 10000, BundleOf(dir) + "/runsc.log");
+    if (!r.ok()) return r.error();
+    if (r->exit_code != 0) return MakeError(Code::kInternal, std::string("runsc kill ") + sig + ": " + Tail(BundleOf(dir) + "/runsc.log"));
+    return OkStatus();
+  }
+
+  // Waits until the agent answers (open), or until its socket's file is gone (closed:
+  // the agent removes it once it closed the socket; the file would still connect).
+  Status AwaitAgent(const std::string& dir, bool open) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kReadyTimeoutMs);
+    while (true) {
+      if (!open && !fs::Exists(CtlOf(dir) + "/a.sock")) return OkStatus();
+      auto addr = AgentOf(dir);
+      if (open && addr.ok() && agent::PingBlocking(**addr, 1000).ok()) return OkStatus();
+      if (std::chrono::steady_clock::now() > deadline)
+        return MakeError(Code::kInternal, std::string("the sandbox's agent did not ") + (open ? "open" : "close") +
+                                              " its socket");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+
   Status Prepare(const StartSpec& spec) override { return files_.Prepare(spec); }
 
-  Result<Instance> Start(const StartSpec& spec) override {
+  Result<Instance> Start(const StartSpec& spec) override { return Launch(spec, ""); }
+
+  // Starts the sandbox: `runsc run`, or with `image` a `runsc restore` of the checkpoint
+  // there (the same bundle, a new network namespace with the link the spec has now:
+  // netstack takes its links and addresses anew).
+  Result<Instance> Launch(const StartSpec& spec, const std::string& image) {
     if (mode_ == CgroupMode::kNone)
       return MakeError(Code::kFailedPrecondition, "this host has no usable cgroup hierarchy");
     SBX_RETURN_IF_ERROR(fs::MkdirAll(o_.state_dir, 0700));
@@ -189,8 +255,8 @@ class GvisorRuntime : public Runtime {
     if (::chown(ctl.c_str(), o_.uid_base, o_.uid_base) != 0) return fail(ErrnoError("chown " + ctl));
     if (auto st = fs::WriteFile(ctl + "/init.json", gvisor::AgentInit(o_, spec), true, 0644); !st.ok())
       return fail(st.error());
-    // The sandbox's network namespace: runsc runs in it, and the sandbox's sockets are
-    // the host kernel's sockets there (runsc --network=host), behind the link's rules.
+    // The sandbox's network namespace: runsc runs in it, and gVisor's network stack takes
+    // its link (the veth behind the link's rules on the host) when the sandbox starts.
     const std::string netns = NetnsOf(spec.dir);
     if (auto st = MakeNetns(netns); !st.ok()) return fail(st.error());
     if (spec.link) {
@@ -206,12 +272,15 @@ class GvisorRuntime : public Runtime {
     const std::string log = bundle + "/runsc.log", pid_file = bundle + "/pid";
     (void)::unlink(log.c_str());
     // runsc, and every process it leaves (the sentry, the gofer), in the sandbox's cgroup.
-    auto ran = Reaper::Get().Run(
-        Runsc({"run", "--detach", "--bundle", bundle, "--pid-file", pid_file, spec.id}, netns), "",
-        0, [&](pid_t pid) { return cg.AddProcess(pid); }, kReadyTimeoutMs, log);
+    std::vector<std::string> how = {"run"};
+    if (!image.empty()) how = {"restore", "--image-path", image};
+    how.insert(how.end(), {"--detach", "--bundle", bundle, "--pid-file", pid_file, spec.id});
+    auto ran = Reaper::Get().Run(Runsc(how, netns), "", 0, [&](pid_t pid) { return cg.AddProcess(pid); },
+                                 kReadyTimeoutMs, log);
     if (!ran.ok()) return fail(ran.error());
     if (ran->exit_code != 0)
-      return fail(MakeError(Code::kInternal, "runsc could not start the sandbox: " + Tail(log)));
+      return fail(MakeError(Code::kInternal, std::string("runsc could not ") +
+                                                 (image.empty() ? "start" : "restore") + " the sandbox: " + Tail(log)));
     // runsc wrote the bundle's limits into the cgroup: the host's share comes on top.
     if (auto st = cg.SetLimits(HostLimits(spec.limits)); !st.ok()) return fail(st.error());
     auto pid_text = fs::ReadFile(pid_file, 64);
@@ -224,6 +293,9 @@ class GvisorRuntime : public Runtime {
     auto addr = AgentOf(spec.dir);
     if (!addr.ok()) return fail(addr.error());
     inst.agent = *addr;
+    // A restored agent listens again when told (it closed its socket for the checkpoint).
+    if (!image.empty())
+      if (auto st = SignalAgent(spec.id, spec.dir, "SIGUSR2"); !st.ok()) return fail(st.error());
     // The agent answers once it has set up and listens.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kReadyTimeoutMs);
     while (!agent::PingBlocking(*inst.agent, 1000).ok()) {
@@ -286,6 +358,45 @@ class GvisorRuntime : public Runtime {
   }
   Status RemoveLayer(const std::string& path) override { return files_.RemoveLayer(path); }
 
+  // Hibernate: runsc saves the sandbox (gVisor's kernel, with every process, and its
+  // memory) into `dir`, and the sandbox ends. The agent's host socket cannot be in a
+  // checkpoint: the agent closes it first, and opens it again after a restore or a failed
+  // save. `--leave-running` so that a failed save leaves the sandbox running (without it
+  // runsc ends the sandbox either way); sbxd ends it after a whole save.
+  Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& dir) override {
+    SBX_RETURN_IF_ERROR(DropCheckpoint(dir));
+    SBX_RETURN_IF_ERROR(fs::MkdirAll(dir, 0700));
+    SBX_RETURN_IF_ERROR(Save(spec, dir));
+    SBX_RETURN_IF_ERROR(fs::WriteFile(dir + "/" + kCheckpointMark, "", true, 0600));
+    return Stop(spec.id, inst);
+  }
+  uint64_t CheckpointBytes(const std::string& id) override { return Cgroup(id).MemoryCurrent(); }
+  bool HasCheckpoint(const std::string& dir) override { return fs::Exists(dir + "/" + kCheckpointMark); }
+
+  Result<Instance> Restore(const StartSpec& spec, const std::string& dir) override {
+    if (!HasCheckpoint(dir)) return MakeError(Code::kFailedPrecondition, "no whole checkpoint in " + dir);
+    return Launch(spec, dir);
+  }
+
+  // `runsc checkpoint` of the running sandbox into `dir` (which exists), the sandbox left
+  // running; the agent closes its socket around it. runsc's output goes to its log there.
+  Status Save(const StartSpec& spec, const std::string& dir) {
+    SBX_RETURN_IF_ERROR(SignalAgent(spec.id, spec.dir, "SIGUSR1"));
+    Status st = AwaitAgent(spec.dir, /*open=*/false);
+    const std::string log = dir + "/runsc.log";
+    if (st.ok()) {
+      auto r = Reaper::Get().Run(Runsc({"checkpoint", "--leave-running", "--image-path", dir, spec.id}), "", 0,
+                                 nullptr, kSaveTimeoutMs, log);
+      if (!r.ok()) st = r.error();
+      else if (r->exit_code != 0) st = SaveRefused(log);
+    }
+    // The agent listens again in any case: after a failure the sandbox runs on.
+    Status open = SignalAgent(spec.id, spec.dir, "SIGUSR2");
+    if (open.ok()) open = AwaitAgent(spec.dir, /*open=*/true);
+    if (!st.ok()) return st;
+    return open;
+  }
+
   Status Freeze(const std::string& id) override { return Cgroup(id).Freeze(); }
   Status Thaw(const std::string& id) override { return Cgroup(id).Thaw(); }
 
@@ -306,7 +417,9 @@ class GvisorRuntime : public Runtime {
       SBX_RETURN_IF_ERROR(Freeze(spec.id));
     } else {
       SBX_RETURN_IF_ERROR(Thaw(spec.id));
-      SBX_RETURN_IF_ERROR(agent::PingBlocking(*addr, 2000));
+      // Generous: a restart re-adopts every sandbox at once, and on a busy host a thawed
+      // agent may take seconds to answer; an agent that is gone refuses at once.
+      SBX_RETURN_IF_ERROR(agent::PingBlocking(*addr, kAdoptPingMs));
     }
     Instance inst;
     inst.agent = addr;
@@ -324,10 +437,10 @@ class GvisorRuntime : public Runtime {
     return Usage{g.CpuUsageNs(), g.MemoryCurrent(), g.Pids().size()};
   }
 
-  Status AttachLink(const std::string& id, const Instance&, const NetLink& link) override {
-    UniqueFd ns(::open(NetnsOf(o_.sandboxes_dir + "/" + id).c_str(), O_RDONLY | O_CLOEXEC));
-    if (!ns.valid()) return ErrnoError("open the network namespace of sandbox " + id);
-    return netlink::AttachVeth(link, ns.get());
+  Status AttachLink(const std::string& id, const Instance&, const NetLink&) override {
+    return MakeError(Code::kFailedPrecondition,
+                     "gVisor's network stack takes its links when the sandbox starts: stop and start sandbox " + id +
+                         " (or hibernate and resume it) to give it a network");
   }
   Status DetachLink(const NetLink& link, bool wait) override {
     return wait ? netlink::DeleteLink(link.host_if) : netlink::DeleteLinkLater(link.host_if);

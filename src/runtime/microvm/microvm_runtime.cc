@@ -127,6 +127,7 @@ class MicrovmRuntime : public Runtime {
     c.hibernate = true;
     c.memory_snapshots = true;  // the same save, kept as a template's layer
     c.fixed_shape = true;       // the guest's vCPUs and RAM are its boot's
+    c.live_links = false;       // and its network device
     return c;
   }
 
