@@ -228,8 +228,9 @@ Status Serve(int given_fd, bool is_init, bool outside_peers_only, pid_t only_pee
   g_only_peer = only_peer;
   g_outside_only = is_init && outside_peers_only;
   SetKeeperScope(getpid());
-  // -1 while closed for a checkpoint (SetRelisten); a socket made by `relisten` is ours.
-  UniqueFd owned(g_relisten ? given_fd : -1);  // with SetRelisten, the socket is ours
+  // With SetRelisten the listening socket is ours (the given one, then each `relisten`
+  // makes); `listen_fd` is -1 while it is closed for a checkpoint.
+  UniqueFd owned(g_relisten ? given_fd : -1);
   int listen_fd = given_fd;
   sigset_t chld;
   sigemptyset(&chld);
@@ -289,7 +290,7 @@ Status Serve(int given_fd, bool is_init, bool outside_peers_only, pid_t only_pee
       }
       if (close_listener && listen_fd >= 0) {
         // Every holder of the socket goes: the spares (killed and reaped here, so that
-        // the socket is closed when sbxd sees it refuse), then ours.
+        // the socket is closed by the time `closed` says so), then ours.
         for (pid_t s : spares) kill(s, SIGKILL);
         for (pid_t s : spares) waitpid(s, nullptr, 0);
         spares.clear();

@@ -359,45 +359,61 @@ class GvisorRuntime : public Runtime {
   Status RemoveLayer(const std::string& path) override { return files_.RemoveLayer(path); }
 
   // Hibernate: runsc saves the sandbox (gVisor's kernel, with every process, and its
-  // memory) into `dir`, and the sandbox ends. The agent's host socket cannot be in a
-  // checkpoint: the agent closes it first, and opens it again after a restore or a failed
-  // save. `--leave-running` so that a failed save leaves the sandbox running (without it
-  // runsc ends the sandbox either way); sbxd ends it after a whole save.
+  // memory) into `dir`/image, and the sandbox ends. The agent's host socket cannot be in a
+  // checkpoint: the agent closes it first (and opens it again if the sandbox runs on).
+  // runsc either ends the sandbox after a save, failed or not, or lets it run on after
+  // either: a first save lets it run on, so that a refusal changes nothing; once that
+  // one worked, a second ends it at the instant of its save, so that nothing runs after
+  // the image (files written then would be ahead of it). If the second fails (something
+  // changed in between) the first serves.
   Status Hibernate(const StartSpec& spec, const Instance& inst, const std::string& dir) override {
     SBX_RETURN_IF_ERROR(DropCheckpoint(dir));
-    SBX_RETURN_IF_ERROR(fs::MkdirAll(dir, 0700));
-    SBX_RETURN_IF_ERROR(Save(spec, dir));
+    SBX_RETURN_IF_ERROR(fs::MkdirAll(dir + "/trial", 0700));
+    SBX_RETURN_IF_ERROR(SignalAgent(spec.id, spec.dir, "SIGUSR1"));
+    Status st = AwaitAgent(spec.dir, /*open=*/false);
+    if (st.ok()) st = Checkpoint(spec.id, dir + "/trial", /*leave_running=*/true);
+    if (!st.ok()) {
+      // The sandbox runs on: its agent listens again.
+      Status open = SignalAgent(spec.id, spec.dir, "SIGUSR2");
+      if (open.ok()) open = AwaitAgent(spec.dir, /*open=*/true);
+      if (!open.ok()) SBX_LOG(kWarn) << "sandbox " << spec.id << ": " << open.error().message;
+      return st;
+    }
+    const std::string image = ImageOf(dir);
+    SBX_RETURN_IF_ERROR(fs::MkdirAll(image, 0700));
+    if (Status last = Checkpoint(spec.id, image, /*leave_running=*/false); last.ok()) {
+      (void)fs::RemoveTree(dir + "/trial");
+    } else {
+      SBX_LOG(kWarn) << "sandbox " << spec.id << ": its last save failed, the first serves: " << last.error().message;
+      SBX_RETURN_IF_ERROR(fs::RemoveTree(image));
+      if (::rename((dir + "/trial").c_str(), image.c_str()) != 0) return ErrnoError("rename the first save");
+    }
     SBX_RETURN_IF_ERROR(fs::WriteFile(dir + "/" + kCheckpointMark, "", true, 0600));
     return Stop(spec.id, inst);
   }
-  uint64_t CheckpointBytes(const std::string& id) override { return Cgroup(id).MemoryCurrent(); }
+  uint64_t CheckpointBytes(const std::string& id) override { return 2 * Cgroup(id).MemoryCurrent(); }
   bool HasCheckpoint(const std::string& dir) override { return fs::Exists(dir + "/" + kCheckpointMark); }
 
   Result<Instance> Restore(const StartSpec& spec, const std::string& dir) override {
     if (!HasCheckpoint(dir)) return MakeError(Code::kFailedPrecondition, "no whole checkpoint in " + dir);
-    return Launch(spec, dir);
+    return Launch(spec, ImageOf(dir));
   }
 
-  // `runsc checkpoint` of the running sandbox into `dir` (which exists), the sandbox left
-  // running; the agent closes its socket around it. runsc's output goes to its log there.
-  Status Save(const StartSpec& spec, const std::string& dir) {
-    SBX_RETURN_IF_ERROR(SignalAgent(spec.id, spec.dir, "SIGUSR1"));
-    Status st = AwaitAgent(spec.dir, /*open=*/false);
-    const std::string log = dir + "/runsc.log";
-    if (st.ok()) {
-      // Uncompressed: a resume of a sandbox holding 100 MB of Python objects took 0.9 s
-      // so, against 1.3 s compressed (sbx bench hibernate), for 13 times the disk.
-      auto r = Reaper::Get().Run(
-          Runsc({"checkpoint", "--leave-running", "--compression", "none", "--image-path", dir, spec.id}), "", 0,
-          nullptr, kSaveTimeoutMs, log);
-      if (!r.ok()) st = r.error();
-      else if (r->exit_code != 0) st = SaveRefused(log);
-    }
-    // The agent listens again in any case: after a failure the sandbox runs on.
-    Status open = SignalAgent(spec.id, spec.dir, "SIGUSR2");
-    if (open.ok()) open = AwaitAgent(spec.dir, /*open=*/true);
-    if (!st.ok()) return st;
-    return open;
+  static std::string ImageOf(const std::string& dir) { return dir + "/image"; }
+
+  // `runsc checkpoint` of the running sandbox into the folder `image` (which exists);
+  // runsc's output goes to runsc.log beside it.
+  Status Checkpoint(const std::string& id, const std::string& image, bool leave_running) {
+    std::vector<std::string> args = {"checkpoint", "--image-path", image};
+    if (leave_running) args.emplace_back("--leave-running");
+    // Uncompressed: a resume of a sandbox holding 100 MB of Python objects took 0.9 s so,
+    // against 1.3 s compressed (sbx bench hibernate), for 13 times the disk.
+    args.insert(args.end(), {"--compression", "none", id});
+    const std::string log = image + "/../runsc.log";
+    auto r = Reaper::Get().Run(Runsc(args), "", 0, nullptr, kSaveTimeoutMs, log);
+    if (!r.ok()) return r.error();
+    if (r->exit_code != 0) return SaveRefused(log);
+    return OkStatus();
   }
 
   Status Freeze(const std::string& id) override { return Cgroup(id).Freeze(); }
