@@ -174,6 +174,9 @@ class GvisorRuntime : public Runtime {
     // restored, and never after.
     c.live_links = false;
     c.restore_relinks = true;
+    // gVisor's memory (its MemTotal, what its kernel manages) is sized when it boots; a
+    // warm sandbox claimed for another size would show the wrong one.
+    c.fixed_shape = true;
     return c;
   }
 
@@ -346,8 +349,8 @@ class GvisorRuntime : public Runtime {
     }
   }
 
-  // The host's limits only: gVisor's own memory stays what it booted with (a claimed
-  // pooled sandbox asking for more memory than its type gets the host's share only).
+  // The host's limits only: gVisor's own memory stays what it booted with (the pool
+  // serves creates of its own shape only: Capabilities::fixed_shape).
   Status UpdateLimits(const std::string& id, const Limits& l) override {
     return Cgroup(id).SetLimits(HostLimits(l));
   }
