@@ -7,6 +7,8 @@ import subprocess
 import time
 
 
+import pytest
+
 import sbx
 from conftest import RUNSC
 
@@ -125,6 +127,62 @@ def test_a_sandbox_outlives_sbxd_and_delete_leaves_nothing(fresh_daemon):
     d.wait_clean()
     assert not runsc_list(d)
     assert not d.sandbox_mounts()
+
+
+HOLD = """
+import os, socket, sys, time
+kind = sys.argv[1]
+if kind == "loopback":
+    # A TCP connection on the sandbox's own loopback, held open; on /tmp/go it carries a
+    # byte across and says so.
+    l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen()
+    c = socket.create_connection(l.getsockname()); a, _ = l.accept()
+    open("/tmp/held", "w").write(kind)
+    while not os.path.exists("/tmp/go"):
+        time.sleep(0.05)
+    c.sendall(b"x")
+    open("/tmp/carried", "w").write(a.recv(1).decode())
+else:
+    # A connection to a host socket: the in-sandbox API's.
+    c = socket.socket(socket.AF_UNIX); c.connect("/run/sbx/api.sock")
+    open("/tmp/held", "w").write(kind)
+time.sleep(600)
+"""
+
+
+def wait_for(sb, path, want, tries=100):
+    for _ in range(tries):
+        if sb.exec(["cat", path]).stdout == want:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never said {want!r}")
+
+
+def test_hibernate_refuses_what_gvisor_cannot_save_and_keeps_what_it_can(client, daemon):
+    """gVisor's kernel cannot save a connection to a host socket: the hibernate answers 409
+    saying so, and the sandbox runs on with its processes; once the holder is gone, it
+    hibernates. A TCP connection on the sandbox's own loopback is saved and carries data
+    after the resume. (A connection to a peer outside: test_network.py.)"""
+    with client.create(image="default", isolation="gvisor") as sb:
+        sb.files.write("/tmp/hold.py", HOLD)
+        sb.exec(["sh", "-c", "python3 /tmp/hold.py host >/dev/null 2>&1 &"])
+        wait_for(sb, "/tmp/held", "host")
+        with pytest.raises(sbx.ConflictError) as e:
+            sb.pause(mode="hibernate")
+        assert "host socket" in str(e.value), str(e.value)
+        assert sb.refresh().state == "running"
+        # The holder runs on, and the agent answers.
+        assert "hold.py" in sb.exec(["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"]).stdout
+        # Ended, and gone (this shell's own command line names it too: spared).
+        sb.exec(["sh", "-c", "for p in /proc/[0-9]*; do [ ${p#/proc/} != $$ ] && grep -q hold[.]py $p/cmdline "
+                             "2>/dev/null && kill ${p#/proc/}; done; rm /tmp/held; "
+                             "while grep -qs hold[.]py /proc/[0-9]*/cmdline; do sleep 0.1; done"])
+        sb.exec(["sh", "-c", "python3 /tmp/hold.py loopback >/dev/null 2>&1 &"])
+        wait_for(sb, "/tmp/held", "loopback")
+        assert sb.pause(mode="hibernate").state == "paused"
+        assert sb.resume().state == "running"
+        sb.exec(["touch", "/tmp/go"])
+        wait_for(sb, "/tmp/carried", "x")
 
 
 def test_network_none_is_loopback_only_in_a_namespace_of_its_own(client, daemon):

@@ -228,7 +228,8 @@ def test_live_changes_apply_to_new_connections(c, lab):
 def test_gvisor_takes_a_network_at_start_only(c, lab):
     """gVisor's network stack takes the namespace's links when the sandbox starts or is
     restored: a running sandbox's rules change live and its network can go, but a network
-    it started without is refused (409, nothing changes) until a resume gives it one."""
+    it started without is refused (409, nothing changes) until a resume gives it one. Its
+    TCP connections to peers outside cannot be saved: a hibernate then answers 409."""
     with c.create(image="default", network="none", isolation="gvisor") as sb:
         with pytest.raises(sbx.ConflictError) as e:
             sb.set_network("outbound")
@@ -240,6 +241,18 @@ def test_gvisor_takes_a_network_at_start_only(c, lab):
         sb.resume()
         assert sb.network["address"]
         assert ok(probe(sb, f"http:{netlab.WEB}/gv-1")[f"http:{netlab.WEB}/gv-1"])
+        # gVisor's stack cannot save a TCP connection to a peer outside: 409 naming it, and
+        # the sandbox runs on.
+        sb.exec(["sh", "-c", "python3 -c 'import socket,time; s=socket.create_connection((\"%s\", 80)); "
+                             "open(\"/tmp/held\",\"w\").close(); time.sleep(600)' >/dev/null 2>&1 &" % netlab.WEB])
+        for _ in range(100):
+            if sb.exec(["test", "-e", "/tmp/held"]).exit_code == 0:
+                break
+            time.sleep(0.1)
+        with pytest.raises(sbx.ConflictError) as e:
+            sb.pause("hibernate")
+        assert "TCP connection" in str(e.value) and f"remote {netlab.WEB}:80" in str(e.value), str(e.value)
+        assert sb.refresh().state == "running"
         sb.set_network(deny=[netlab.WEB])
         assert not ok(probe(sb, f"http:{netlab.WEB}/gv-2")[f"http:{netlab.WEB}/gv-2"])
         sb.set_network("none")

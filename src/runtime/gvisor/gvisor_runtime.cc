@@ -65,6 +65,13 @@ Error SaveRefused(const std::string& log) {
                      "a minute" + (which.empty() ? "" : " (" + which + ")") +
                          "; close it and wait, or pause with mode \"freeze\"");
   }
+  // runsc fails to encode other state it cannot save (seen: a connection of the sandbox's
+  // to a host socket, such as the in-sandbox API's); the sandbox runs on.
+  if (line.find("encoding error") != std::string::npos)
+    return MakeError(Code::kFailedPrecondition,
+                     "gVisor could not save the sandbox's state (a connection to a host socket, such as " +
+                         std::string(gvisor::kApiInside) + "/api.sock, cannot be saved; close it, or pause with mode "
+                         "\"freeze\"): " + line.substr(0, 400));
   return MakeError(Code::kInternal, "runsc could not checkpoint the sandbox: " + line.substr(0, 600));
 }
 
