@@ -52,19 +52,23 @@ _next_uid_base = [300000 + (os.getpid() % 100) * 20_000_000]  # sbxd takes bases
 UID_CLAIMS = "/run/sbx-test-uids"
 
 
-def _uids_in_use(lo, hi):
-    """Whether any process runs as a uid in [lo, hi) (what an interrupted run left)."""
+def pids_with_uids(ranges):
+    """Host pids whose real uid is in one of the [lo, hi) ranges."""
+    pids = []
     for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
         try:
             with open(f"/proc/{p}/status") as f:
                 for line in f:
                     if line.startswith("Uid:"):
-                        if lo <= int(line.split()[1]) < hi:
-                            return True
+                        uid = int(line.split()[1])
+                        if any(lo <= uid < hi for lo, hi in ranges):
+                            pids.append(int(p))
                         break
         except (OSError, ValueError):
-            pass
-    return False
+            pass  # gone meanwhile
+    return pids
 
 
 def claim_uid_base():
@@ -88,7 +92,7 @@ def claim_uid_base():
             fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
         os.write(fd, str(os.getpid()).encode())
         os.close(fd)
-        if not _uids_in_use(base, base + 3 * 65536):
+        if not pids_with_uids([(base, base + 3 * 65536)]):  # none left by an interrupted run
             return base
 
 
@@ -244,22 +248,8 @@ class Daemon:
     def processes(self):
         """Host pids running under this daemon's sandbox uid range, or as one of its VMs'
         QEMUs and relays."""
-        pids = []
-        for p in os.listdir("/proc"):
-            if not p.isdigit():
-                continue
-            try:
-                with open(f"/proc/{p}/status") as f:
-                    for line in f:
-                        if line.startswith("Uid:"):
-                            uid = int(line.split()[1])
-                            vms = self.uid_base + 2 * 65536
-                            if self.uid_base <= uid < self.uid_base + 65536 or vms <= uid < vms + 65536:
-                                pids.append(int(p))
-                            break
-            except OSError:
-                pass
-        return pids
+        vms = self.uid_base + 2 * 65536
+        return pids_with_uids([(self.uid_base, self.uid_base + 65536), (vms, vms + 65536)])
 
     def host_mounts(self):
         with open("/proc/self/mountinfo") as f:
