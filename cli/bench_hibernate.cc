@@ -57,6 +57,8 @@ double CgroupRssMb(const std::string& data_dir, const std::string& id, const std
     double anon = value(*v2, "anon");
     return isolation == "gvisor" && anon >= 0 ? anon + std::max(0.0, value(*v2, "shmem")) : anon;
   }
+  // A hibernated gVisor sandbox has no cgroup at all: nothing of it is resident.
+  if (isolation == "gvisor" && fs::Exists(data_dir + "/hibernated/" + id)) return 0;
   return -1;
 }
 
