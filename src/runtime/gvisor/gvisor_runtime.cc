@@ -218,19 +218,22 @@ class GvisorRuntime : public Runtime {
     return OkStatus();
   }
 
-  // Waits until the agent answers (open), or until its socket's file is gone (closed:
-  // the agent removes it once it closed the socket; the file would still connect).
-  Status AwaitAgent(const std::string& dir, bool open) {
+  // Waits until the agent answers (open; given `inst`, through its dialer and only while
+  // its sandbox lives), or until its socket's file is gone (closed: the agent removes it
+  // once it closed the socket; the file would still connect).
+  Status AwaitAgent(const std::string& dir, bool open, const Instance* inst = nullptr) {
+    agent::DialerPtr addr = inst ? inst->agent : nullptr;
+    if (open && !addr) {
+      SBX_ASSIGN_OR_RETURN(addr, AgentOf(dir));
+    }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kReadyTimeoutMs);
-    while (true) {
-      if (!open && !fs::Exists(CtlOf(dir) + "/a.sock")) return OkStatus();
-      auto addr = AgentOf(dir);
-      if (open && addr.ok() && agent::PingBlocking(**addr, 1000).ok()) return OkStatus();
-      if (std::chrono::steady_clock::now() > deadline)
+    while (open ? !agent::PingBlocking(*addr, 1000).ok() : fs::Exists(CtlOf(dir) + "/a.sock")) {
+      if ((inst && !ProcessAlive(*inst)) || std::chrono::steady_clock::now() > deadline)
         return MakeError(Code::kInternal, std::string("the sandbox's agent did not ") + (open ? "open" : "close") +
                                               " its socket");
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
+    return OkStatus();
   }
 
   Status Prepare(const StartSpec& spec) override { return files_.Prepare(spec); }
@@ -307,12 +310,8 @@ class GvisorRuntime : public Runtime {
     if (!image.empty())
       if (auto st = SignalAgent(spec.id, spec.dir, "SIGUSR2"); !st.ok()) return fail(st.error());
     // The agent answers once it has set up and listens.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kReadyTimeoutMs);
-    while (!agent::PingBlocking(*inst.agent, 1000).ok()) {
-      if (!ProcessAlive(inst) || std::chrono::steady_clock::now() > deadline)
-        return fail(MakeError(Code::kInternal, "the sandbox's agent did not come up: " + Tail(log)));
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
+    if (!AwaitAgent(spec.dir, /*open=*/true, &inst).ok())
+      return fail(MakeError(Code::kInternal, "the sandbox's agent did not come up: " + Tail(log)));
     return inst;
   }
 
