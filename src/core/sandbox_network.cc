@@ -33,8 +33,9 @@ net::Rules RulesOfRow(const json& j) {
 
 int SlotOfRow(const json& j) { return j.contains("slot") && j["slot"].is_number_integer() ? j["slot"].get<int>() : 0; }
 
-runtime::NetLink RuntimeLink(const net::Network::Link& l) {
+runtime::NetLink RuntimeLink(const net::Network::Link& l, int mbps) {
   runtime::NetLink link{l.host_if, l.sandbox.v4(), l.gateway.v4(), 31};
+  link.mbps = mbps;
   if (l.sandbox6 && l.gateway6) {
     link.has_v6 = true;
     link.sandbox6 = l.sandbox6->bytes;
@@ -63,13 +64,13 @@ std::optional<runtime::NetLink> SandboxManager::LinkOfRow(const SandboxRecord& r
   json j = RowNetwork(r);
   const int slot = SlotOfRow(j);
   if (slot == 0 || RulesOfRow(j).mode != "outbound") return std::nullopt;
-  return RuntimeLink(network_->LinkOf(slot));
+  return RuntimeLink(network_->LinkOf(slot), MbpsOf(r));
 }
 
 std::optional<runtime::NetLink> SandboxManager::HibernatedLink(const SandboxRecord& r) const {
   json j = RowNetwork(r);
   if (!network_ || !j.value("hibernated_link", false) || SlotOfRow(j) == 0) return std::nullopt;
-  return RuntimeLink(network_->LinkOf(SlotOfRow(j)));
+  return RuntimeLink(network_->LinkOf(SlotOfRow(j)), MbpsOf(r));
 }
 
 void SandboxManager::MarkHibernatedLink(SandboxRecord* r, const std::optional<runtime::NetLink>& link) {

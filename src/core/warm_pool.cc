@@ -49,16 +49,18 @@ EntryPtr SandboxManager::TakePooled(const std::string& key) {
 bool SandboxManager::PoolFits(const CreateRequest& req, const SandboxType& type) const {
   runtime::Runtime* rt = runtimes_->Find(req.isolation);
   if (!rt) return true;
-  // Pooled sandboxes have the daemon's default network: a link cannot come or go later.
+  auto small = types_.Find("small");  // the pool's type
+  // Pooled sandboxes have the daemon's default network: a link cannot come or go later,
+  // nor change its pace.
   if (!rt->Caps().live_links && network_) {
     auto wants_link = [&](const json& n) {
       auto rules = net::Rules::FromJson(n, opts_.default_network);
       return rules.ok() && rules->mode == "outbound";
     };
     if (wants_link(req.network) != wants_link(json::object())) return false;
+    if (!small.ok() || type.network_mbps != small->network_mbps) return false;
   }
   if (!rt->Caps().fixed_shape) return true;
-  auto small = types_.Find("small");
   return small.ok() && req.cpus.value_or(type.cpus) == small->cpus &&
          req.memory_mb.value_or(type.memory_mb) == small->memory_mb;
 }

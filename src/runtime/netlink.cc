@@ -5,6 +5,7 @@
 //
 #include <linux/if_tun.h>
 #include <arpa/inet.h>
+#include <linux/pkt_sched.h>
 #include <fcntl.h>
 #include <linux/if_link.h>
 #include <linux/netlink.h>
@@ -15,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -46,6 +48,7 @@ class Msg {
   }
   void Str(uint16_t type, const std::string& s) { Attr(type, s.c_str(), s.size() + 1); }
   void U32(uint16_t type, uint32_t v) { Attr(type, &v, sizeof v); }
+  void U64(uint16_t type, uint64_t v) { Attr(type, &v, sizeof v); }
   size_t Begin(uint16_t type) {
     size_t at = buf_.size();
     Attr(type, nullptr, 0);
@@ -148,6 +151,30 @@ Status AddDefaultRoute(int fd, int index, int family, const void* gateway) {
   return Call(fd, m, family == AF_INET ? "add the sandbox's default route" : "add the sandbox's IPv6 default route");
 }
 
+// A token bucket (tbf) as the link's root queue: `mbps` each way out, a burst of 10 ms
+// (at least 1 MiB: a segmentation-offloaded frame is up to 64 KiB and must fit whole), and
+// 100 ms of queue behind it.
+Status AddPacing(int fd, int index, int mbps) {
+  const uint64_t rate = static_cast<uint64_t>(mbps) * 125000;  // bytes/s
+  const uint64_t burst = std::max<uint64_t>(1 << 20, rate / 100);
+  struct tcmsg tc = {};
+  tc.tcm_family = AF_UNSPEC;
+  tc.tcm_ifindex = index;
+  tc.tcm_parent = TC_H_ROOT;
+  Msg m(RTM_NEWQDISC, NLM_F_CREATE | NLM_F_REPLACE, &tc, sizeof tc);
+  m.Str(TCA_KIND, "tbf");
+  size_t opts = m.Begin(TCA_OPTIONS);
+  struct tc_tbf_qopt q = {};
+  q.rate.linklayer = TC_LINKLAYER_ETHERNET;
+  q.rate.rate = static_cast<uint32_t>(std::min<uint64_t>(rate, UINT32_MAX));
+  q.limit = static_cast<uint32_t>(std::min<uint64_t>(burst + rate / 10, UINT32_MAX));
+  m.Attr(TCA_TBF_PARMS, &q, sizeof q);
+  if (rate > UINT32_MAX) m.U64(TCA_TBF_RATE64, rate);
+  m.U32(TCA_TBF_BURST, static_cast<uint32_t>(std::min<uint64_t>(burst, UINT32_MAX)));
+  m.End(opts);
+  return Call(fd, m, "pace the sandbox's eth0 at " + std::to_string(mbps) + " Mbit/s");
+}
+
 Status WriteSysctl(const std::string& path, const std::string& value) {
   return fs::WriteFile(path, value, false);
 }
@@ -165,7 +192,7 @@ Status ConfigureIpv6(const std::string& ifname, bool on) {
   return WriteSysctl(conf + "disable_ipv6", "0");
 }
 
-Status ConfigureInside(const NetLink& link, int netns_fd) {
+Status ConfigureInside(const NetLink& link, int netns_fd, bool pace) {
   Status result = OkStatus();
   // setns changes the calling thread only: a thread of its own, so sbxd's stay on the host.
   std::thread t([&] {
@@ -188,6 +215,7 @@ Status ConfigureInside(const NetLink& link, int netns_fd) {
     if (result.ok()) result = AddAddress4(fd->get(), index, link.sandbox, link.prefix, "address the sandbox's eth0");
     if (result.ok() && link.has_v6)
       result = AddAddress(fd->get(), index, AF_INET6, link.sandbox6.data(), 127, "address the sandbox's eth0 (IPv6)");
+    if (result.ok() && pace && link.mbps > 0) result = AddPacing(fd->get(), index, link.mbps);
     if (result.ok()) result = SetUp(fd->get(), index, "bring the sandbox's eth0 up");
     const uint32_t gateway = htonl(link.gateway);
     if (result.ok()) result = AddDefaultRoute(fd->get(), index, AF_INET, &gateway);
@@ -299,11 +327,11 @@ Status CreateHostPair(const NetLink& link, const std::string& peer) {
   return CreatePair(fd.get(), link.host_if, peer, -1);
 }
 
-Status AttachVeth(const NetLink& link, int netns_fd) {
+Status AttachVeth(const NetLink& link, int netns_fd, bool pace) {
   SBX_ASSIGN_OR_RETURN(UniqueFd fd, Open());
   SBX_RETURN_IF_ERROR(CreatePair(fd.get(), link.host_if, "eth0", netns_fd));
   Status configured = ConfigureHostEnd(link);
-  if (configured.ok()) configured = ConfigureInside(link, netns_fd);
+  if (configured.ok()) configured = ConfigureInside(link, netns_fd, pace);
   if (!configured.ok()) (void)DeleteLink(link.host_if);
   return configured;
 }

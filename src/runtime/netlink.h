@@ -17,7 +17,9 @@ namespace sbx::runtime::netlink {
 // Creates the pair with its inner end, `eth0`, in the network namespace `netns_fd`, and
 // configures both ends (addresses, up, the sandbox's default routes; IPv6 only if the link has it).
 // A leftover link of the same host name (a namespace still being torn down) is replaced.
-Status AttachVeth(const NetLink& link, int netns_fd);
+// `pace` (with link.mbps): `eth0` sends through a token bucket queue at that rate, so a
+// sender meets a full queue (it waits) before the host's firewall drops anything.
+Status AttachVeth(const NetLink& link, int netns_fd, bool pace = false);
 // Creates the pair with both ends on the host, the inner one named `peer`, for CRIU's
 // restore to move into the restored namespace (as `eth0`, addressed as it was).
 Status CreateHostPair(const NetLink& link, const std::string& peer);

@@ -46,6 +46,9 @@ struct NetLink {
   int prefix = 31;
   bool has_v6 = false;
   std::array<uint8_t, 16> sandbox6{}, gateway6{};
+  // Its type's limit each way (0: none). The host's firewall enforces it, dropping what
+  // goes over; a wall may also pace the sandbox's end at it (a queue, not drops).
+  int mbps = 0;
 };
 
 // Bytes through a sandbox's link, as the sandbox sees them.

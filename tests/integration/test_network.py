@@ -513,7 +513,9 @@ print(n / (time.perf_counter() - t))
 """
     with c.create(image="default", type="small") as sb:
         assert sb.data["resources"]["network_mbps"] == 1000
-        mb_per_s = float(sb.exec(["python3", "-c", code], timeout_seconds=120).stdout)
+        r = sb.exec(["python3", "-c", code], timeout_seconds=120)
+        assert r.exit_code == 0, (r.exit_code, r.stderr)
+        mb_per_s = float(r.stdout)
         # 1000 Mbit/s is 122 MiB/s; the bucket holds one second of it, so 768 MiB take at
         # least (768 - 122) / 122 s: about 145 MiB/s at most. An upper bound, so a slow
         # machine passes too (the lab's unlimited path carries several GB/s here).
