@@ -151,7 +151,7 @@ Status AddDefaultRoute(int fd, int index, int family, const void* gateway) {
   return Call(fd, m, family == AF_INET ? "add the sandbox's default route" : "add the sandbox's IPv6 default route");
 }
 
-// A token bucket (tbf) as the link's root queue: `mbps` each way out, a burst of 10 ms
+// A token bucket (tbf) as the link's root queue: `mbps` out of this end, a burst of 10 ms
 // (at least 1 MiB: a segmentation-offloaded frame is up to 64 KiB and must fit whole), and
 // 100 ms of queue behind it.
 Status AddPacing(int fd, int index, int mbps) {
