@@ -149,7 +149,7 @@ Result<ExitInfo> ExitInfo::FromJson(std::string_view s) {
   return e;
 }
 
-static int64_t MonoMs() {
+int64_t MonoMs() {
   struct timespec ts;
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;

@@ -204,6 +204,9 @@ Status SyncBlocking(const Dialer& a, int timeout_ms, SyncMode mode = SyncMode::k
 // A copy of a template with a network takes its own addresses: `net` (a JSON object with
 // "address", "gateway", "prefix", "address6", "gateway6", as agent::VmConfig has them)
 // readdresses eth0 where it is not empty.
+// Milliseconds on CLOCK_MONOTONIC (deadlines and intervals).
+int64_t MonoMs();
+
 struct Renewal {
   int64_t time_ns = 0;
   std::string entropy;

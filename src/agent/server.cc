@@ -107,12 +107,6 @@ void ServeSync(int sock, const std::string& payload) {
   WriteAllBlocking(sock, EncodeFrame(FrameType::kSyncDone, "{}"));
 }
 
-int64_t MonotonicMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
-
 [[gnu::noinline]] void WarmStack() {
   volatile char stack[64 << 10];
   for (size_t i = 0; i < sizeof stack; i += 4096) stack[i] = 0;
@@ -314,7 +308,7 @@ Status Serve(int given_fd, bool is_init, bool outside_peers_only, pid_t only_pee
     // the next event or after a short wait).
     bool short_of_spares = false;
     int wait_ms = -1;
-    const int64_t now = MonotonicMs();
+    const int64_t now = MonoMs();
     if (!spares.empty() && spares.size() < kSpares && !serving.empty() && now < refill_at)
       wait_ms = static_cast<int>(refill_at - now);
     while (wait_ms < 0 && listen_fd >= 0 && spares.size() < kSpares)
@@ -335,7 +329,7 @@ Status Serve(int given_fd, bool is_init, bool outside_peers_only, pid_t only_pee
         spares.erase(taken);
         serving.insert(taken);
       }
-      refill_at = MonotonicMs() + kRefillMs;
+      refill_at = MonoMs() + kRefillMs;
     }
     if (p[1].revents & POLLIN) {
       struct signalfd_siginfo si;
