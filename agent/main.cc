@@ -9,6 +9,8 @@
 //                                 unprivileged (options in vm_relay.h)
 //   sbx-agent --vm-relay DIR PORT CONSOLE LOG LISTEN UID   the host end of a microVM's
 //                                 agent link (names relative to DIR; see vm_relay.h)
+//   sbx-agent --set-hostname NAME   set the sandbox's hostname (a gVisor sandbox restored from
+//                                 another's memory: runsc runs it with CAP_SYS_ADMIN)
 //   sbx-agent --serve PATH     serve on a unix socket at PATH, without isolation (tests)
 //   sbx-agent --version
 #include <fcntl.h>
@@ -173,6 +175,11 @@ int main(int argc, char** argv) {
   }
   if (argc >= 2 && std::strcmp(argv[1], "--sandbox-init") == 0) return SandboxInit();
   if (argc >= 3 && std::strcmp(argv[1], "--serve") == 0) return ServeAt(argv[2]);
+  if (argc >= 3 && std::strcmp(argv[1], "--set-hostname") == 0) {
+    if (sethostname(argv[2], std::strlen(argv[2])) == 0) return 0;
+    std::perror("sbx-agent: sethostname");
+    return 1;
+  }
   if (argc >= 3 && std::strcmp(argv[1], "--gvisor-init") == 0 && getpid() == 1) return GvisorInit(argv[2]);
   if (argc >= 3 && std::strcmp(argv[1], "--sandbox-serve") == 0 && getpid() == 1) return SandboxServe(argv[2]);
   if (argc >= 2 && std::strcmp(argv[1], "--version") == 0) {

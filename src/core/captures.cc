@@ -14,6 +14,7 @@
 #include "base/ids.h"
 #include "base/log.h"
 #include "base/scope_exit.h"
+#include "core/processes.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
@@ -35,6 +36,22 @@ uint64_t TreeBytes(const std::string& dir) {
 }  // namespace
 
 Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, uint64_t* bytes, bool memory) {
+  // sbxd's connections to the processes that the agent keeps close for a save that cannot
+  // hold them, and open again after it (or at once if it is refused), as around a hibernate.
+  bool detach = false;
+  if (memory && processes_) {
+    Lock lock(table_.mu);
+    auto found = table_.Find(id);
+    if (found.ok()) {
+      const runtime::Capabilities caps = Rt((*found)->rec).Caps();
+      detach = (*found)->is(State::kRunning) && !(*found)->busy && caps.memory_snapshots &&
+               !caps.hibernate_with_open_connections;
+    }
+  }
+  if (detach) processes_->Detach(id);
+  ScopeExit reattach([&] {
+    if (detach) processes_->Reattach(id, true);
+  });
   EntryPtr e;
   bool running;
   std::vector<std::string> layers;
@@ -51,10 +68,16 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
     if (memory && !rt->Caps().memory_snapshots)
       return MakeError(Code::kFailedPrecondition,
                        "a capture with memory (a snapshot or fork) is not available for sandboxes of isolation " +
-                           rt->Kind() + " (the microVM wall has it); leave memory out");
+                           rt->Kind() + " (the gVisor and microVM walls have it); leave memory out");
     if (memory && !e->is(State::kRunning))
       return MakeError(Code::kFailedPrecondition, "a capture with memory needs a running sandbox; sandbox " + id +
                                                       " is " + e->rec.state + (e->is(State::kPaused) ? ": resume it first" : ""));
+    if (memory && e->active_execs > 0 && !rt->Caps().hibernate_with_open_connections)
+      // As for a hibernate: the save cannot hold sbxd's end of a connection into the sandbox.
+      return MakeError(Code::kFailedPrecondition,
+                       "sandbox " + id + " has " + std::to_string(e->active_execs) +
+                           " exec, file or port connections open; a capture with memory on isolation " + rt->Kind() +
+                           " needs none (wait for them, or leave memory out)");
     if (memory) {
       spec = SpecOf(e->rec);
       inst = e->inst;

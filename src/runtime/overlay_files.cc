@@ -3,22 +3,40 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "base/fs.h"
 #include "layers/layer_copy.h"
 #include "runtime/quota.h"
 
 namespace sbx::runtime {
 
-Status CheckFolderLayers(const std::vector<std::string>& layers) {
+std::string MemoryBeside(const std::string& layer) {
+  std::filesystem::path p(layer);
+  if (p.filename() == "upper") p = p.parent_path();  // on the store: files/ is a snapshot
+  if (p.filename() != kCapturedFiles) return "";
+  std::string memory = (p.parent_path() / kCapturedMemory).string();
+  return fs::IsDir(memory) ? memory : "";
+}
+
+Status RefuseMemoryCaptures(const std::vector<std::string>& layers) {
+  if (!layers.empty() && !MemoryBeside(layers[0]).empty())
+    return MakeError(Code::kFailedPrecondition,
+                     "this template holds a gVisor sandbox's memory: it starts gVisor sandboxes only (a snapshot "
+                     "without memory serves every wall)");
+  return OkStatus();
+}
+
+Status CheckFolderLayers(const std::vector<std::string>& layers, bool memory_ok) {
   for (const auto& l : layers)
     if (fs::Exists(l + "/" + kVmDiskLayer))
       return MakeError(Code::kFailedPrecondition,
                        "these files were captured from a microVM (its disk's image): they serve microVM sandboxes only");
-  return OkStatus();
+  return memory_ok ? OkStatus() : RefuseMemoryCaptures(layers);
 }
 
-Status OverlayFiles::Prepare(const StartSpec& spec) const {
-  SBX_RETURN_IF_ERROR(CheckFolderLayers(spec.layers));
+Status OverlayFiles::Prepare(const StartSpec& spec, bool memory_ok) const {
+  SBX_RETURN_IF_ERROR(CheckFolderLayers(spec.layers, memory_ok));
   if (quotas_ && ::access(spec.dir.c_str(), F_OK) != 0) {
     // A subvolume of its own, limited to the sandbox's disk: its files can fill only it.
     SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir.substr(0, spec.dir.rfind('/')), 0711));
@@ -47,6 +65,11 @@ Result<Runtime::Captured> OverlayFiles::Capture(const std::string& dir, const st
 }
 
 Status OverlayFiles::RemoveLayer(const std::string& path) const {
+  if (fs::IsDir(path + "/" + kCapturedMemory)) {
+    // Its files first (a read-only snapshot on the store is made writable as it goes).
+    SBX_RETURN_IF_ERROR(RemoveLayer(path + "/" + kCapturedFiles));
+    return fs::RemoveTree(path);
+  }
   return quotas_ ? RemoveLimitedDir(path) : fs::RemoveTree(path);
 }
 

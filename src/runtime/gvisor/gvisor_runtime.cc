@@ -26,6 +26,7 @@
 #include "base/reaper.h"
 #include "runtime/cgroup.h"
 #include "runtime/gvisor/bundle.h"
+#include "runtime/gvisor/memory.h"
 #include "runtime/netlink.h"
 #include "runtime/process_handle.h"
 #include "runtime/overlay_files.h"
@@ -45,35 +46,6 @@ constexpr int kSaveTimeoutMs = 120000;
 constexpr int kAdoptPingMs = 10000;  // as the container wall's
 // Written into a checkpoint's folder once runsc saved it whole.
 constexpr const char* kCheckpointMark = "complete";
-
-// What runsc says when it refuses a save (the line of runsc's log that says it failed,
-// before its stack trace), as the API's error: gVisor's network stack cannot save a TCP
-// connection, nor one it closed within about a minute (409).
-Error SaveRefused(const std::string& log) {
-  auto text = fs::ReadFile(log, 1 << 20);
-  std::string line = text.ok() ? *text : "";
-  if (size_t at = line.find("checkpoint failed"); at != std::string::npos) line = line.substr(at);
-  line = line.substr(0, line.find('\n'));
-  if (size_t at = line.find("unsupported networking state"); at != std::string::npos) {
-    std::string which;  // "local A:P, remote B:Q"
-    if (size_t l = line.find("local ", at); l != std::string::npos) {
-      which = line.substr(l);
-      while (!which.empty() && (which.back() == ':' || which.back() == ' ')) which.pop_back();
-    }
-    return MakeError(Code::kFailedPrecondition,
-                     "gVisor cannot checkpoint a sandbox with a TCP connection open, or closed by it within about "
-                     "a minute" + (which.empty() ? "" : " (" + which + ")") +
-                         "; close it and wait, or pause with mode \"freeze\"");
-  }
-  // runsc fails to encode other state it cannot save (seen: a connection of the sandbox's
-  // to a host socket, such as the in-sandbox API's); the sandbox runs on.
-  if (line.find("encoding error") != std::string::npos)
-    return MakeError(Code::kFailedPrecondition,
-                     "gVisor could not save the sandbox's state (a connection to a host socket, such as " +
-                         std::string(gvisor::kApiInside) + "/api.sock, cannot be saved; close it, or pause with mode "
-                         "\"freeze\"): " + line.substr(0, 400));
-  return MakeError(Code::kInternal, "runsc could not checkpoint the sandbox: " + line.substr(0, 600));
-}
 
 // The host memory the sentry, its gofer and their page tables take beyond the memory they
 // give the sandbox: the cgroup holds the type's memory plus this. gVisor sizes its own
@@ -177,6 +149,7 @@ class GvisorRuntime : public Runtime {
     c.freeze = true;                  // the cgroup freezer holds the sentry and its gofer
     c.fast_capture = o_.disk_quotas;  // btrfs snapshots on the store
     c.hibernate = true;               // runsc checkpoint and restore
+    c.memory_snapshots = true;        // the same save, kept beside a template's files
     // gVisor's network stack takes the namespace's links when the sandbox starts or is
     // restored, and never after.
     c.live_links = false;
@@ -236,9 +209,52 @@ class GvisorRuntime : public Runtime {
     return OkStatus();
   }
 
-  Status Prepare(const StartSpec& spec) override { return files_.Prepare(spec); }
+  // A sandbox made from a memory template (its topmost layer) has the template's files,
+  // and its first start restores the template's memory.
+  Status Prepare(const StartSpec& spec) override {
+    SBX_RETURN_IF_ERROR(files_.Prepare(spec, /*memory_ok=*/true));
+    const std::string memory = spec.layers.empty() ? "" : MemoryBeside(spec.layers[0]);
+    return memory.empty() ? OkStatus() : fs::WriteFileAtomic(MemoryMarker(spec.dir), memory, 0600);
+  }
+  static std::string MemoryMarker(const std::string& dir) { return dir + "/memory-from"; }
 
-  Result<Instance> Start(const StartSpec& spec) override { return Launch(spec, ""); }
+  Result<Instance> Start(const StartSpec& spec) override {
+    auto from = fs::ReadFile(MemoryMarker(spec.dir), 4096);
+    if (!from.ok()) return Launch(spec, "");
+    (void)::unlink(MemoryMarker(spec.dir).c_str());  // once: a later start boots
+    // The template's memory restores only into a sandbox of its shape; otherwise a boot on its files.
+    auto shape = gvisor::ReadShape(*from);
+    std::string why = shape.ok() ? gvisor::Mismatch(*shape, spec) : shape.error().message;
+    if (why.empty()) {
+      auto inst = Launch(spec, *from);
+      if (inst.ok()) {
+        Status renewed = RenewCopy(spec);
+        if (renewed.ok()) {
+          inst->loaded_memory = true;
+          return inst;
+        }
+        (void)Stop(spec.id, *inst);
+        return renewed.error().Wrap("starting sandbox " + spec.id + " from its template's memory");
+      }
+      why = inst.error().message;
+    }
+    SBX_LOG(kWarn) << "sandbox " << spec.id << " boots on its template's files instead of restoring its memory: " << why;
+    return Launch(spec, "");
+  }
+
+  // A copy restored from another sandbox's memory takes its own name: the agent sets it,
+  // run by runsc with the one capability that takes (which no process of the sandbox has).
+  // Its clock and randomness are the host's already (gVisor's kernel reads both from it).
+  Status RenewCopy(const StartSpec& spec) {
+    const std::string log = BundleOf(spec.dir) + "/renew.log";
+    auto r = Reaper::Get().Run(Runsc({"exec", "--cap", "CAP_SYS_ADMIN", spec.id,
+                                      std::string(gvisor::kApiInside) + "/" + o_.agent_copy, "--set-hostname",
+                                      spec.hostname}),
+                               "", 0, nullptr, 10000, log);
+    if (!r.ok()) return r.error();
+    if (r->exit_code != 0) return MakeError(Code::kInternal, "setting the copy's hostname: " + Tail(log));
+    return OkStatus();
+  }
 
   // Starts the sandbox: `runsc run`, or with `image` a `runsc restore` of the checkpoint
   // there (the same bundle, a new network namespace with the link the spec has now:
@@ -370,6 +386,36 @@ class GvisorRuntime : public Runtime {
   }
   Status RemoveLayer(const std::string& path) override { return files_.RemoveLayer(path); }
 
+  // A memory template: the sandbox saved as for a hibernate (its agent's host socket closed
+  // meanwhile), left running, then its files captured beside, held still by the freezer.
+  // runsc lets the sandbox go on once its save is written: what it changes in the moment
+  // before the freeze is in the files and not in the memory.
+  Result<Captured> CaptureMemory(const StartSpec& spec, const Instance& inst, const std::string& dst) override {
+    if (::mkdir(dst.c_str(), 0755) != 0) return ErrnoError("mkdir " + dst);
+    const std::string memory = dst + "/" + kCapturedMemory;
+    if (::mkdir(memory.c_str(), 0700) != 0) return ErrnoError("mkdir " + memory);
+    SBX_RETURN_IF_ERROR(SignalAgent(spec.id, spec.dir, "SIGUSR1"));
+    Status st = AwaitAgent(spec.dir, /*open=*/false);
+    if (st.ok()) st = Checkpoint(spec.id, memory, /*leave_running=*/true, "snapshot without memory");
+    Result<Captured> files = MakeError(Code::kInternal, "not captured");
+    if (st.ok()) st = Freeze(spec.id);
+    if (st.ok()) {
+      files = files_.Capture(spec.dir, dst + "/" + kCapturedFiles);
+      st = Thaw(spec.id);
+    }
+    // The sandbox runs on: its agent listens again.
+    Status open = SignalAgent(spec.id, spec.dir, "SIGUSR2");
+    if (open.ok()) open = AwaitAgent(spec.dir, /*open=*/true, &inst);
+    if (!open.ok()) SBX_LOG(kWarn) << "sandbox " << spec.id << ": " << open.error().message;
+    if (!st.ok()) return st.error();
+    if (!files.ok()) return files.error();
+    SBX_RETURN_IF_ERROR(gvisor::WriteShape(memory, gvisor::ShapeOf(spec)));
+    const std::string root = std::string(kCapturedFiles) + (files->root.empty() ? "" : "/" + files->root);
+    std::optional<uint64_t> bytes;
+    if (files->bytes) bytes = *files->bytes + gvisor::FolderBytes(memory);
+    return Captured{root, bytes};
+  }
+
   // Hibernate: runsc saves the sandbox (gVisor's kernel, with every process, and its
   // memory) into `dir`/image, and the sandbox ends. The agent's host socket cannot be in a
   // checkpoint: the agent closes it first (and opens it again if the sandbox runs on).
@@ -414,8 +460,9 @@ class GvisorRuntime : public Runtime {
   static std::string ImageOf(const std::string& dir) { return dir + "/image"; }
 
   // `runsc checkpoint` of the running sandbox into the folder `image` (which exists);
-  // runsc's output goes to runsc.log beside it.
-  Status Checkpoint(const std::string& id, const std::string& image, bool leave_running) {
+  // runsc's output goes to runsc.log beside it; a refusal says to do `instead`.
+  Status Checkpoint(const std::string& id, const std::string& image, bool leave_running,
+                    const std::string& instead = "pause with mode \"freeze\"") {
     std::vector<std::string> args = {"checkpoint", "--image-path", image};
     if (leave_running) args.emplace_back("--leave-running");
     // Uncompressed: a resume of a sandbox holding 100 MB of Python objects took 0.9 s so,
@@ -424,7 +471,7 @@ class GvisorRuntime : public Runtime {
     const std::string log = image + "/../runsc.log";
     auto r = Reaper::Get().Run(Runsc(args), "", 0, nullptr, kSaveTimeoutMs, log);
     if (!r.ok()) return r.error();
-    if (r->exit_code != 0) return SaveRefused(log);
+    if (r->exit_code != 0) return gvisor::SaveRefused(log, instead);
     return OkStatus();
   }
 

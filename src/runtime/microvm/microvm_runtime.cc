@@ -35,6 +35,7 @@
 #include "runtime/microvm/vm_host.h"
 #include "runtime/microvm/vm_memory.h"
 #include "runtime/netlink.h"
+#include "runtime/overlay_files.h"
 #include "runtime/process_handle.h"
 #include "runtime/runtime.h"
 #include "runtime/unix_dialer.h"
@@ -145,6 +146,7 @@ class MicrovmRuntime : public Runtime {
   // A sandbox made from a memory template (its topmost layer) starts on a copy of the
   // template's disk, which its memory knows, and its first start loads that memory.
   Status Prepare(const StartSpec& spec) override {
+    SBX_RETURN_IF_ERROR(RefuseMemoryCaptures(spec.layers));
     SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir, 0700));
     if (!spec.layers.empty() && IsMemoryLayer(spec.layers[0])) {
       SBX_RETURN_IF_ERROR(microvm::CopyDisk(spec.layers[0] + "/" + kVmDiskLayer, OwnDisk(spec.dir)));

@@ -1,22 +1,25 @@
 #!/usr/bin/env python3
-"""The seed's tool call (`print(sympy.factorint(2**64 - 1))`) on the microVM wall, the
-wall with memory templates:
+"""The seed's tool call (`print(sympy.factorint(2**64 - 1))`) on a wall with memory
+templates (the microVM wall, or with --isolation gvisor the gVisor wall):
 
-  (c) a fresh VM per call from a files template (sympy installed): boot, run, delete;
-  (e) a fresh VM per call from a memory template whose code context imported sympy:
+  (c) a fresh sandbox per call from a files template (sympy installed): start, run, delete;
+  (e) a fresh sandbox per call from a memory template whose code context imported sympy:
       create (the memory loads), one `run_code` cell, delete; without a pool, then with
       `--pool-size 2` and think time between calls (`--gap-ms`);
-  (f) the same cell in the session VM's warm context.
+  (f) the same cell in the session sandbox's warm context;
+  and the host's floor: the same script in the host's python3, where it has sympy
+  (Debian's python3-sympy; another build than the sandbox's wheel).
 
-Needs root, a built tree (SBX_BUILD_DIR or ./build), QEMU and the guest kernel
-(SBX_MICROVM_KERNEL), and the default image's cached tarball (`sbx image build default`).
-Installing sympy in the session VM takes a few minutes under TCG.
+Needs root, a built tree (SBX_BUILD_DIR or ./build), the wall (QEMU and the guest kernel,
+SBX_MICROVM_KERNEL; or runsc), and the default image's cached tarball (`sbx image build
+default`). Installing sympy in the session VM takes a few minutes under TCG.
 
-Usage: bench/microvm_code.py [--runs N] [--gap-ms MS] [--accel tcg|kvm]
+Usage: bench/memory_code.py [--isolation microvm|gvisor] [--runs N] [--gap-ms MS] [--accel tcg|kvm]
 """
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -42,7 +45,7 @@ def cell(d, sid, code, want=WANT):
 
 
 def fresh(d, c, body, gap_ms, run):
-    """One call in a fresh VM: (create, run, delete, total) in ms."""
+    """One call in a fresh sandbox: (create, run, delete, total) in ms."""
     if gap_ms:
         time.sleep(gap_ms / 1000)
     t = time.perf_counter()
@@ -61,15 +64,17 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--gap-ms", type=int, default=3000)
     ap.add_argument("--accel", default="tcg")
+    ap.add_argument("--isolation", default="microvm", choices=["microvm", "gvisor"])
     a = ap.parse_args()
+    wall = a.isolation
     d = Daemon("bench-vm-code", extra_args=["--microvm-accel", a.accel])
     rows = []
     try:
         c = d.client()
-        accel = accelerator(c)
-        print(f"accelerator: {accel}; machine: {os.cpu_count()} CPUs; gap {a.gap_ms} ms before each fresh call\n")
+        accel = accelerator(c) if wall == "microvm" else "none (gVisor, systrap)"
+        print(f"wall: {wall}; accelerator: {accel}; machine: {os.cpu_count()} CPUs; gap {a.gap_ms} ms before each fresh call\n")
         d.cli("image", "build", "default", timeout=1800)
-        sess = c.create(image="default", isolation="microvm")
+        sess = c.create(image="default", isolation=wall)
         r = sess.exec(f"python3 -m venv ~/v && ~/v/bin/pip install -q sympy && {SCRIPT}", timeout_seconds=1800)
         assert r.exit_code == 0 and r.stdout == WANT, (r.stdout, r.stderr)
         files, mem = f"bench-files-{sess.id}", f"bench-mem-{sess.id}"
@@ -87,36 +92,49 @@ def main():
         def script(sb):
             r = sb.exec(SCRIPT, timeout_seconds=600)
             assert r.stdout == WANT, (r.stdout, r.stderr)
-        cc = [fresh(d, c, {"from_": files, "isolation": "microvm"}, 0, script) for _ in range(max(2, a.runs // 2))]
-        e = [fresh(d, c, {"from_": mem, "isolation": "microvm"}, 0, lambda sb: cell(d, sb.id, CALL))
+        cc = [fresh(d, c, {"from_": files, "isolation": wall}, 0, script) for _ in range(max(2, a.runs // 2))]
+        e = [fresh(d, c, {"from_": mem, "isolation": wall}, 0, lambda sb: cell(d, sb.id, CALL))
              for _ in range(a.runs)]
-        # The same daemon again with a pool of 2 (the session VM is adopted, the templates kept).
+        # The same daemon again with a pool of 2 (the session sandbox is adopted, the templates kept).
         d.proc.terminate()
         d.proc.wait(timeout=60)
         d.extra_args += ["--pool-size", "2"]
         d.start()
         c = d.client()
-        fresh(d, c, {"from_": mem, "isolation": "microvm"}, 0, lambda sb: cell(d, sb.id, CALL))  # teaches the pool
+        fresh(d, c, {"from_": mem, "isolation": wall}, 0, lambda sb: cell(d, sb.id, CALL))  # teaches the pool
         deadline = time.time() + 300
         while d.metric("sbx_pool_ready") < 2 and time.time() < deadline:
             time.sleep(0.2)
         claims = d.metric("sbx_pool_claims_total")
-        ep = [fresh(d, c, {"from_": mem, "isolation": "microvm"}, a.gap_ms, lambda sb: cell(d, sb.id, CALL))
+        ep = [fresh(d, c, {"from_": mem, "isolation": wall}, a.gap_ms, lambda sb: cell(d, sb.id, CALL))
               for _ in range(a.runs)]
         served = d.metric("sbx_pool_claims_total") - claims
+
+        host = []
+        if subprocess.run(["python3", "-c", "import sympy"], capture_output=True).returncode == 0:
+            for _ in range(a.runs):
+                t = time.perf_counter()
+                r = subprocess.run(["python3", "-c", "import sympy; print(sympy.factorint(2**64 - 1))"],
+                                   capture_output=True, text=True)
+                assert r.stdout == WANT, r
+                host.append(ms(t))
 
         def med(xs, i=None):
             return statistics.median([x[i] for x in xs] if i is not None else xs)
         print("| pattern (ms per call) | runs | create | run | delete | total (median) |")
         print("|---|---|---|---|---|---|")
-        print(f"| (c) fresh VM from a files template, python imports sympy | {len(cc)} | {med(cc, 0):.0f} | "
+        if host:
+            print(f"| host floor: python3 imports sympy (Debian's) | {len(host)} | - | {med(host):.0f} | - | {med(host):.0f} |")
+        else:
+            print("| host floor: not measured (the host's python3 has no sympy: apt-get install python3-sympy) | | | | | |")
+        print(f"| (c) fresh sandbox from a files template, python imports sympy | {len(cc)} | {med(cc, 0):.0f} | "
               f"{med(cc, 1):.0f} | {med(cc, 2):.0f} | {med(cc, 3):.0f} |")
-        print(f"| (e) fresh VM from a memory template, warm context, no pool | {len(e)} | {med(e, 0):.0f} | "
+        print(f"| (e) fresh sandbox from a memory template, warm context, no pool | {len(e)} | {med(e, 0):.0f} | "
               f"{med(e, 1):.0f} | {med(e, 2):.0f} | {med(e, 3):.0f} |")
         print(f"| (e) the same, --pool-size 2, {a.gap_ms} ms think time ({served:.0f} of {len(ep)} from the pool) | "
               f"{len(ep)} | {med(ep, 0):.0f} | {med(ep, 1):.0f} | {med(ep, 2):.0f} | {med(ep, 3):.0f} |")
-        print(f"| (f) session VM, run_code in the warm context | {len(f)} | - | {med(f):.0f} | - | {med(f):.0f} |")
-        print(f"\nmemory template of the session VM: {mem_snap:.0f} ms; "
+        print(f"| (f) session sandbox, run_code in the warm context | {len(f)} | - | {med(f):.0f} | - | {med(f):.0f} |")
+        print(f"\nmemory template of the session sandbox: {mem_snap:.0f} ms; "
               f"(e) without a pool / (c): {med(e, 3) / med(cc, 3):.2f}; with a pool / (c): {med(ep, 3) / med(cc, 3):.3f}")
         sess.delete()
         for n in (files, mem):

@@ -1,0 +1,132 @@
+"""Memory templates and forks with memory on the gVisor wall: runsc saves the sandbox's
+kernel with its processes beside the template's files, and each copy is restored from it,
+renamed as its own."""
+import threading
+import time
+
+import sbx
+from test_microvm import code_cell
+
+
+def test_a_memory_template_restores_its_processes_in_copies_each_its_own(client, daemon):
+    net = {"mode": "outbound", "allow": ["198.51.100.7/32"]}
+    src = client.create(image="busybox", isolation="gvisor", network=net)
+    made, name = [src], f"gvmem-{src.id}"
+    try:
+        # State only in memory: a process's variable, written to the sandbox's tmpfs.
+        src.exec(["sh", "-c", "echo file > /root/f; secret=$$-$RANDOM$RANDOM; while true; do echo $secret > /tmp/s; "
+                              "sleep 0.2; done >/dev/null 2>&1 &"], check=True)
+        time.sleep(1)
+        secret = src.exec("cat /tmp/s").stdout
+        snap = daemon.raw("POST", f"/v1/sandboxes/{src.id}/snapshot", body={"name": name, "memory": True})[1]
+        assert snap["memory"] is True and snap["memory_isolation"] == "gvisor", snap
+        assert snap["size_bytes"] > 0, snap
+        assert src.exec("cat /tmp/s").stdout == secret  # the source runs on
+        src.exec("echo later > /root/f", check=True)
+        copies = []
+        for _ in range(2):
+            cp = client.create(from_=name, isolation="gvisor", network=net)
+            made.append(cp)
+            copies.append(cp)
+            # Its memory is the template's: the process, and what it keeps in /tmp.
+            cp.exec("rm /tmp/s", check=True)
+            time.sleep(0.6)
+            assert cp.exec("cat /tmp/s").stdout == secret
+            assert cp.exec("cat /root/f").stdout == "file\n"
+            # Its own name and address (the network answers it there).
+            assert cp.exec("hostname").stdout.strip() == cp.id
+            assert cp.data["network"]["address"] != src.data["network"]["address"]
+            assert cp.data["network"]["address"] in cp.exec("ip -4 addr show eth0").stdout
+            assert "REFUSED" in cp.exec("nslookup example.com").stdout
+        draws = {cp.exec("head -c 32 /dev/urandom | od -An -tx1").stdout for cp in copies}
+        assert len(draws) == 2, draws
+        # Other walls do not take it; a sandbox of another shape starts on its files.
+        for wall in ("container", "microvm"):
+            status, body = daemon.raw("POST", "/v1/sandboxes", body={"from": name, "isolation": wall})
+            assert status == 409 and "gVisor sandbox's memory" in body["error"]["message"], (wall, body)
+        other = client.create(from_=name, isolation="gvisor", resources={"memory_mb": 512})
+        made.append(other)
+        assert other.exec("cat /root/f").stdout == "file\n"
+        assert other.exec("cat /tmp/s").exit_code != 0
+        # A copy stopped and started boots afresh on its own files.
+        copies[0].exec("echo mine >> /root/f", check=True)
+        copies[0].stop()
+        copies[0].start()
+        assert copies[0].exec("cat /root/f").stdout == "file\nmine\n"
+        assert copies[0].exec("cat /tmp/s").exit_code != 0
+        # A copy hibernates and resumes as any gVisor sandbox, its process going on.
+        copies[1].pause(mode="hibernate")
+        copies[1].resume()
+        copies[1].exec("rm /tmp/s", check=True)
+        time.sleep(0.6)
+        assert copies[1].exec("cat /tmp/s").stdout == secret
+    finally:
+        for sb in made:
+            sb.delete()
+        daemon.raw("DELETE", f"/v1/snapshots/{name}")
+    daemon.wait_clean()
+
+
+def test_a_capture_with_memory_waits_for_no_open_connection_and_keeps_the_followed(client, daemon):
+    """sbxd's connections into the sandbox cannot be saved: a capture with memory while an
+    exec is open answers 409 and changes nothing; a background process that sbxd follows
+    is let go for the save and followed again after it, its output going on."""
+    with client.create(image="busybox", isolation="gvisor") as src:
+        held = {}
+        t = threading.Thread(target=lambda: held.update(out=src.exec("sleep 3; echo done").stdout))
+        t.start()
+        time.sleep(1)
+        before = daemon.sandbox_dirs()
+        status, body = daemon.raw("POST", f"/v1/sandboxes/{src.id}/fork", body={"memory": True})
+        assert status == 409 and "connections open" in body["error"]["message"], body
+        t.join()
+        assert held["out"] == "done\n"
+        assert daemon.sandbox_dirs() == before
+        proc = src.processes.start(["sh", "-c", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done"])
+        time.sleep(0.5)
+        forks = src.fork(count=1, memory=True)
+        try:
+            listed = {p.pid for p in src.processes.list()}
+            assert proc.pid in listed
+            # The fork has the process too, followed as its own.
+            assert proc.pid in {p.pid for p in forks[0].processes.list()}
+            assert forks[0].exec("hostname").stdout.strip() == forks[0].id
+            before = ticks(src, proc.pid)
+            time.sleep(0.6)
+            assert ticks(src, proc.pid) > before
+        finally:
+            for f in forks:
+                f.delete()
+
+
+def ticks(sb, pid):
+    """How many lines the process `pid` wrote so far."""
+    return sum(ev["data"].count("tick") for ev in sb.processes.get(pid).output() if ev.get("type") == "stdout")
+
+
+def test_a_memory_template_keeps_a_warm_code_context_each_copy_drawing_its_own_numbers(client, daemon):
+    """The seed's case on gVisor: each copy finds the template's interpreter with its
+    variables, and Python's `random` draws differently in each copy."""
+    src = client.create(image="default", isolation="gvisor")
+    made, name = [src], f"gvcode-{src.id}"
+    try:
+        out = code_cell(daemon, src.id, "import random\nx = 41\nrandom.random()")
+        assert out["error"] is None, out
+        src.snapshot(name, memory=True)
+        draws = {code_cell(daemon, src.id, "random.random()")["results"][0]["text"]}
+        for _ in range(2):
+            cp = client.create(from_=name, isolation="gvisor")
+            made.append(cp)
+            contexts = daemon.raw("GET", f"/v1/sandboxes/{cp.id}/code/contexts")[1]
+            assert [c["id"] for c in contexts["contexts"]] == ["python"], contexts
+            out = code_cell(daemon, cp.id, "x + 1")
+            assert out["results"][0]["text"] == "42" and out["error"] is None, out
+            draws.add(code_cell(daemon, cp.id, "random.random()")["results"][0]["text"])
+        assert len(draws) == 3, draws
+    finally:
+        for sb in made:
+            sb.delete()
+        try:
+            client.snapshots.delete(name)
+        except sbx.NotFoundError:
+            pass
