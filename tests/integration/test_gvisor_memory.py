@@ -4,6 +4,8 @@ renamed as its own."""
 import threading
 import time
 
+import pytest
+
 import sbx
 from test_microvm import code_cell
 
@@ -130,3 +132,82 @@ def test_a_memory_template_keeps_a_warm_code_context_each_copy_drawing_its_own_n
             client.snapshots.delete(name)
         except sbx.NotFoundError:
             pass
+
+
+@pytest.mark.parametrize("point", ["gvisor.restored", "create.started"])
+def test_kill_9_of_sbxd_while_a_copy_restores_leaves_it_whole_or_gone(fresh_daemon, point):
+    """sbxd dies once runsc restored a copy but before it is renamed, or before the copy
+    is recorded as running: after a restart the copy is an error row whose delete leaves
+    nothing (no sentry, cgroup or folder), the source runs on, and the template still
+    makes whole copies."""
+    from test_crash import crash_at, restart_after_crash
+    d = fresh_daemon
+    c = d.client()
+    src = c.create(image="busybox", isolation="gvisor")
+    src.exec(["sh", "-c", "while true; do echo alive > /tmp/s; sleep 0.2; done >/dev/null 2>&1 &"], check=True)
+    src.snapshot("crash-gvmem", memory=True)
+    crash_at(d, point)
+    with pytest.raises(sbx.SbxError):
+        d.client().create(from_="crash-gvmem", isolation="gvisor")
+    restart_after_crash(d)
+    c = d.client()
+    rows = {s["id"]: s for s in d.sandboxes()}
+    assert rows[src.id]["state"] == "running"
+    for sid, s in rows.items():
+        if sid != src.id:
+            assert s["state"] == "error" and s["error"], s
+            d.raw("DELETE", f"/v1/sandboxes/{sid}")
+    deadline = time.time() + 30
+    while time.time() < deadline and (d.cgroups() != {src.id} or d.sandbox_dirs() != {src.id}):
+        time.sleep(0.1)
+    assert d.cgroups() == {src.id} and d.sandbox_dirs() == {src.id}
+    assert c.get(src.id).exec("cat /tmp/s").stdout == "alive\n"
+    cp = c.create(from_="crash-gvmem", isolation="gvisor")
+    assert cp.exec("rm /tmp/s; sleep 0.5; cat /tmp/s").stdout == "alive\n"
+    assert cp.exec("hostname").stdout.strip() == cp.id
+    for sb in (cp, src):
+        sb.delete()
+    c.api.request("DELETE", "/v1/snapshots/crash-gvmem")
+    d.wait_clean()
+
+
+def test_a_warm_pool_keeps_restored_copies_of_a_memory_template():
+    """A pooled copy of a gVisor memory template is restored and renamed while it waits;
+    a claim finds the template's followed process in it, under its own name."""
+    from conftest import Daemon
+    d = Daemon("gv-pool", extra_args=["--pool-size", "1"])
+
+    def wait_pool():  # a sandbox for the image and one for the template
+        deadline = time.time() + 120
+        while d.metric("sbx_pool_ready") < 2:
+            assert time.time() < deadline, "the pool did not fill"
+            time.sleep(0.1)
+    try:
+        c = d.client()
+        src = c.create(image="busybox", isolation="gvisor")
+        proc = src.processes.start(["sh", "-c", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done"])
+        time.sleep(0.5)
+        src.snapshot("gv-pool-mem", memory=True)
+        first = c.create(from_="gv-pool-mem", isolation="gvisor")  # restored at once; the pool learns it
+        wait_pool()
+        claims = d.metric("sbx_pool_claims_total")
+        cp = c.create(from_="gv-pool-mem", isolation="gvisor", metadata={"k": "v"})
+        assert d.metric("sbx_pool_claims_total") == claims + 1
+        assert cp.exec("hostname").stdout.strip() == cp.id
+        assert c.get(cp.id).data["metadata"] == {"k": "v"}
+        assert proc.pid in {p.pid for p in cp.processes.list()}
+        before = ticks(cp, proc.pid)
+        time.sleep(0.6)
+        assert ticks(cp, proc.pid) > before
+        # Another shape never takes a warm one (gVisor's kernel keeps the memory it booted with).
+        wait_pool()
+        claims = d.metric("sbx_pool_claims_total")
+        big = c.create(from_="gv-pool-mem", isolation="gvisor", resources={"memory_mb": 512})
+        assert d.metric("sbx_pool_claims_total") == claims
+        total_kb = int(big.exec("awk '/MemTotal/ {print $2}' /proc/meminfo").stdout)
+        assert total_kb > 400 * 1024, total_kb
+        for sb in (src, first, cp, big):
+            sb.delete()
+        c.api.request("DELETE", "/v1/snapshots/gv-pool-mem")
+    finally:
+        d.destroy()

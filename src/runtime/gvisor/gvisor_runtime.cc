@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "agent/protocol.h"
+#include "base/fault.h"
 #include "base/fs.h"
 #include "base/log.h"
 #include "base/proc.h"
@@ -228,6 +229,7 @@ class GvisorRuntime : public Runtime {
     if (why.empty()) {
       auto inst = Launch(spec, *from);
       if (inst.ok()) {
+        FaultPoint("gvisor.restored");  // running as the template, not yet renamed
         Status renewed = RenewCopy(spec);
         if (renewed.ok()) {
           inst->loaded_memory = true;
