@@ -40,13 +40,14 @@ void SnapshotCommands::Add(CLI::App& app) {
   snap->add_option("name", snap_name)->required();
   snap->add_flag("--memory", snap_memory,
                  "keep the running sandbox's memory too: sandboxes from it start with its processes "
-                 "(microVM sandboxes)");
+                 "(gVisor and microVM sandboxes)");
   fork = app.add_subcommand("fork", "new sandboxes with a copy of a sandbox's files");
   fork->footer("Example: sbx fork my-box --count 3");
   fork->add_option("id", fork_id)->required();
   fork->add_option("--count", fork_count, "how many (default 1)");
   fork->add_flag("--memory", fork_memory,
-                 "start each from the running sandbox's memory too, its processes running (microVM sandboxes)");
+                 "start each from the running sandbox's memory too, its processes running (gVisor and microVM "
+                 "sandboxes)");
 
   auto* tmpl = app.add_subcommand("template", "templates (named snapshots)");
   tmpl->footer("Examples: sbx template build py --image default --run 'python3 -m venv /home/user/v' --run '/home/user/v/bin/pip install sympy'\n"
@@ -76,7 +77,12 @@ std::optional<int> SnapshotCommands::Run(HttpClient& c, const Globals& g) {
     json body = {{"name", snap_name}};
     if (snap_memory) body["memory"] = true;
     auto j = CallJson(c, "POST", "/v1/sandboxes/" + snap_id + "/snapshot", body);
-    if (!j) return 1;
+    if (!j) {
+      // `sbx snapshot rm NAME` reads as a snapshot of a sandbox named "rm".
+      if (snap_id == "rm" || snap_id == "ls" || snap_id == "list" || snap_id == "delete")
+        std::fprintf(stderr, "snapshots are listed and removed as templates: sbx template ls, sbx template rm NAME\n");
+      return 1;
+    }
     if (g.json) std::printf("%s\n", j->dump().c_str());
     else std::printf("%s (%.1f MB%s)\n", Str(*j, "name").c_str(), j->value("size_bytes", 0) / 1048576.0,
                      j->value("memory", false) ? ", with memory" : "");

@@ -149,17 +149,18 @@ void SandboxManager::Unpin(const std::string& layer) {
 Result<storage::SnapshotRecord> SandboxManager::Snapshot(const std::string& id, const std::string& name, bool memory) {
   if (!ValidName(name))
     return MakeError(Code::kInvalidArgument, "invalid snapshot name: names match [a-z0-9][a-z0-9._-]{0,62}");
-  {
-    auto existing = store_->GetSnapshot(name);
-    if (!existing.ok()) return existing.error();
-    if (existing->has_value()) return MakeError(Code::kAlreadyExists, "a snapshot named \"" + name + "\" exists");
-  }
+  // The sandbox first: a 404 for a mistyped one says more than a name taken.
   std::string image, kind;
   {
     Lock lock(table_.mu);
     SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));
     image = e->rec.image;
     kind = Rt(e->rec).Kind();
+  }
+  {
+    auto existing = store_->GetSnapshot(name);
+    if (!existing.ok()) return existing.error();
+    if (existing->has_value()) return MakeError(Code::kAlreadyExists, "a snapshot named \"" + name + "\" exists");
   }
   uint64_t bytes = 0;
   SBX_ASSIGN_OR_RETURN(auto chain, Capture(id, &bytes, memory));

@@ -145,6 +145,20 @@ def test_exec_json_is_one_object_and_errors_are_json(daemon, client):
     assert r.stderr.startswith("sbx: ") and "(not_found)" in r.stderr
 
 
+def test_snapshot_rm_points_to_templates_and_harms_nothing(daemon, client):
+    """`sbx snapshot rm NAME` (a natural guess) is a snapshot of a sandbox named "rm": it
+    answers that no such sandbox exists, even when NAME is a template's, points to `sbx
+    template rm`, and the template stays."""
+    with client.create(image="busybox") as sb:
+        sb.snapshot("habits-snap")
+    try:
+        r = daemon.cli("snapshot", "rm", "habits-snap", check=False)
+        assert r.returncode != 0 and "not found" in r.stderr and "sbx template rm NAME" in r.stderr, r.stderr
+        assert [s.name for s in client.snapshots.list()].count("habits-snap") == 1
+    finally:
+        daemon.cli("template", "rm", "habits-snap")
+
+
 def test_create_disk_and_public(daemon, client):
     disk = client.disks.create(name="habits-disk")
     try:
