@@ -227,11 +227,16 @@ class GvisorRuntime : public Runtime {
     auto shape = gvisor::ReadShape(*from);
     std::string why = shape.ok() ? gvisor::Mismatch(*shape, spec) : shape.error().message;
     if (why.empty()) {
+      const auto t0 = std::chrono::steady_clock::now();
       auto inst = Launch(spec, *from);
       if (inst.ok()) {
         FaultPoint("gvisor.restored");  // running as the template, not yet renamed
+        const auto t1 = std::chrono::steady_clock::now();
         Status renewed = RenewCopy(spec);
         if (renewed.ok()) {
+          auto ms = [](auto d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+          SBX_LOG(kInfo) << "sandbox " << spec.id << ": restored from its template's memory in " << ms(t1 - t0)
+                         << " ms, renamed in " << ms(std::chrono::steady_clock::now() - t1) << " ms";
           inst->loaded_memory = true;
           return inst;
         }
@@ -309,9 +314,14 @@ class GvisorRuntime : public Runtime {
     std::vector<std::string> how = {"run"};
     if (!image.empty()) how = {"restore", "--image-path", image};
     how.insert(how.end(), {"--detach", "--bundle", bundle, "--pid-file", pid_file, spec.id});
+    const auto t0 = std::chrono::steady_clock::now();
     auto ran = Reaper::Get().Run(Runsc(how, netns), "", 0, [&](pid_t pid) { return cg.AddProcess(pid); },
                                  kReadyTimeoutMs, log);
     if (!ran.ok()) return fail(ran.error());
+    if (!image.empty())
+      SBX_LOG(kInfo) << "sandbox " << spec.id << ": runsc restore took "
+                     << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()
+                     << " ms";
     if (ran->exit_code != 0)
       return fail(MakeError(Code::kInternal, std::string("runsc could not ") +
                                                  (image.empty() ? "start" : "restore") + " the sandbox: " + Tail(log)));
