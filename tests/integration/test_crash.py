@@ -30,6 +30,40 @@ def restart_after_crash(d):
     d.start()
 
 
+def crash_while_a_copy_starts(d, wall, point):
+    """sbxd dies at `point` while a copy of a memory template of `wall` starts: after a
+    restart the copy is an error row whose delete leaves nothing (no VMM or sentry, cgroup
+    or folder), the template's source runs on, and the template still makes whole copies,
+    each under its own name."""
+    c = d.client()
+    src = c.create(image="busybox", isolation=wall)
+    src.exec(["sh", "-c", "while true; do echo alive > /tmp/s; sleep 0.2; done >/dev/null 2>&1 &"], check=True)
+    src.snapshot("crash-mem", memory=True)
+    crash_at(d, point)
+    with pytest.raises(sbx.SbxError):
+        d.client().create(from_="crash-mem", isolation=wall)
+    restart_after_crash(d)
+    c = d.client()
+    rows = {s["id"]: s for s in d.sandboxes()}
+    assert rows[src.id]["state"] == "running"
+    for sid, s in rows.items():
+        if sid != src.id:
+            assert s["state"] == "error" and s["error"], s
+            d.raw("DELETE", f"/v1/sandboxes/{sid}")
+    deadline = time.time() + 30
+    while time.time() < deadline and (d.cgroups() != {src.id} or d.sandbox_dirs() != {src.id}):
+        time.sleep(0.1)
+    assert d.cgroups() == {src.id} and d.sandbox_dirs() == {src.id}
+    assert c.get(src.id).exec("cat /tmp/s").stdout == "alive\n"
+    cp = c.create(from_="crash-mem", isolation=wall)
+    assert cp.exec("rm /tmp/s; sleep 0.5; cat /tmp/s").stdout == "alive\n"
+    assert cp.exec("hostname").stdout.strip() == cp.id
+    for sb in (cp, src):
+        sb.delete()
+    c.api.request("DELETE", "/v1/snapshots/crash-mem")
+    d.wait_clean()
+
+
 def pid_namespaces(d):
     """The distinct pid namespaces that processes in the daemon's uid range live in."""
     ns = set()

@@ -140,35 +140,8 @@ def test_kill_9_of_sbxd_while_a_copy_restores_leaves_it_whole_or_gone(fresh_daem
     is recorded as running: after a restart the copy is an error row whose delete leaves
     nothing (no sentry, cgroup or folder), the source runs on, and the template still
     makes whole copies."""
-    from test_crash import crash_at, restart_after_crash
-    d = fresh_daemon
-    c = d.client()
-    src = c.create(image="busybox", isolation="gvisor")
-    src.exec(["sh", "-c", "while true; do echo alive > /tmp/s; sleep 0.2; done >/dev/null 2>&1 &"], check=True)
-    src.snapshot("crash-gvmem", memory=True)
-    crash_at(d, point)
-    with pytest.raises(sbx.SbxError):
-        d.client().create(from_="crash-gvmem", isolation="gvisor")
-    restart_after_crash(d)
-    c = d.client()
-    rows = {s["id"]: s for s in d.sandboxes()}
-    assert rows[src.id]["state"] == "running"
-    for sid, s in rows.items():
-        if sid != src.id:
-            assert s["state"] == "error" and s["error"], s
-            d.raw("DELETE", f"/v1/sandboxes/{sid}")
-    deadline = time.time() + 30
-    while time.time() < deadline and (d.cgroups() != {src.id} or d.sandbox_dirs() != {src.id}):
-        time.sleep(0.1)
-    assert d.cgroups() == {src.id} and d.sandbox_dirs() == {src.id}
-    assert c.get(src.id).exec("cat /tmp/s").stdout == "alive\n"
-    cp = c.create(from_="crash-gvmem", isolation="gvisor")
-    assert cp.exec("rm /tmp/s; sleep 0.5; cat /tmp/s").stdout == "alive\n"
-    assert cp.exec("hostname").stdout.strip() == cp.id
-    for sb in (cp, src):
-        sb.delete()
-    c.api.request("DELETE", "/v1/snapshots/crash-gvmem")
-    d.wait_clean()
+    from test_crash import crash_while_a_copy_starts
+    crash_while_a_copy_starts(fresh_daemon, "gvisor", point)
 
 
 def test_a_warm_pool_keeps_restored_copies_of_a_memory_template():
