@@ -206,6 +206,8 @@ std::optional<int> HealthCommand::Run(HttpClient& c, const Globals& g) {
       if (std::string on = std::string(name) == "hibernate" ? walls("hibernate_isolation") : ""; !on.empty())
         has += " (" + on + ")";
     }
+    if (std::string mem = walls("memory_isolation"); !mem.empty())
+      has += (has.empty() ? "" : ", ") + std::string("memory templates (") + mem + ")";
     std::string detail = kinds + (has.empty() ? "" : "; " + has);
     std::printf("ok, sbxd %s%s\n", Str(*j, "version").c_str(), detail.empty() ? "" : (" (" + detail + ")").c_str());
     return 0;

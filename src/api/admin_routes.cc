@@ -24,6 +24,7 @@ asio::awaitable<Response> Api::Health(Request& req) {
                  {"version", SBX_VERSION},
                  {"features", {{"hibernate", f.hibernate},
                                {"hibernate_isolation", f.hibernate_isolation},
+                               {"memory_isolation", f.memory_isolation},
                                {"store", f.store},
                                {"isolation", f.isolation}}},
                  // The microVM wall's accelerator (null: no such wall, or its probe still runs).

@@ -250,6 +250,7 @@ SandboxManager::Features SandboxManager::GetFeatures() const {
   for (const auto& [kind, rt] : runtimes_->all()) {
     f.isolation.push_back(kind);
     if (rt->Caps().hibernate) f.hibernate_isolation.push_back(kind);
+    if (rt->Caps().memory_snapshots) f.memory_isolation.push_back(kind);
     f.hibernate = f.hibernate || rt->Caps().hibernate;
     if (kind == "microvm") f.microvm_accel = rt->Accelerator();
   }

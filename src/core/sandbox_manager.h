@@ -185,6 +185,7 @@ class SandboxManager {
   struct Features {
     bool hibernate = false;              // some isolation kind can hibernate
     std::vector<std::string> hibernate_isolation;  // the kinds that can
+    std::vector<std::string> memory_isolation;     // the kinds whose captures may keep memory
     bool store = false;                  // sandboxes' files are on the btrfs store
     std::vector<std::string> isolation;  // the kinds a create may ask for
     std::string microvm_accel;           // kvm or tcg ("" while probing, or no microVM wall)

@@ -25,9 +25,14 @@ def test_health_and_openapi_need_no_key(daemon):
         assert body["microvm_accel"] == "tcg"
     # Hibernate: the container wall where CRIU can checkpoint, the others always.
     hib = (["container"] if works else []) + [w for w in walls if w != "container"]
-    assert body["features"] == {"hibernate": bool(hib), "hibernate_isolation": hib, "store": True, "isolation": walls}
+    # Memory templates: the gVisor and microVM walls (the container wall's would need CRIU).
+    mem = [w for w in walls if w != "container"]
+    assert body["features"] == {"hibernate": bool(hib), "hibernate_isolation": hib, "memory_isolation": mem,
+                                "store": True, "isolation": walls}
     assert body["store"]["size_mb"] > 0 and body["store"]["committed_mb"] >= 0
     shown = f"hibernate ({', '.join(hib)}), store" if hib else "store"
+    if mem:
+        shown += f", memory templates ({', '.join(mem)})"
     assert daemon.cli("health").stdout.strip() == f"ok, sbxd {body['version']} ({', '.join(walls)}; {shown})"
     status, doc = daemon.raw("GET", "/v1/openapi.json", auth=False)
     assert status == 200 and "/v1/sandboxes/{id}/exec" in doc["paths"]

@@ -48,8 +48,15 @@ export function execResultFromJson(d: JsonObject): ExecResult {
 export interface Health {
   status: string;
   version: string;
-  /** What this daemon has: hibernate (CRIU), the btrfs store, and its isolation kinds. */
-  features: { hibernate: boolean; store: boolean; isolation: string[]; [key: string]: unknown };
+  /** What this daemon has: hibernate (and the walls that can), memory templates' walls, the btrfs store, and its isolation kinds. */
+  features: {
+    hibernate: boolean;
+    hibernate_isolation?: string[];
+    memory_isolation?: string[];
+    store: boolean;
+    isolation: string[];
+    [key: string]: unknown;
+  };
   /** The store's use, or null when sandboxes' files are not on a store. */
   store: { size_mb: number; free_mb: number; reserve_mb: number; committed_mb: number; overcommit: number | null } | null;
   /** The microVM wall's accelerator (`kvm` or `tcg`); null without that wall, or while its probe runs. */
