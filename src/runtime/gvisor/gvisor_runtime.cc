@@ -212,6 +212,14 @@ class GvisorRuntime : public Runtime {
 
   // A sandbox made from a memory template (its topmost layer) has the template's files,
   // and its first start restores the template's memory.
+  // After a save that let the sandbox run on (or one refused): its agent listens again
+  // (waiting, given `inst`, only while the sandbox lives).
+  void ListenAgain(const StartSpec& spec, const Instance* inst = nullptr) {
+    Status open = SignalAgent(spec.id, spec.dir, "SIGUSR2");
+    if (open.ok()) open = AwaitAgent(spec.dir, /*open=*/true, inst);
+    if (!open.ok()) SBX_LOG(kWarn) << "sandbox " << spec.id << ": " << open.error().message;
+  }
+
   Status Prepare(const StartSpec& spec) override {
     SBX_RETURN_IF_ERROR(files_.Prepare(spec, /*memory_ok=*/true));
     const std::string memory = spec.layers.empty() ? "" : MemoryBeside(spec.layers[0]);
@@ -415,16 +423,13 @@ class GvisorRuntime : public Runtime {
       files = files_.Capture(spec.dir, dst + "/" + kCapturedFiles);
       st = Thaw(spec.id);
     }
-    // The sandbox runs on: its agent listens again.
-    Status open = SignalAgent(spec.id, spec.dir, "SIGUSR2");
-    if (open.ok()) open = AwaitAgent(spec.dir, /*open=*/true, &inst);
-    if (!open.ok()) SBX_LOG(kWarn) << "sandbox " << spec.id << ": " << open.error().message;
+    ListenAgain(spec, &inst);
     if (!st.ok()) return st.error();
     if (!files.ok()) return files.error();
     SBX_RETURN_IF_ERROR(gvisor::WriteShape(memory, gvisor::ShapeOf(spec)));
     const std::string root = std::string(kCapturedFiles) + (files->root.empty() ? "" : "/" + files->root);
     std::optional<uint64_t> bytes;
-    if (files->bytes) bytes = *files->bytes + gvisor::FolderBytes(memory);
+    if (files->bytes) bytes = *files->bytes + fs::TreeSize(memory);
     return Captured{root, bytes};
   }
 
@@ -443,10 +448,7 @@ class GvisorRuntime : public Runtime {
     Status st = AwaitAgent(spec.dir, /*open=*/false);
     if (st.ok()) st = Checkpoint(spec.id, dir + "/trial", /*leave_running=*/true);
     if (!st.ok()) {
-      // The sandbox runs on: its agent listens again.
-      Status open = SignalAgent(spec.id, spec.dir, "SIGUSR2");
-      if (open.ok()) open = AwaitAgent(spec.dir, /*open=*/true);
-      if (!open.ok()) SBX_LOG(kWarn) << "sandbox " << spec.id << ": " << open.error().message;
+      ListenAgain(spec);
       return st;
     }
     const std::string image = ImageOf(dir);

@@ -1,7 +1,5 @@
 #include "runtime/gvisor/memory.h"
 
-#include <sys/stat.h>
-
 #include <nlohmann/json.hpp>
 
 #include "base/fs.h"
@@ -40,17 +38,6 @@ std::string Mismatch(const SavedShape& saved, const StartSpec& spec) {
            ") are not its template's (" + std::to_string(saved.cpus) + ", " + Mb(saved.memory_bytes) + ")";
   if (now.network != saved.network) return now.network ? "its template had no network" : "its template had a network";
   return "";
-}
-
-uint64_t FolderBytes(const std::string& dir) {
-  uint64_t total = 0;
-  auto names = fs::ListDir(dir);
-  if (!names.ok()) return 0;
-  for (const auto& n : *names) {
-    struct stat st;
-    if (::lstat((dir + "/" + n).c_str(), &st) == 0 && S_ISREG(st.st_mode)) total += static_cast<uint64_t>(st.st_size);
-  }
-  return total;
 }
 
 Error SaveRefused(const std::string& log, const std::string& instead) {

@@ -24,9 +24,6 @@ Result<SavedShape> ReadShape(const std::string& memory_dir);
 // Why a sandbox of `spec` cannot start from memory saved with `saved` ("" if it can).
 std::string Mismatch(const SavedShape& saved, const StartSpec& spec);
 
-// The bytes of the files in `dir` (not below).
-uint64_t FolderBytes(const std::string& dir);
-
 // What runsc says when it refuses a save (the line of its log `log` that says it failed,
 // before its stack trace), as the API's error: gVisor's network stack cannot save a TCP
 // connection, nor one it closed within about a minute (409); `instead` says what the
