@@ -170,6 +170,9 @@ nice -n 10 mkfs.ext4 -q -F -L sbxwork -E root_owner=0:0 -d "$WORK" "$TMP/work.im
 TSC_KHZ=$(awk '/^cpu MHz/ { printf "%d", $4 * 1000; exit }' /proc/cpuinfo)
 CMDLINE="console=ttyS0 reboot=t panic=-1 8250.nr_uarts=1 i8042.noaux i8042.nokbd i8042.nopnp"
 [ -n "$TSC_KHZ" ] && CMDLINE="$CMDLINE tsc_early_khz=$TSC_KHZ"
+# Under TCG the guest's TSC check across vCPUs fails on emulation's jitter; without this it
+# keeps time with the 4 ms jiffies clock and a periodic tick (src/runtime/microvm/qemu.cc).
+CMDLINE="$CMDLINE tsc=reliable"
 CMDLINE="$CMDLINE quiet$APPEND"
 log "booting $RELEASE on $(basename "$ROOTFS") (TCG, $SMP vCPU, $MEM MB): $(basename "$SCRIPT") $*"
 # The throw-away overlay of snapshot=on goes to TMPDIR.

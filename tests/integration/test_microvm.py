@@ -53,6 +53,30 @@ def test_the_sandbox_runs_on_a_kernel_of_its_own(client, daemon):
         assert sb.id in daemon.cgroups()
 
 
+def test_an_idle_guest_keeps_fine_time_without_a_periodic_tick(client, daemon):
+    # The guest keeps time with the TSC (never the 4 ms jiffies clock), so its timer stops
+    # when it is idle: an idle VM costs the host next to nothing, and the idle policy sees it
+    # idle.
+    with client.create(image="busybox", isolation="microvm") as sb:
+        src = sb.exec("cat /sys/devices/system/clocksource/clocksource0/current_clocksource").stdout.strip()
+        assert src in ("tsc", "kvm-clock"), src
+        out = sb.exec("grep LOC: /proc/interrupts; sleep 2; grep LOC: /proc/interrupts").stdout.split("\n")
+        before, after = ([int(x) for x in line.split()[1:-3]] for line in out[:2])
+        # A periodic tick is 250 a second on each CPU: 500 or more in 2 s.
+        assert all(b - a < 200 for a, b in zip(before, after)), (before, after)
+        pid = qemu_pid(daemon, sb.id)
+
+        def cpu_s():
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        a = cpu_s()
+        time.sleep(3)
+        # The idle policy's threshold is 5 % of a core.
+        assert cpu_s() - a < 0.05 * 3
+
+
 def test_guest_root_sees_nothing_of_the_hosts(client, daemon, tmp_path):
     token = f"sbx-host-secret-{os.getpid()}"
     secret = tmp_path / "secret.txt"

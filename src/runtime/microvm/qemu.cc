@@ -47,11 +47,16 @@ std::vector<std::string> Machine(const std::string& accel, const std::string& ma
 
 }  // namespace
 
-std::string KernelCmdline(const std::string& config_json) {
+std::string KernelCmdline(const std::string& config_json, const std::string& accel) {
   std::string c = "console=ttyS0 reboot=t panic=-1 8250.nr_uarts=1 i8042.noaux i8042.nokbd i8042.nopnp "
                   "random.trust_cpu=on quiet";
   const std::string tsc = TscKhz();
   if (!tsc.empty()) c += " tsc_early_khz=" + tsc;
+  // Under TCG every vCPU reads one TSC, QEMU's own clock, but the guest's check of it
+  // across CPUs fails on emulation's jitter: it would fall back to the jiffies clock,
+  // with a 4 ms resolution and a periodic tick that keeps an idle guest using a tenth
+  // of a host core. KVM guests have kvm-clock.
+  if (accel != "kvm") c += " tsc=reliable";
   return c + " sbx.cfg=" + Hex(config_json);
 }
 
@@ -67,7 +72,7 @@ std::vector<std::string> QemuArgv(const VmSpec& s) {
   }
   add({"-smp", std::to_string(s.cpus), "-m", std::to_string(s.memory_mb), "-nodefaults", "-no-user-config",
        "-display", "none", "-no-reboot", "-kernel", s.kernel, "-initrd", s.initrd, "-append",
-       KernelCmdline(s.config)});
+       KernelCmdline(s.config, s.accel)});
   add({"-chardev", "socket,id=con,path=console.sock,server=on,wait=off", "-serial", "chardev:con"});
   add({"-device", "virtio-serial-device", "-chardev", "socket,id=agent,path=agent.sock,server=on,wait=off",
        "-device", std::string("virtserialport,chardev=agent,name=") + agent::kVmAgentPort});
@@ -104,7 +109,7 @@ Status ProbeKvm(const std::string& qemu, const std::string& kernel, const std::s
                                std::string("-no-user-config"), std::string("-display"), std::string("none"),
                                std::string("-no-reboot"), std::string("-serial"), std::string("stdio"),
                                std::string("-kernel"), kernel, std::string("-initrd"), initrd,
-                               std::string("-append"), KernelCmdline(probe.ToJson())})
+                               std::string("-append"), KernelCmdline(probe.ToJson(), "kvm")})
     argv.push_back(x);
   auto r = Reaper::Get().Run(argv, "", 0, nullptr, timeout_ms);
   if (!r.ok()) return r.error();

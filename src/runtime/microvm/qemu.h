@@ -39,8 +39,8 @@ struct VmSpec {
 // --vm-launch), under its own system-call filter.
 std::vector<std::string> QemuArgv(const VmSpec& spec);
 
-// The kernel command line for a guest config.
-std::string KernelCmdline(const std::string& config_json);
+// The kernel command line for a guest config, on `accel` ("kvm" or "tcg").
+std::string KernelCmdline(const std::string& config_json, const std::string& accel);
 
 // Whether QEMU can boot a guest with KVM here: a real boot of `kernel` with `initrd`
 // (whose /init prints the probe line and powers off) within `timeout_ms`. Opening
