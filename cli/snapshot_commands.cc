@@ -40,14 +40,14 @@ void SnapshotCommands::Add(CLI::App& app) {
   snap->add_option("name", snap_name)->required();
   snap->add_flag("--memory", snap_memory,
                  "keep the running sandbox's memory too: sandboxes from it start with its processes "
-                 "(gVisor and microVM sandboxes)");
+                 "(every wall; containers where sbxd has CRIU)");
   fork = app.add_subcommand("fork", "new sandboxes with a copy of a sandbox's files");
   fork->footer("Example: sbx fork my-box --count 3");
   fork->add_option("id", fork_id)->required();
   fork->add_option("--count", fork_count, "how many (default 1)");
   fork->add_flag("--memory", fork_memory,
-                 "start each from the running sandbox's memory too, its processes running (gVisor and microVM "
-                 "sandboxes)");
+                 "start each from the running sandbox's memory too, its processes running (every wall; "
+                 "containers where sbxd has CRIU)");
 
   auto* tmpl = app.add_subcommand("template", "templates (named snapshots)");
   tmpl->footer("Examples: sbx template build py --image default --run 'python3 -m venv /home/user/v' --run '/home/user/v/bin/pip install sympy'\n"

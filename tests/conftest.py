@@ -358,6 +358,30 @@ def criu_checkpoints():
     return verdict
 
 
+# The walls whose memory templates test_memory_templates.py tests (the microVM's: test_microvm.py).
+MEMORY_WALLS = ["gvisor", "container"]
+
+
+def require_memory(daemon, wall):
+    """Goes on when `wall` keeps memory here: gVisor always, the container wall where CRIU
+    checkpoints on this kernel. Otherwise checks that a capture with memory is refused
+    clearly, the sandbox running on, and skips with the reason."""
+    features = daemon.client().health()["features"]
+    if wall == "gvisor":
+        assert "gvisor" in features["memory_isolation"], features
+        return
+    ok, why = criu_checkpoints()
+    if ok:
+        assert "container" in features["memory_isolation"], features
+        return
+    assert "container" not in features["memory_isolation"], features
+    with daemon.client().create(image="busybox", isolation=wall) as sb:
+        status, body = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/fork", body={"memory": True})
+        assert status == 409 and "needs CRIU" in body["error"]["message"], body
+        assert sb.exec("echo up").stdout == "up\n"
+    pytest.skip("the container wall keeps no memory here: " + why)
+
+
 def require_hibernate(d):
     """Goes on when the wall under test can hibernate: the microVM wall always (QEMU saves
     the VM), the gVisor wall always (runsc checkpoint), the container wall when CRIU can

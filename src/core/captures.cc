@@ -65,10 +65,15 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
     if (e->busy) return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is changing state; try again");
     if (!e->is(State::kRunning) && !e->is(State::kStopped) && !e->is(State::kPaused))
       return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is " + e->rec.state);
-    if (memory && !rt->Caps().memory_snapshots)
+    if (memory && !rt->Caps().memory_snapshots) {
+      std::string have;
+      for (const auto& w : GetFeatures().memory_isolation) have += (have.empty() ? "" : ", ") + w;
       return MakeError(Code::kFailedPrecondition,
                        "a capture with memory (a snapshot or fork) is not available for sandboxes of isolation " +
-                           rt->Kind() + " (the gVisor and microVM walls have it); leave memory out");
+                           rt->Kind() + " on this sbxd (" + (have.empty() ? "no wall here has it" : "walls with it: " + have) +
+                           (rt->Kind() == "container" ? "; the container wall needs CRIU that checkpoints on this kernel" : "") +
+                           "); leave memory out");
+    }
     if (memory && !e->is(State::kRunning))
       return MakeError(Code::kFailedPrecondition, "a capture with memory needs a running sandbox; sandbox " + id +
                                                       " is " + e->rec.state + (e->is(State::kPaused) ? ": resume it first" : ""));

@@ -19,24 +19,35 @@ std::string MemoryBeside(const std::string& layer) {
   return fs::IsDir(memory) ? memory : "";
 }
 
-Status RefuseMemoryCaptures(const std::vector<std::string>& layers) {
-  if (!layers.empty() && !MemoryBeside(layers[0]).empty())
-    return MakeError(Code::kFailedPrecondition,
-                     "this template holds a gVisor sandbox's memory: it starts gVisor sandboxes only (a snapshot "
-                     "without memory serves every wall)");
-  return OkStatus();
+std::string MemoryWall(const std::string& memory) {
+  auto wall = fs::ReadFile(memory + "/" + kMemoryWall, 64);
+  return wall.ok() && !wall->empty() ? *wall : "gvisor";
 }
 
-Status CheckFolderLayers(const std::vector<std::string>& layers, bool memory_ok) {
+Status WriteMemoryWall(const std::string& memory, const std::string& wall) {
+  return fs::WriteFileAtomic(memory + "/" + kMemoryWall, wall, 0600);
+}
+
+Status RefuseMemoryCaptures(const std::vector<std::string>& layers, const std::string& wall) {
+  const std::string memory = layers.empty() ? "" : MemoryBeside(layers[0]);
+  if (memory.empty()) return OkStatus();
+  const std::string saved = MemoryWall(memory);
+  if (saved == wall) return OkStatus();
+  const char* whose = saved == "gvisor" ? "a gVisor sandbox's" : saved == "container" ? "a container sandbox's" : "a sandbox's";
+  return MakeError(Code::kFailedPrecondition, std::string("this template holds ") + whose + " memory: it starts " +
+                                                  saved + " sandboxes only (a snapshot without memory serves every wall)");
+}
+
+Status CheckFolderLayers(const std::vector<std::string>& layers, const std::string& wall) {
   for (const auto& l : layers)
     if (fs::Exists(l + "/" + kVmDiskLayer))
       return MakeError(Code::kFailedPrecondition,
                        "these files were captured from a microVM (its disk's image): they serve microVM sandboxes only");
-  return memory_ok ? OkStatus() : RefuseMemoryCaptures(layers);
+  return RefuseMemoryCaptures(layers, wall);
 }
 
-Status OverlayFiles::Prepare(const StartSpec& spec, bool memory_ok) const {
-  SBX_RETURN_IF_ERROR(CheckFolderLayers(spec.layers, memory_ok));
+Status OverlayFiles::Prepare(const StartSpec& spec, const std::string& wall) const {
+  SBX_RETURN_IF_ERROR(CheckFolderLayers(spec.layers, wall));
   if (quotas_ && ::access(spec.dir.c_str(), F_OK) != 0) {
     // A subvolume of its own, limited to the sandbox's disk: its files can fill only it.
     SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir.substr(0, spec.dir.rfind('/')), 0711));
@@ -67,7 +78,7 @@ Result<Runtime::Captured> OverlayFiles::Capture(const std::string& dir, const st
 Status OverlayFiles::RemoveLayer(const std::string& path) const {
   if (fs::IsDir(path + "/" + kCapturedMemory)) {
     // Its files first (a read-only snapshot on the store is made writable as it goes).
-    SBX_RETURN_IF_ERROR(RemoveLayer(path + "/" + kCapturedFiles));
+    if (fs::Exists(path + "/" + kCapturedFiles)) SBX_RETURN_IF_ERROR(RemoveLayer(path + "/" + kCapturedFiles));
     return fs::RemoveTree(path);
   }
   return quotas_ ? RemoveLimitedDir(path) : fs::RemoveTree(path);

@@ -13,31 +13,39 @@
 
 namespace sbx::runtime {
 
-// A capture that keeps the sandbox's memory too (the gVisor wall's memory templates) is a
-// folder of two: the files, as OverlayFiles::Capture makes them, in kCapturedFiles, and the
-// saved memory in kCapturedMemory (root's alone: it holds the sandbox's secrets).
+// A capture that keeps the sandbox's memory too (the memory templates of the gVisor and
+// container walls) is a folder of two: the files, as OverlayFiles::Capture makes them, in
+// kCapturedFiles, and the saved memory in kCapturedMemory (root's alone: it holds the
+// sandbox's secrets), where kMemoryWall names the wall that saved it and alone restores it.
 constexpr const char* kCapturedFiles = "files";
 constexpr const char* kCapturedMemory = "memory";
+constexpr const char* kMemoryWall = "wall";
+
+// The wall whose save a memory folder holds ("gvisor" for one that names none: the
+// gVisor wall's, made before the container wall had memory templates).
+std::string MemoryWall(const std::string& memory);
+// Names the wall in a memory folder.
+Status WriteMemoryWall(const std::string& memory, const std::string& wall);
 
 // The memory folder of the capture whose files are the layer `layer` (its files folder, or
 // the upper folder in it), or "" if the layer is no such capture's.
 std::string MemoryBeside(const std::string& layer);
 
-// An error if the topmost of `layers` holds a gVisor sandbox's memory (which only gVisor
-// restores: its files alone would start without the processes it was made for; a deeper
-// layer is files only, as what was captured over it).
-Status RefuseMemoryCaptures(const std::vector<std::string>& layers);
+// An error if the topmost of `layers` holds the memory of a sandbox of another wall than
+// `wall` (which only that wall restores: its files alone would start without the processes
+// it was made for; a deeper layer is files only, as what was captured over it).
+Status RefuseMemoryCaptures(const std::vector<std::string>& layers, const std::string& wall);
 
 // An error naming the first of `layers` that a microVM made (its disk's image, which only
-// microVMs read), or, unless `memory_ok`, one that RefuseMemoryCaptures refuses.
-Status CheckFolderLayers(const std::vector<std::string>& layers, bool memory_ok = false);
+// microVMs read), or one that RefuseMemoryCaptures refuses for `wall`.
+Status CheckFolderLayers(const std::vector<std::string>& layers, const std::string& wall);
 
 class OverlayFiles {
  public:
   OverlayFiles(bool quotas, uid_t root_uid) : quotas_(quotas), root_uid_(root_uid) {}
-  // The folders of a new sandbox (a subvolume held to limits.disk_bytes on the store).
-  // `memory_ok`: its layers may include a capture with memory (the gVisor wall restores it).
-  Status Prepare(const StartSpec& spec, bool memory_ok = false) const;
+  // The folders of a new sandbox of `wall` (a subvolume held to limits.disk_bytes on the
+  // store), whose topmost layer may hold memory of that wall only.
+  Status Prepare(const StartSpec& spec, const std::string& wall) const;
   bool Has(const std::string& dir) const;
   // A snapshot of the subvolume on the store (constant time; its layer is the snapshot's
   // upper); else a copy of the upper folder, whiteouts and all.

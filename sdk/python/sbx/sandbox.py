@@ -144,8 +144,8 @@ class Sandbox:
         """Capture this sandbox's files as the immutable named snapshot ``name``.
 
         A running sandbox is frozen only for the copy and keeps running. With
-        ``memory=True`` the snapshot keeps the running sandbox's memory too (gVisor and
-        microVM sandboxes): sandboxes created from it start with its processes running.
+        ``memory=True`` the snapshot keeps the running sandbox's memory too (every wall;
+        containers where sbxd has CRIU): sandboxes created from it start with its processes running.
         """
         body: Dict[str, Any] = {"name": name}
         if memory:
@@ -157,7 +157,7 @@ class Sandbox:
 
         ``fork()`` returns one :class:`Sandbox`; ``fork(count=K)`` returns a list of K.
         With ``memory=True`` each starts from this running sandbox's memory too, its
-        processes running (gVisor and microVM sandboxes).
+        processes running (every wall; containers where sbxd has CRIU).
         """
         body: Dict[str, Any] = {} if count is None else {"count": count}
         if memory:

@@ -233,7 +233,7 @@ export class Sandbox {
 
   /**
    * Captures the sandbox's files as a named snapshot (a template for `create({ from })`);
-   * with `memory: true`, its running memory too (gVisor and microVM sandboxes: sandboxes from it start
+   * with `memory: true`, its running memory too (every wall; containers where sbxd has CRIU: sandboxes from it start
    * with its processes running).
    */
   async snapshot(name: string, options?: { memory?: boolean }): Promise<Snapshot> {
@@ -245,7 +245,7 @@ export class Sandbox {
 
   /**
    * One new running sandbox with a copy of this one's files; with `memory: true`, started
-   * from this running sandbox's memory too (gVisor and microVM sandboxes).
+   * from this running sandbox's memory too (every wall; containers where sbxd has CRIU).
    */
   fork(options?: { count?: undefined; memory?: boolean }): Promise<Sandbox>;
   /** `count` new running sandboxes (1 to 64), each with a copy of this one's files. */

@@ -28,6 +28,8 @@ inline std::string CgroupName(const ContainerOptions& o, const std::string& id) 
 std::vector<std::string> RelativeLayers(const StartSpec& spec);
 // How sbxd reaches the agent whose init is `pid`.
 Result<agent::DialerPtr> AgentOf(pid_t pid);
+// The sandbox's kernel files in `dir`/kernel: each start is a new boot, with a new boot id.
+Status WriteKernelFiles(const std::string& dir);
 // Kernel files that a sandbox sees in place of the host's: their name in the sandbox's
 // `kernel` folder, and their path inside.
 extern const std::pair<const char*, const char*> kKernelFiles[2];
@@ -41,11 +43,30 @@ class Checkpointer {
   Status DropCheckpoint(const std::string& dir);
   Result<Instance> Restore(const StartSpec& spec, const std::string& images);
 
+  // A memory template's save: the running sandbox's process tree into `memory` (CRIU's
+  // images; `mounts`, the external mounts by their place inside; `network` if it had a
+  // link), and it runs on. An established TCP connection, or anything else CRIU cannot
+  // save, is a refusal (kFailedPrecondition) with CRIU's reason.
+  Status SaveRunning(const StartSpec& spec, const Instance& inst, const std::string& memory);
+  // A new sandbox from such a save: the processes restored into its own root, cgroup and
+  // namespaces, with its own link, addresses and hostname. An error leaves nothing running.
+  Result<Instance> RestoreCopy(const StartSpec& spec, const std::string& memory);
+
  private:
-  Result<std::vector<std::pair<std::string, std::string>>> HostBinds(const StartSpec& spec, pid_t pid) const;
-  Status RunCriu(std::vector<std::string> args, const std::string& images, const std::string& log,
-                 const std::string& what, uid_t owner, const std::function<Status(pid_t)>& before_exec = nullptr);
-  Status Dump(const StartSpec& spec, const Instance& inst, const std::string& images);
+  // A bind of a host file or folder: where it is inside, and its source on the host.
+  struct HostBind {
+    std::string point, source;
+  };
+  Result<std::vector<HostBind>> HostBinds(const StartSpec& spec, pid_t pid) const;
+  Status RunCriu(std::vector<std::string> args, const std::string& images, const std::string& work,
+                 const std::string& log, const std::string& what, uid_t owner,
+                 const std::function<Status(pid_t)>& before_exec = nullptr);
+  Status Dump(const StartSpec& spec, const Instance& inst, const std::string& images, bool leave_running);
+  // CRIU's restore of `images` into the sandbox of `spec` (its folder's overlay as the
+  // root, its cgroup, its link's pair as eth0), its files in `work`; `mounts`: the
+  // --external arguments of the host binds. `criu_ms`: how long CRIU itself ran.
+  Result<Instance> RestoreTree(const StartSpec& spec, const std::string& images, const std::string& work,
+                               const std::vector<std::string>& mounts, int64_t* criu_ms = nullptr);
 
   const ContainerOptions& o_;
   CgroupMode mode_;

@@ -64,6 +64,20 @@ Result<agent::DialerPtr> AgentOf(pid_t pid) {
 const std::pair<const char*, const char*> kKernelFiles[2] = {{"cmdline", "/proc/cmdline"},
                                                              {"boot_id", "/proc/sys/kernel/random/boot_id"}};
 
+Status WriteKernelFiles(const std::string& dir) {
+  std::string k = dir + "/kernel";
+  if (::mkdir(k.c_str(), 0711) != 0 && errno != EEXIST) return ErrnoError("mkdir " + k);
+  std::string id = RandomHex(16);
+  id[12] = '4';  // a version 4 UUID, as the kernel makes them
+  id[16] = "89ab"[id[16] % 4];
+  std::string uuid = id.substr(0, 8) + "-" + id.substr(8, 4) + "-" + id.substr(12, 4) + "-" + id.substr(16, 4) + "-" +
+                     id.substr(20);
+  // Plain writes (no fsync on the start path): the files serve a sandbox that runs or is
+  // hibernated, neither of which outlives a host crash. The command line never changes.
+  if (!fs::Exists(k + "/cmdline")) SBX_RETURN_IF_ERROR(fs::WriteFile(k + "/cmdline", "ro quiet\n", true, 0444));
+  return fs::WriteFile(k + "/boot_id", uuid + "\n", true, 0444);
+}
+
 namespace {
 
 constexpr int kReadyTimeoutMs = 20000;
@@ -85,19 +99,6 @@ std::string ReadLine(int fd, int timeout_ms) {
   return s;
 }
 
-Status WriteKernelFiles(const std::string& dir) {
-  std::string k = dir + "/kernel";
-  if (::mkdir(k.c_str(), 0711) != 0 && errno != EEXIST) return ErrnoError("mkdir " + k);
-  std::string id = RandomHex(16);
-  id[12] = '4';  // a version 4 UUID, as the kernel makes them
-  id[16] = "89ab"[id[16] % 4];
-  std::string uuid = id.substr(0, 8) + "-" + id.substr(8, 4) + "-" + id.substr(12, 4) + "-" + id.substr(16, 4) + "-" +
-                     id.substr(20);
-  // Plain writes (no fsync on the start path): the files serve a sandbox that runs or is
-  // hibernated, neither of which outlives a host crash. The command line never changes.
-  if (!fs::Exists(k + "/cmdline")) SBX_RETURN_IF_ERROR(fs::WriteFile(k + "/cmdline", "ro quiet\n", true, 0444));
-  return fs::WriteFile(k + "/boot_id", uuid + "\n", true, 0444);
-}
 
 // What the clone child runs with, prepared before the clone.
 struct InitArgs {
@@ -159,9 +160,32 @@ class ContainerRuntime : public Runtime {
   // have their socket (still used when such a sandbox is adopted).
   std::string LegacySocket(const std::string& dir) const { return dir + "/ctl/a.sock"; }
 
-  Status Prepare(const StartSpec& spec) override { return files_.Prepare(spec); }
+  // A sandbox made from a memory template (its topmost layer) has the template's files,
+  // and its first start restores the template's processes (with CRIU).
+  Status Prepare(const StartSpec& spec) override {
+    SBX_RETURN_IF_ERROR(files_.Prepare(spec, Kind()));
+    const std::string memory = spec.layers.empty() ? "" : MemoryBeside(spec.layers[0]);
+    return memory.empty() ? OkStatus() : fs::WriteFileAtomic(MemoryMarker(spec.dir), memory, 0600);
+  }
+  static std::string MemoryMarker(const std::string& dir) { return dir + "/memory-from"; }
 
   Result<Instance> Start(const StartSpec& spec) override {
+    auto from = fs::ReadFile(MemoryMarker(spec.dir), 4096);
+    if (!from.ok()) return Boot(spec);
+    (void)::unlink(MemoryMarker(spec.dir).c_str());  // once: a later start boots
+    std::string why = "this sbxd has no CRIU";
+    if (!o_.criu.empty() && mode_ != CgroupMode::kNone) {
+      auto inst = checkpoints_.RestoreCopy(spec, *from);
+      if (inst.ok()) return inst;
+      why = inst.error().message;
+      // What the attempt left: the processes, the folder's root mount.
+      (void)CgroupDir(mode_, Group(spec.id), o_.cgroup_root).Kill();
+    }
+    SBX_LOG(kWarn) << "sandbox " << spec.id << " boots on its template's files instead of restoring its memory: " << why;
+    return Boot(spec);
+  }
+
+  Result<Instance> Boot(const StartSpec& spec) {
     if (mode_ == CgroupMode::kNone)
       return MakeError(Code::kFailedPrecondition, "this host has no usable cgroup hierarchy");
     CgroupDir cg(mode_, Group(spec.id), o_.cgroup_root);
@@ -316,6 +340,7 @@ class ContainerRuntime : public Runtime {
     Capabilities c;
     c.freeze = true;
     c.hibernate = !o_.criu.empty();  // with a CRIU binary
+    c.memory_snapshots = c.hibernate;  // a save that lets the sandbox run on, kept beside a template's files
     c.fast_capture = o_.disk_quotas;  // btrfs snapshots on the store
     return c;
   }
@@ -333,6 +358,27 @@ class ContainerRuntime : public Runtime {
   Result<Instance> Restore(const StartSpec& spec, const std::string& dir) override {
     if (o_.criu.empty()) return Runtime::Restore(spec, dir);
     return checkpoints_.Restore(spec, dir);
+  }
+
+  // A memory template: the sandbox's processes saved by CRIU, which lets them go on; then its
+  // files captured beside, held still by the freezer. What the processes change in the
+  // moment between is in the files and not in the memory (as on the gVisor wall).
+  Result<Captured> CaptureMemory(const StartSpec& spec, const Instance& inst, const std::string& dst) override {
+    if (o_.criu.empty()) return Runtime::CaptureMemory(spec, inst, dst);
+    if (!Alive(inst)) return MakeError(Code::kUnavailable, "the sandbox's init is not running");
+    if (::mkdir(dst.c_str(), 0755) != 0) return ErrnoError("mkdir " + dst);
+    const std::string memory = dst + "/" + kCapturedMemory;
+    SBX_RETURN_IF_ERROR(checkpoints_.SaveRunning(spec, inst, memory));
+    SBX_RETURN_IF_ERROR(WriteMemoryWall(memory, Kind()));
+    SBX_RETURN_IF_ERROR(Freeze(spec.id));
+    auto files = files_.Capture(spec.dir, dst + "/" + kCapturedFiles);
+    Status thawed = Thaw(spec.id);
+    if (!files.ok()) return files.error();
+    if (!thawed.ok()) return thawed.error();
+    const std::string root = std::string(kCapturedFiles) + (files->root.empty() ? "" : "/" + files->root);
+    std::optional<uint64_t> bytes;
+    if (files->bytes) bytes = *files->bytes + fs::TreeSize(memory);
+    return Captured{root, bytes};
   }
 
   bool HasFiles(const std::string& dir) override { return files_.Has(dir); }

@@ -221,7 +221,7 @@ class GvisorRuntime : public Runtime {
   }
 
   Status Prepare(const StartSpec& spec) override {
-    SBX_RETURN_IF_ERROR(files_.Prepare(spec, /*memory_ok=*/true));
+    SBX_RETURN_IF_ERROR(files_.Prepare(spec, Kind()));
     const std::string memory = spec.layers.empty() ? "" : MemoryBeside(spec.layers[0]);
     return memory.empty() ? OkStatus() : fs::WriteFileAtomic(MemoryMarker(spec.dir), memory, 0600);
   }
@@ -427,6 +427,7 @@ class GvisorRuntime : public Runtime {
     if (!st.ok()) return st.error();
     if (!files.ok()) return files.error();
     SBX_RETURN_IF_ERROR(gvisor::WriteShape(memory, gvisor::ShapeOf(spec)));
+    SBX_RETURN_IF_ERROR(WriteMemoryWall(memory, Kind()));
     const std::string root = std::string(kCapturedFiles) + (files->root.empty() ? "" : "/" + files->root);
     std::optional<uint64_t> bytes;
     if (files->bytes) bytes = *files->bytes + fs::TreeSize(memory);

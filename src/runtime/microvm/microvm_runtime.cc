@@ -146,7 +146,7 @@ class MicrovmRuntime : public Runtime {
   // A sandbox made from a memory template (its topmost layer) starts on a copy of the
   // template's disk, which its memory knows, and its first start loads that memory.
   Status Prepare(const StartSpec& spec) override {
-    SBX_RETURN_IF_ERROR(RefuseMemoryCaptures(spec.layers));
+    SBX_RETURN_IF_ERROR(RefuseMemoryCaptures(spec.layers, Kind()));
     SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir, 0700));
     if (!spec.layers.empty() && IsMemoryLayer(spec.layers[0])) {
       SBX_RETURN_IF_ERROR(microvm::CopyDisk(spec.layers[0] + "/" + kVmDiskLayer, OwnDisk(spec.dir)));

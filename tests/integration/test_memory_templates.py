@@ -1,19 +1,25 @@
-"""Memory templates and forks with memory on the gVisor wall: runsc saves the sandbox's
-kernel with its processes beside the template's files, and each copy is restored from it,
-renamed as its own."""
+"""Memory templates and forks with memory on the gVisor and container walls: runsc (gVisor's
+kernel with its processes) or CRIU (the sandbox's process tree) saves the sandbox beside the
+template's files, and each copy is restored from it, renamed as its own. The microVM wall's
+are in test_microvm.py."""
 import threading
 import time
 
 import pytest
 
 import sbx
+from conftest import MEMORY_WALLS as WALLS, require_memory
 from test_microvm import code_cell
 
+WHOSE = {"gvisor": "gVisor sandbox's memory", "container": "container sandbox's memory"}
 
-def test_a_memory_template_restores_its_processes_in_copies_each_its_own(client, daemon):
+
+@pytest.mark.parametrize("wall", WALLS)
+def test_a_memory_template_restores_its_processes_in_copies_each_its_own(client, daemon, wall):
+    require_memory(daemon, wall)
     net = {"mode": "outbound", "allow": ["198.51.100.7/32"]}
-    src = client.create(image="busybox", isolation="gvisor", network=net)
-    made, name = [src], f"gvmem-{src.id}"
+    src = client.create(image="busybox", isolation=wall, network=net)
+    made, name = [src], f"mem-{wall}-{src.id}"
     try:
         # State only in memory: a process's variable, written to the sandbox's tmpfs.
         src.exec(["sh", "-c", "echo file > /root/f; secret=$$-$RANDOM$RANDOM; while true; do echo $secret > /tmp/s; "
@@ -21,13 +27,13 @@ def test_a_memory_template_restores_its_processes_in_copies_each_its_own(client,
         time.sleep(1)
         secret = src.exec("cat /tmp/s").stdout
         snap = daemon.raw("POST", f"/v1/sandboxes/{src.id}/snapshot", body={"name": name, "memory": True})[1]
-        assert snap["memory"] is True and snap["memory_isolation"] == "gvisor", snap
+        assert snap["memory"] is True and snap["memory_isolation"] == wall, snap
         assert snap["size_bytes"] > 0, snap
         assert src.exec("cat /tmp/s").stdout == secret  # the source runs on
         src.exec("echo later > /root/f", check=True)
         copies = []
         for _ in range(2):
-            cp = client.create(from_=name, isolation="gvisor", network=net)
+            cp = client.create(from_=name, isolation=wall, network=net)
             made.append(cp)
             copies.append(cp)
             # Its memory is the template's: the process, and what it keeps in /tmp.
@@ -42,11 +48,12 @@ def test_a_memory_template_restores_its_processes_in_copies_each_its_own(client,
             assert "REFUSED" in cp.exec("nslookup example.com").stdout
         draws = {cp.exec("head -c 32 /dev/urandom | od -An -tx1").stdout for cp in copies}
         assert len(draws) == 2, draws
-        # Other walls do not take it; a sandbox of another shape starts on its files.
-        for wall in ("container", "microvm"):
-            status, body = daemon.raw("POST", "/v1/sandboxes", body={"from": name, "isolation": wall})
-            assert status == 409 and "gVisor sandbox's memory" in body["error"]["message"], (wall, body)
-        other = client.create(from_=name, isolation="gvisor", resources={"memory_mb": 512})
+        # Other walls do not take it; a sandbox of another shape (here: without a network)
+        # starts on its files.
+        for other_wall in {"gvisor", "container", "microvm"} - {wall}:
+            status, body = daemon.raw("POST", "/v1/sandboxes", body={"from": name, "isolation": other_wall})
+            assert status == 409 and WHOSE[wall] in body["error"]["message"], (other_wall, body)
+        other = client.create(from_=name, isolation=wall)
         made.append(other)
         assert other.exec("cat /root/f").stdout == "file\n"
         assert other.exec("cat /tmp/s").exit_code != 0
@@ -56,7 +63,7 @@ def test_a_memory_template_restores_its_processes_in_copies_each_its_own(client,
         copies[0].start()
         assert copies[0].exec("cat /root/f").stdout == "file\nmine\n"
         assert copies[0].exec("cat /tmp/s").exit_code != 0
-        # A copy hibernates and resumes as any gVisor sandbox, its process going on.
+        # A copy hibernates and resumes as any sandbox of its wall, its process going on.
         copies[1].pause(mode="hibernate")
         copies[1].resume()
         copies[1].exec("rm /tmp/s", check=True)
@@ -69,11 +76,13 @@ def test_a_memory_template_restores_its_processes_in_copies_each_its_own(client,
     daemon.wait_clean()
 
 
-def test_a_capture_with_memory_waits_for_no_open_connection_and_keeps_the_followed(client, daemon):
+@pytest.mark.parametrize("wall", WALLS)
+def test_a_capture_with_memory_waits_for_no_open_connection_and_keeps_the_followed(client, daemon, wall):
     """sbxd's connections into the sandbox cannot be saved: a capture with memory while an
     exec is open answers 409 and changes nothing; a background process that sbxd follows
     is let go for the save and followed again after it, its output going on."""
-    with client.create(image="busybox", isolation="gvisor") as src:
+    require_memory(daemon, wall)
+    with client.create(image="busybox", isolation=wall) as src:
         held = {}
         t = threading.Thread(target=lambda: held.update(out=src.exec("sleep 3; echo done").stdout))
         t.start()
@@ -106,18 +115,20 @@ def ticks(sb, pid):
     return sum(ev["data"].count("tick") for ev in sb.processes.get(pid).output() if ev.get("type") == "stdout")
 
 
-def test_a_memory_template_keeps_a_warm_code_context_each_copy_drawing_its_own_numbers(client, daemon):
-    """The seed's case on gVisor: each copy finds the template's interpreter with its
-    variables, and Python's `random` draws differently in each copy."""
-    src = client.create(image="default", isolation="gvisor")
-    made, name = [src], f"gvcode-{src.id}"
+@pytest.mark.parametrize("wall", WALLS)
+def test_a_memory_template_keeps_a_warm_code_context_each_copy_drawing_its_own_numbers(client, daemon, wall):
+    """The seed's case: each copy finds the template's interpreter with its variables, and
+    Python's `random` draws differently in each copy."""
+    require_memory(daemon, wall)
+    src = client.create(image="default", isolation=wall)
+    made, name = [src], f"code-{wall}-{src.id}"
     try:
         out = code_cell(daemon, src.id, "import random\nx = 41\nrandom.random()")
         assert out["error"] is None, out
         src.snapshot(name, memory=True)
         draws = {code_cell(daemon, src.id, "random.random()")["results"][0]["text"]}
         for _ in range(2):
-            cp = client.create(from_=name, isolation="gvisor")
+            cp = client.create(from_=name, isolation=wall)
             made.append(cp)
             contexts = daemon.raw("GET", f"/v1/sandboxes/{cp.id}/code/contexts")[1]
             assert [c["id"] for c in contexts["contexts"]] == ["python"], contexts
@@ -134,21 +145,24 @@ def test_a_memory_template_keeps_a_warm_code_context_each_copy_drawing_its_own_n
             pass
 
 
-@pytest.mark.parametrize("point", ["gvisor.restored", "create.started"])
-def test_kill_9_of_sbxd_while_a_copy_restores_leaves_it_whole_or_gone(fresh_daemon, point):
-    """sbxd dies once runsc restored a copy but before it is renamed, or before the copy
-    is recorded as running: after a restart the copy is an error row whose delete leaves
-    nothing (no sentry, cgroup or folder), the source runs on, and the template still
-    makes whole copies."""
+@pytest.mark.parametrize("wall,point", [("gvisor", "gvisor.restored"), ("gvisor", "create.started"),
+                                        ("container", "container.restored"), ("container", "create.started")])
+def test_kill_9_of_sbxd_while_a_copy_restores_leaves_it_whole_or_gone(fresh_daemon, wall, point):
+    """sbxd dies once runsc or CRIU restored a copy but before it is renamed, or before the
+    copy is recorded as running: after a restart the copy is an error row whose delete
+    leaves nothing (no process, cgroup or folder), the source runs on, and the template
+    still makes whole copies."""
+    require_memory(fresh_daemon, wall)
     from test_crash import crash_while_a_copy_starts
-    crash_while_a_copy_starts(fresh_daemon, "gvisor", point)
+    crash_while_a_copy_starts(fresh_daemon, wall, point)
 
 
-def test_a_warm_pool_keeps_restored_copies_of_a_memory_template():
-    """A pooled copy of a gVisor memory template is restored and renamed while it waits;
-    a claim finds the template's followed process in it, under its own name."""
+@pytest.mark.parametrize("wall", WALLS)
+def test_a_warm_pool_keeps_restored_copies_of_a_memory_template(wall):
+    """A pooled copy of a memory template is restored and renamed while it waits; a claim
+    finds the template's followed process in it, under its own name."""
     from conftest import Daemon
-    d = Daemon("gv-pool", extra_args=["--pool-size", "1"])
+    d = Daemon("mem-pool", extra_args=["--pool-size", "1"])
 
     def wait_pool():  # a sandbox for the image and one for the template
         deadline = time.time() + 120
@@ -156,15 +170,16 @@ def test_a_warm_pool_keeps_restored_copies_of_a_memory_template():
             assert time.time() < deadline, "the pool did not fill"
             time.sleep(0.1)
     try:
+        require_memory(d, wall)
         c = d.client()
-        src = c.create(image="busybox", isolation="gvisor")
+        src = c.create(image="busybox", isolation=wall)
         proc = src.processes.start(["sh", "-c", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done"])
         time.sleep(0.5)
-        src.snapshot("gv-pool-mem", memory=True)
-        first = c.create(from_="gv-pool-mem", isolation="gvisor")  # restored at once; the pool learns it
+        src.snapshot("pool-mem", memory=True)
+        first = c.create(from_="pool-mem", isolation=wall)  # restored at once; the pool learns it
         wait_pool()
         claims = d.metric("sbx_pool_claims_total")
-        cp = c.create(from_="gv-pool-mem", isolation="gvisor", metadata={"k": "v"})
+        cp = c.create(from_="pool-mem", isolation=wall, metadata={"k": "v"})
         assert d.metric("sbx_pool_claims_total") == claims + 1
         assert cp.exec("hostname").stdout.strip() == cp.id
         assert c.get(cp.id).data["metadata"] == {"k": "v"}
@@ -172,15 +187,23 @@ def test_a_warm_pool_keeps_restored_copies_of_a_memory_template():
         before = ticks(cp, proc.pid)
         time.sleep(0.6)
         assert ticks(cp, proc.pid) > before
-        # Another shape never takes a warm one (gVisor's kernel keeps the memory it booted with).
-        wait_pool()
-        claims = d.metric("sbx_pool_claims_total")
-        big = c.create(from_="gv-pool-mem", isolation="gvisor", resources={"memory_mb": 512})
-        assert d.metric("sbx_pool_claims_total") == claims
-        total_kb = int(big.exec("awk '/MemTotal/ {print $2}' /proc/meminfo").stdout)
-        assert total_kb > 400 * 1024, total_kb
-        for sb in (src, first, cp, big):
+        made = [src, first, cp]
+        # On gVisor another shape never takes a warm one (its kernel keeps the memory it
+        # booted with).
+        if wall == "gvisor":
+            made.append(takes_no_warm_one_of_another_shape(d, c, wait_pool))
+        for sb in made:
             sb.delete()
-        c.api.request("DELETE", "/v1/snapshots/gv-pool-mem")
+        c.api.request("DELETE", "/v1/snapshots/pool-mem")
     finally:
         d.destroy()
+
+
+def takes_no_warm_one_of_another_shape(d, c, wait_pool):
+    wait_pool()
+    claims = d.metric("sbx_pool_claims_total")
+    big = c.create(from_="pool-mem", isolation="gvisor", resources={"memory_mb": 512})
+    assert d.metric("sbx_pool_claims_total") == claims
+    total_kb = int(big.exec("awk '/MemTotal/ {print $2}' /proc/meminfo").stdout)
+    assert total_kb > 400 * 1024, total_kb
+    return big
