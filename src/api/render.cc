@@ -68,6 +68,8 @@ json SnapshotJson(const storage::SnapshotRecord& r) {
           // Whether it holds its source's memory (and for which wall).
           {"memory", !r.memory.empty()},
           {"memory_isolation", r.memory.empty() ? json(nullptr) : json(r.memory)},
+          // Its memory may hold the daemon's secrets: no_env sandboxes cannot start from it.
+          {"memory_secrets", r.memory_secrets},
           {"created_at", FormatRfc3339(r.created_ms)}};
 }
 

@@ -183,6 +183,9 @@ Result<storage::SnapshotRecord> SandboxManager::Snapshot(const std::string& id, 
     if (auto e = table_.Get(id)) {
       rec.parent = e->rec.from_snapshot;
       rec.user = e->rec.user.empty() ? "root" : e->rec.user;  // its state is that user's
+      // Its processes may hold the secrets its execs got (from the secrets set now; one
+      // deleted before the capture is not counted).
+      rec.memory_secrets = memory && !e->rec.no_env && secrets_.Any();
     }
   }
   Status st = store_->InsertSnapshot(rec);

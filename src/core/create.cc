@@ -116,6 +116,10 @@ Result<SandboxView> SandboxManager::Create(const CreateRequest& asked) {
   SBX_RETURN_IF_ERROR(ValidateCreate(req));
   if (!req.from.empty()) {
     SBX_ASSIGN_OR_RETURN(auto snap, GetSnapshot(req.from));
+    if (snap.memory_secrets && req.no_env)
+      return MakeError(Code::kFailedPrecondition,
+                       "snapshot " + req.from + " holds the memory of a sandbox whose execs got the daemon's secrets: a "
+                       "no_env sandbox cannot start from it (make the template from a no_env sandbox, or leave no_env out)");
     std::vector<std::string> layers = LayerPaths(snap.layers_json);
     if (layers.empty()) return MakeError(Code::kInternal, "snapshot " + req.from + " has no layers");
     CreateRequest r = req;

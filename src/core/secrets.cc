@@ -63,6 +63,11 @@ void Secrets::AddTo(std::map<std::string, std::string>& env) const {
   for (const auto& [k, v] : values_) env[k] = v;
 }
 
+bool Secrets::Any() const {
+  MutexLock lock(mu_);
+  return !values_.empty();
+}
+
 std::string Secrets::TokenFor(const std::string& id) const {
   if (key_.empty()) return "";
   return "sbt_" + id + "_" + HmacSha256Hex(key_, "sandbox-token:" + id).substr(0, 48);

@@ -32,6 +32,8 @@ class Secrets {
   Status Load();
   // Adds every secret to `env`.
   void AddTo(std::map<std::string, std::string>& env) const;
+  // Whether any secret is set.
+  bool Any() const;
 
   // A sandbox's scoped token ("" when off).
   std::string TokenFor(const std::string& id) const;

@@ -104,6 +104,9 @@ ALTER TABLE usage_periods ADD COLUMN rx_bytes INTEGER NOT NULL DEFAULT 0;
     R"sql(
 ALTER TABLE snapshots ADD COLUMN memory TEXT NOT NULL DEFAULT '';
 )sql",
+    R"sql(
+ALTER TABLE snapshots ADD COLUMN memory_secrets INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 const char* kSandboxCols =
@@ -253,15 +256,18 @@ Result<std::vector<ImageRecord>> Store::ListImages() {
 
 Status Store::InsertSnapshot(const SnapshotRecord& r) {
   return db_->Query(
-      "INSERT INTO snapshots (name, layers_json, image, parent, source, size_bytes, created_ms, default_user, memory) "
-      "VALUES (?,?,?,?,?,?,?,?,?)",
-      {r.name, r.layers_json, r.image, r.parent, r.source, r.size_bytes, r.created_ms, r.user, r.memory});
+      "INSERT INTO snapshots (name, layers_json, image, parent, source, size_bytes, created_ms, default_user, memory, "
+      "memory_secrets) VALUES (?,?,?,?,?,?,?,?,?,?)",
+      {r.name, r.layers_json, r.image, r.parent, r.source, r.size_bytes, r.created_ms, r.user, r.memory,
+       int64_t{r.memory_secrets ? 1 : 0}});
 }
 
 namespace {
-const char* kSnapshotCols = "name, layers_json, image, parent, source, size_bytes, created_ms, default_user, memory";
+const char* kSnapshotCols =
+    "name, layers_json, image, parent, source, size_bytes, created_ms, default_user, memory, memory_secrets";
 SnapshotRecord SnapshotFromRow(const Row& w) {
-  return SnapshotRecord{w.Text(0), w.Text(1), w.Text(2), w.Text(3), w.Text(4), w.Text(7), w.Int(5), w.Int(6), w.Text(8)};
+  return SnapshotRecord{w.Text(0), w.Text(1), w.Text(2), w.Text(3), w.Text(4),
+                        w.Text(7), w.Int(5), w.Int(6), w.Text(8), w.Int(9) != 0};
 }
 }  // namespace
 

@@ -100,6 +100,9 @@ struct SnapshotRecord {
   int64_t created_ms = 0;
   // The isolation kind whose memory its topmost layer holds too ("": files only).
   std::string memory;
+  // That memory is of a sandbox whose execs got the daemon's secrets (it had no `no_env`
+  // and secrets were set): its processes may hold them.
+  bool memory_secrets = false;
 };
 
 // A daemon secret, sealed (AES-256-GCM) with the data dir's secret key.

@@ -57,3 +57,38 @@ def test_a_memory_template_is_closed_to_other_tenants_and_its_copies_gain_no_cap
                     assert not int(mask, 16) & (1 << 21), caps  # CAP_SYS_ADMIN
         finally:
             daemon.raw("DELETE", f"/v1/snapshots/{name}")
+
+
+@pytest.mark.parametrize("wall", WALLS)
+def test_a_no_env_sandbox_never_receives_secrets_through_a_memory_template(fresh_daemon, wall):
+    """A memory template of a sandbox whose execs got the daemon's secrets says so, and a
+    no_env sandbox cannot start from it (its processes hold the secret in their
+    environment); one made from a no_env sandbox serves no_env sandboxes."""
+    d = fresh_daemon
+    require_memory(d, wall)
+    c = d.client()
+    c.secrets.set("MEM_TEMPLATE_SECRET", "s3cr3t-in-a-process")
+    # A background process started by an exec keeps the secret in its environment.
+    keep = "sleep 1000 >/dev/null 2>&1 &"
+    with c.create(image="busybox", isolation=wall) as got, c.create(image="busybox", isolation=wall, no_env=True) as clean:
+        for sb in (got, clean):
+            sb.exec(["sh", "-c", keep], check=True)
+        a = d.raw("POST", f"/v1/sandboxes/{got.id}/snapshot", body={"name": "mem-secrets", "memory": True})[1]
+        b = d.raw("POST", f"/v1/sandboxes/{clean.id}/snapshot", body={"name": "mem-clean", "memory": True})[1]
+        assert a["memory_secrets"] is True and b["memory_secrets"] is False, (a, b)
+        assert d.raw("GET", "/v1/snapshots/mem-secrets")[1]["memory_secrets"] is True
+        before = {s["id"] for s in d.sandboxes()}
+        status, body = d.raw("POST", "/v1/sandboxes", body={"from": "mem-secrets", "no_env": True, "isolation": wall})
+        assert status == 409 and "secrets" in body["error"]["message"], body
+        assert {s["id"] for s in d.sandboxes()} == before
+        # Without no_env it starts, its kept process holding the secret as the source's does.
+        with c.create(from_="mem-secrets", isolation=wall) as cp:
+            assert "s3cr3t-in-a-process" in cp.exec(
+                "cat /proc/$(pidof sleep)/environ | tr '\\0' '\\n'", user="root").stdout
+        # The clean template serves no_env sandboxes, and nothing in them holds the secret.
+        with c.create(from_="mem-clean", isolation=wall, no_env=True) as cp:
+            out = cp.exec("cat /proc/$(pidof sleep)/environ | tr '\\0' '\\n'; env", user="root").stdout
+            assert "s3cr3t" not in out, out
+            assert cp.exec("pidof sleep").stdout.strip()
+    for n in ("mem-secrets", "mem-clean"):
+        d.raw("DELETE", f"/v1/snapshots/{n}")

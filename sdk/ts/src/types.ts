@@ -112,6 +112,8 @@ export interface SnapshotData {
   /** Whether it keeps its source's memory (a memory template), and for which wall. */
   memory?: boolean;
   memory_isolation?: string | null;
+  /** That memory may hold the daemon's secrets: `no_env` sandboxes cannot start from it. */
+  memory_secrets?: boolean;
   created_at?: string;
   [key: string]: unknown;
 }
