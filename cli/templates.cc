@@ -194,7 +194,37 @@ int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
     if (out != want) std::fprintf(stderr, "sbx bench: run_code printed %s", out.c_str());
     return out == want;
   };
-  std::vector<Call> ff(runs);
+  std::vector<Call> ff(runs), ee;
+  // (e): a fresh sandbox per call from a memory template of the session sandbox (its
+  // context imported sympy), where the session's wall keeps memory; else the reason.
+  const std::string mem_tmpl = tmpl + "-mem";
+  std::string e_why;
+  {
+    auto m = c.Call("POST", "/v1/sandboxes/" + sid + "/snapshot", json{{"name", mem_tmpl}, {"memory", true}}.dump());
+    if (auto why = FailureOf(m)) e_why = *why;
+    else ee.resize(runs);
+  }
+  json from_mem = {{"type", "small"}, {"from", mem_tmpl}, {"no_env", true}, {"ttl_seconds", 600}};
+  auto fresh_cell = [&](Call* k) -> bool {
+    if (gap_ms > 0) ::usleep(static_cast<useconds_t>(gap_ms) * 1000);
+    auto t = Clock::now();
+    auto sb = CallJson(c, "POST", "/v1/sandboxes", from_mem);
+    k->create = Secs(t, Clock::now());
+    if (!sb) return false;
+    std::string id = (*sb)["id"];
+    auto t1 = Clock::now();
+    auto r = CallJson(c, "POST", "/v1/sandboxes/" + id + "/code", json{{"code", cell}});
+    k->run = Secs(t1, Clock::now());
+    std::string out;
+    if (r)
+      for (const auto& part : (*r)["logs"]["stdout"]) out += part.get<std::string>();
+    auto t2 = Clock::now();
+    bool deleted = CallJson(c, "DELETE", "/v1/sandboxes/" + id, nullptr).has_value();
+    k->del = Secs(t2, Clock::now());
+    k->total = Secs(t, Clock::now());
+    if (out != want) std::fprintf(stderr, "sbx bench: run_code in a copy printed %s", out.c_str());
+    return deleted && out == want;
+  };
 
   std::fprintf(stderr, "(c) fresh sandbox per call from a warm template, taken of (b)'s sandbox\n");
   auto t2 = Clock::now();
@@ -211,6 +241,7 @@ int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
     b[i].total = b[i].run;
     ok = ok && fresh(from, false, &cc[i]);
     ok = ok && run_cell(&ff[i]);
+    if (!ee.empty()) ok = ok && fresh_cell(&ee[i]);
   }
   // Forks of the session sandbox (sympy installed), each deleted at once.
   std::vector<double> forks;
@@ -225,6 +256,7 @@ int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
   }
   CallJson(c, "DELETE", "/v1/sandboxes/" + sid, nullptr);
   CallJson(c, "DELETE", "/v1/snapshots/" + tmpl, nullptr);
+  if (!ee.empty()) CallJson(c, "DELETE", "/v1/snapshots/" + mem_tmpl, nullptr);
   if (!ok) return 1;
 
   auto row = [&](const char* name, const std::vector<Call>& v) {
@@ -246,6 +278,7 @@ int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
   row("(a) fresh, install each time", a);
   row("(b) reused session sandbox", b);
   row("(c) fresh, from warm template", cc);
+  if (!ee.empty()) row("(e) fresh, from memory template, run_code", ee);
   row("(f) session sandbox, run_code (warm context)", ff);
   auto med = [&](const std::vector<Call>& v, double Call::*f) {
     std::vector<double> x;
@@ -261,6 +294,14 @@ int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
   std::printf("| fork (count 1) of (b)'s sandbox, after the save | - | %.3f | - |\n", Median(forks));
   double mb = med(b, &Call::total), mc = med(cc, &Call::total);
   std::printf("\n(c) per call / (b) per call: %.3f (%+.1f%%)\n", mb > 0 ? mc / mb : 0, mb > 0 ? (mc / mb - 1) * 100 : 0);
+  if (ee.empty()) {
+    std::printf("(e) not measured: %s\n", e_why.c_str());
+  } else {
+    double me = med(ee, &Call::total);
+    std::printf("(e) per call / (c) per call: %.3f (%.1f ms: create %.1f, run_code %.1f, delete %.1f)\n",
+                mc > 0 ? me / mc : 0, me * 1000, med(ee, &Call::create) * 1000, med(ee, &Call::run) * 1000,
+                med(ee, &Call::del) * 1000);
+  }
   double mf = med(ff, &Call::total);
   std::printf("(f) per call / (b) per call: %.3f (%.1f ms against %.1f ms)\n", mb > 0 ? mf / mb : 0, mf * 1000, mb * 1000);
   return 0;
