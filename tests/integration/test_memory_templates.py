@@ -48,6 +48,11 @@ def test_a_memory_template_restores_its_processes_in_copies_each_its_own(client,
             assert "REFUSED" in cp.exec("nslookup example.com").stdout
         draws = {cp.exec("head -c 32 /dev/urandom | od -An -tx1").stdout for cp in copies}
         assert len(draws) == 2, draws
+        # What sbxd hands out to a copy's execs is its own: its id and token.
+        handed = {sb.id: sb.exec("echo $SBX_SANDBOX_ID $SBX_TOKEN").stdout.split() for sb in [src] + copies}
+        for sid, (own_id, token) in handed.items():
+            assert own_id == sid and token.startswith(f"sbt_{sid}_"), handed
+        assert len({token for _, token in handed.values()}) == 3, handed
         # Other walls do not take it; a sandbox of another shape (here: without a network)
         # starts on its files.
         for other_wall in {"gvisor", "container", "microvm"} - {wall}:
