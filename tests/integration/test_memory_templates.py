@@ -2,6 +2,7 @@
 kernel with its processes) or CRIU (the sandbox's process tree) saves the sandbox beside the
 template's files, and each copy is restored from it, renamed as its own. The microVM wall's
 are in test_microvm.py."""
+import os
 import threading
 import time
 
@@ -212,3 +213,26 @@ def takes_no_warm_one_of_another_shape(d, c, wait_pool):
     total_kb = int(big.exec("awk '/MemTotal/ {print $2}' /proc/meminfo").stdout)
     assert total_kb > 400 * 1024, total_kb
     return big
+
+
+def test_a_container_save_refuses_what_criu_cannot_take_and_changes_nothing(client, daemon):
+    """An established TCP connection (here inside the sandbox, over its loopback) is not
+    taken into a container's memory template: a copy must not take over its source's
+    connections. 409 with CRIU's reason; the sandbox and its processes run on, and no
+    layer is left."""
+    require_memory(daemon, "container")
+    with client.create(image="busybox", isolation="container") as sb:
+        server = sb.processes.start(["nc", "-l", "-p", "9000"])
+        time.sleep(0.3)
+        sb.processes.start(["sh", "-c", "sleep 1000 | nc 127.0.0.1 9000"])
+        deadline = time.time() + 10
+        while "ESTABLISHED" not in sb.exec("netstat -tn").stdout:
+            assert time.time() < deadline, sb.exec("netstat -tn").stdout
+            time.sleep(0.1)
+        layers = os.listdir(os.path.join(daemon.data, "layers"))
+        status, body = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/snapshot", body={"name": f"tcp-{sb.id}", "memory": True})
+        assert status == 409 and "Connected TCP socket" in body["error"]["message"], body
+        assert daemon.raw("GET", f"/v1/snapshots/tcp-{sb.id}")[0] == 404
+        assert os.listdir(os.path.join(daemon.data, "layers")) == layers
+        assert server.pid in {p.pid for p in sb.processes.list()}
+        assert "ESTABLISHED" in sb.exec("netstat -tn").stdout
