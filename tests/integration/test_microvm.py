@@ -315,14 +315,12 @@ def test_a_memory_template_starts_copies_from_its_memory_each_its_own(client, da
                               "sleep 0.2; done >/dev/null 2>&1 &"], check=True)
         time.sleep(1)
         secret = src.exec("cat /tmp/s").stdout
-        # Paused, or on another wall: refused with the reason, nothing made.
+        # Paused: refused with the reason, nothing made (a wall without memory templates:
+        # conftest.require_memory).
         src.pause()
         status, body = daemon.raw("POST", f"/v1/sandboxes/{src.id}/snapshot", body={"name": name, "memory": True})
         assert status == 409 and "running sandbox" in body["error"]["message"], body
         src.resume()
-        with client.create(image="busybox") as box:
-            status, body = daemon.raw("POST", f"/v1/sandboxes/{box.id}/snapshot", body={"name": name, "memory": True})
-            assert status == 409 and "microVM" in body["error"]["message"], body
         assert daemon.raw("GET", f"/v1/snapshots/{name}")[0] == 404
         snap = daemon.raw("POST", f"/v1/sandboxes/{src.id}/snapshot", body={"name": name, "memory": True})[1]
         assert snap["memory"] is True and snap["memory_isolation"] == "microvm", snap
@@ -371,14 +369,12 @@ def test_forks_with_memory_start_with_the_sources_processes_each_its_own(client,
         time.sleep(1)
         secret = src.exec("cat /tmp/s").stdout
         before = daemon.sandbox_dirs()
-        # Refused, with the reason and nothing made: a paused source, another wall.
+        # Refused, with the reason and nothing made: a paused source, a memory that is no boolean.
         src.pause()
         status, body = daemon.raw("POST", f"/v1/sandboxes/{src.id}/fork", body={"memory": True})
         assert status == 409 and "running sandbox" in body["error"]["message"], body
         src.resume()
         with client.create(image="busybox") as box:
-            status, body = daemon.raw("POST", f"/v1/sandboxes/{box.id}/fork", body={"memory": True})
-            assert status == 409 and "microVM" in body["error"]["message"], body
             status, body = daemon.raw("POST", f"/v1/sandboxes/{box.id}/fork", body={"memory": "yes"})
             assert status == 400, body
         deadline = time.time() + 30  # the box's folder goes as its delete ends

@@ -99,7 +99,6 @@ std::string ReadLine(int fd, int timeout_ms) {
   return s;
 }
 
-
 // What the clone child runs with, prepared before the clone.
 struct InitArgs {
   int cfg_r, ready_w;
