@@ -17,12 +17,16 @@ def test_a_memory_template_is_closed_to_other_tenants_and_its_copies_gain_no_cap
     with client.create(image="busybox", isolation=wall) as a, client.create(image="busybox") as b:
         a.exec(["sh", "-c", "s=secret-in-memory-$RANDOM; while true; do sleep 1; done >/dev/null 2>&1 &"], check=True)
         name = f"mem-sec-{wall}-{a.id}"
+        layers = os.path.join(daemon.data, "layers")
+
+        def saved_memories():  # other tests' layers may still be there, their removal pending
+            return {os.path.join(layers, l, "memory") for l in os.listdir(layers)
+                    if os.path.isdir(os.path.join(layers, l, "memory"))}
+        before = saved_memories()
         snap = daemon.raw("POST", f"/v1/sandboxes/{a.id}/snapshot", body={"name": name, "memory": True})[1]
         assert snap["memory"] is True, snap
         try:
-            layers = os.path.join(daemon.data, "layers")
-            saved = [os.path.join(layers, l, "memory") for l in os.listdir(layers)
-                     if os.path.isdir(os.path.join(layers, l, "memory"))]
+            saved = sorted(saved_memories() - before)
             assert len(saved) == 1, saved
             st = os.stat(saved[0])
             names = os.listdir(saved[0])
