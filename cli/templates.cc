@@ -184,13 +184,18 @@ int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
       return 1;
     }
   }
+  // What a cell printed, from the code interpreter's answer.
+  auto stdout_of = [](const std::optional<json>& r) {
+    std::string out;
+    if (r)
+      for (const auto& part : (*r)["logs"]["stdout"]) out += part.get<std::string>();
+    return out;
+  };
   auto run_cell = [&](Call* k) -> bool {
     auto t = Clock::now();
     auto r = CallJson(c, "POST", "/v1/sandboxes/" + sid + "/code", json{{"code", cell}});
     k->run = k->total = Secs(t, Clock::now());
-    std::string out;
-    if (r)
-      for (const auto& part : (*r)["logs"]["stdout"]) out += part.get<std::string>();
+    std::string out = stdout_of(r);
     if (out != want) std::fprintf(stderr, "sbx bench: run_code printed %s", out.c_str());
     return out == want;
   };
@@ -215,9 +220,7 @@ int RunBenchPatterns(const Globals& g, int runs, int gap_ms) {
     auto t1 = Clock::now();
     auto r = CallJson(c, "POST", "/v1/sandboxes/" + id + "/code", json{{"code", cell}});
     k->run = Secs(t1, Clock::now());
-    std::string out;
-    if (r)
-      for (const auto& part : (*r)["logs"]["stdout"]) out += part.get<std::string>();
+    std::string out = stdout_of(r);
     auto t2 = Clock::now();
     bool deleted = CallJson(c, "DELETE", "/v1/sandboxes/" + id, nullptr).has_value();
     k->del = Secs(t2, Clock::now());

@@ -11,6 +11,10 @@
 
 namespace sbx::runtime {
 
+namespace {
+constexpr const char* kMemoryMark = "memory-from";  // in a sandbox's folder
+}  // namespace
+
 std::string MemoryBeside(const std::string& layer) {
   std::filesystem::path p(layer);
   if (p.filename() == "upper") p = p.parent_path();  // on the store: files/ is a snapshot
@@ -61,7 +65,16 @@ Status OverlayFiles::Prepare(const StartSpec& spec, const std::string& wall) con
   }
   std::string root = spec.dir + "/root";
   if (::mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("mkdir " + root);
-  return OkStatus();
+  const std::string memory = spec.layers.empty() ? "" : MemoryBeside(spec.layers[0]);
+  return memory.empty() ? OkStatus() : fs::WriteFileAtomic(spec.dir + "/" + kMemoryMark, memory, 0600);
+}
+
+std::optional<std::string> OverlayFiles::TakeMemoryMark(const std::string& dir) {
+  const std::string mark = dir + "/" + kMemoryMark;
+  auto from = fs::ReadFile(mark, 4096);
+  if (!from.ok()) return std::nullopt;
+  (void)::unlink(mark.c_str());
+  return *from;
 }
 
 bool OverlayFiles::Has(const std::string& dir) const { return fs::IsDir(dir + "/upper"); }
@@ -73,6 +86,14 @@ Result<Runtime::Captured> OverlayFiles::Capture(const std::string& dir, const st
   }
   SBX_ASSIGN_OR_RETURN(layers::CopyStats copied, layers::CopyTree(dir + "/upper", dst));
   return Runtime::Captured{"", copied.bytes};
+}
+
+Result<Runtime::Captured> OverlayFiles::CaptureBesideMemory(const std::string& dir, const std::string& dst) const {
+  SBX_ASSIGN_OR_RETURN(auto files, Capture(dir, dst + "/" + kCapturedFiles));
+  const std::string root = std::string(kCapturedFiles) + (files.root.empty() ? "" : "/" + files.root);
+  std::optional<uint64_t> bytes;
+  if (files.bytes) bytes = *files.bytes + fs::TreeSize(dst + "/" + kCapturedMemory);
+  return Runtime::Captured{root, bytes};
 }
 
 Status OverlayFiles::RemoveLayer(const std::string& path) const {

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,12 +45,19 @@ class OverlayFiles {
  public:
   OverlayFiles(bool quotas, uid_t root_uid) : quotas_(quotas), root_uid_(root_uid) {}
   // The folders of a new sandbox of `wall` (a subvolume held to limits.disk_bytes on the
-  // store), whose topmost layer may hold memory of that wall only.
+  // store), whose topmost layer may hold memory of that wall only. A sandbox made from
+  // such a layer gets the mark `memory-from` (the memory folder), for its first start.
   Status Prepare(const StartSpec& spec, const std::string& wall) const;
+  // The memory folder a sandbox's first start restores, once: the mark goes with it, so a
+  // later start boots (nullopt: none).
+  static std::optional<std::string> TakeMemoryMark(const std::string& dir);
   bool Has(const std::string& dir) const;
   // A snapshot of the subvolume on the store (constant time; its layer is the snapshot's
   // upper); else a copy of the upper folder, whiteouts and all.
   Result<Runtime::Captured> Capture(const std::string& dir, const std::string& dst) const;
+  // The files of a capture with memory, into `dst`/kCapturedFiles beside the memory already
+  // saved in `dst`/kCapturedMemory: its layer, and its bytes with the memory's.
+  Result<Runtime::Captured> CaptureBesideMemory(const std::string& dir, const std::string& dst) const;
   // Removes a layer folder that Capture made (or a capture with memory: both its parts).
   Status RemoveLayer(const std::string& path) const;
   Status SetLimit(const std::string& dir, uint64_t bytes) const;

@@ -161,24 +161,17 @@ class ContainerRuntime : public Runtime {
 
   // A sandbox made from a memory template (its topmost layer) has the template's files,
   // and its first start restores the template's processes (with CRIU).
-  Status Prepare(const StartSpec& spec) override {
-    SBX_RETURN_IF_ERROR(files_.Prepare(spec, Kind()));
-    const std::string memory = spec.layers.empty() ? "" : MemoryBeside(spec.layers[0]);
-    return memory.empty() ? OkStatus() : fs::WriteFileAtomic(MemoryMarker(spec.dir), memory, 0600);
-  }
-  static std::string MemoryMarker(const std::string& dir) { return dir + "/memory-from"; }
+  Status Prepare(const StartSpec& spec) override { return files_.Prepare(spec, Kind()); }
 
   Result<Instance> Start(const StartSpec& spec) override {
-    auto from = fs::ReadFile(MemoryMarker(spec.dir), 4096);
-    if (!from.ok()) return Boot(spec);
-    (void)::unlink(MemoryMarker(spec.dir).c_str());  // once: a later start boots
+    auto from = OverlayFiles::TakeMemoryMark(spec.dir);
+    if (!from) return Boot(spec);
     std::string why = "this sbxd has no CRIU";
     if (!o_.criu.empty() && mode_ != CgroupMode::kNone) {
+      // A failed restore leaves nothing running (and the boot kills its cgroup first).
       auto inst = checkpoints_.RestoreCopy(spec, *from);
       if (inst.ok()) return inst;
       why = inst.error().message;
-      // What the attempt left: the processes, the folder's root mount.
-      (void)CgroupDir(mode_, Group(spec.id), o_.cgroup_root).Kill();
     }
     SBX_LOG(kWarn) << "sandbox " << spec.id << " boots on its template's files instead of restoring its memory: " << why;
     return Boot(spec);
@@ -370,14 +363,11 @@ class ContainerRuntime : public Runtime {
     SBX_RETURN_IF_ERROR(checkpoints_.SaveRunning(spec, inst, memory));
     SBX_RETURN_IF_ERROR(WriteMemoryWall(memory, Kind()));
     SBX_RETURN_IF_ERROR(Freeze(spec.id));
-    auto files = files_.Capture(spec.dir, dst + "/" + kCapturedFiles);
+    auto files = files_.CaptureBesideMemory(spec.dir, dst);
     Status thawed = Thaw(spec.id);
     if (!files.ok()) return files.error();
     if (!thawed.ok()) return thawed.error();
-    const std::string root = std::string(kCapturedFiles) + (files->root.empty() ? "" : "/" + files->root);
-    std::optional<uint64_t> bytes;
-    if (files->bytes) bytes = *files->bytes + fs::TreeSize(memory);
-    return Captured{root, bytes};
+    return files;
   }
 
   bool HasFiles(const std::string& dir) override { return files_.Has(dir); }

@@ -210,8 +210,6 @@ class GvisorRuntime : public Runtime {
     return OkStatus();
   }
 
-  // A sandbox made from a memory template (its topmost layer) has the template's files,
-  // and its first start restores the template's memory.
   // After a save that let the sandbox run on (or one refused): its agent listens again
   // (waiting, given `inst`, only while the sandbox lives).
   void ListenAgain(const StartSpec& spec, const Instance* inst = nullptr) {
@@ -220,17 +218,13 @@ class GvisorRuntime : public Runtime {
     if (!open.ok()) SBX_LOG(kWarn) << "sandbox " << spec.id << ": " << open.error().message;
   }
 
-  Status Prepare(const StartSpec& spec) override {
-    SBX_RETURN_IF_ERROR(files_.Prepare(spec, Kind()));
-    const std::string memory = spec.layers.empty() ? "" : MemoryBeside(spec.layers[0]);
-    return memory.empty() ? OkStatus() : fs::WriteFileAtomic(MemoryMarker(spec.dir), memory, 0600);
-  }
-  static std::string MemoryMarker(const std::string& dir) { return dir + "/memory-from"; }
+  // A sandbox made from a memory template (its topmost layer) has the template's files,
+  // and its first start restores the template's memory.
+  Status Prepare(const StartSpec& spec) override { return files_.Prepare(spec, Kind()); }
 
   Result<Instance> Start(const StartSpec& spec) override {
-    auto from = fs::ReadFile(MemoryMarker(spec.dir), 4096);
-    if (!from.ok()) return Launch(spec, "");
-    (void)::unlink(MemoryMarker(spec.dir).c_str());  // once: a later start boots
+    auto from = OverlayFiles::TakeMemoryMark(spec.dir);
+    if (!from) return Launch(spec, "");
     // The template's memory restores only into a sandbox of its shape; otherwise a boot on its files.
     auto shape = gvisor::ReadShape(*from);
     std::string why = shape.ok() ? gvisor::Mismatch(*shape, spec) : shape.error().message;
@@ -417,21 +411,17 @@ class GvisorRuntime : public Runtime {
     SBX_RETURN_IF_ERROR(SignalAgent(spec.id, spec.dir, "SIGUSR1"));
     Status st = AwaitAgent(spec.dir, /*open=*/false);
     if (st.ok()) st = Checkpoint(spec.id, memory, /*leave_running=*/true, "snapshot without memory");
+    if (st.ok()) st = gvisor::WriteShape(memory, gvisor::ShapeOf(spec));
+    if (st.ok()) st = WriteMemoryWall(memory, Kind());
     Result<Captured> files = MakeError(Code::kInternal, "not captured");
     if (st.ok()) st = Freeze(spec.id);
     if (st.ok()) {
-      files = files_.Capture(spec.dir, dst + "/" + kCapturedFiles);
+      files = files_.CaptureBesideMemory(spec.dir, dst);
       st = Thaw(spec.id);
     }
     ListenAgain(spec, &inst);
     if (!st.ok()) return st.error();
-    if (!files.ok()) return files.error();
-    SBX_RETURN_IF_ERROR(gvisor::WriteShape(memory, gvisor::ShapeOf(spec)));
-    SBX_RETURN_IF_ERROR(WriteMemoryWall(memory, Kind()));
-    const std::string root = std::string(kCapturedFiles) + (files->root.empty() ? "" : "/" + files->root);
-    std::optional<uint64_t> bytes;
-    if (files->bytes) bytes = *files->bytes + fs::TreeSize(memory);
-    return Captured{root, bytes};
+    return files;
   }
 
   // Hibernate: runsc saves the sandbox (gVisor's kernel, with every process, and its
