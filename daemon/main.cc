@@ -504,6 +504,7 @@ int Run(int argc, char** argv) {
   mvo.agent_path = co.agent_path;
   mvo.instance = co.instance;
   mvo.uid_base = co.uid_base;
+  mvo.uid_count = co.uid_count;
   mvo.vm_uid_base = std::max(co.uid_base, co.owner_base) + 65536;  // apart from both ranges
   auto microvm = OpenMicrovm(f.qemu, f.microvm_kernel, mvo);
   if (!microvm.ok()) return fail(microvm.error());

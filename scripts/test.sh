@@ -66,7 +66,7 @@ GVISOR_LEG=(
 MICROVM_LEG=(
   tests/integration/test_lifecycle.py tests/integration/test_files.py tests/integration/test_processes.py
   tests/integration/test_exec_stdin.py tests/integration/test_users.py tests/integration/test_ports.py
-  tests/integration/test_hibernate.py tests/security/test_hostile.py
+  tests/integration/test_hibernate.py tests/integration/test_disks.py tests/security/test_hostile.py
 )
 log "integration and security tests"
 export SBX_BUILD_DIR="$BUILD"

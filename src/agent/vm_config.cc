@@ -20,6 +20,7 @@ Result<VmConfig> VmConfig::FromJson(const std::string& s) {
   c.address6 = j.value("address6", std::string());
   c.gateway6 = j.value("gateway6", std::string());
   c.probe = j.value("probe", false);
+  c.disks = j.value("disks", std::vector<std::string>());
   return c;
 }
 
@@ -30,6 +31,7 @@ std::string VmConfig::ToJson() const {
   if (!address6.empty()) j.update({{"address6", address6}, {"gateway6", gateway6}});
   if (probe) j["probe"] = true;
   if (!layer_roots.empty()) j["layer_roots"] = layer_roots;
+  if (!disks.empty()) j["disks"] = disks;
   return j.dump();
 }
 

@@ -25,6 +25,9 @@ struct VmConfig {
   std::string address, gateway;
   int prefix = 31;
   std::string address6, gateway6;
+  // The sandbox's disks: where each is mounted, the folder QEMU shares as the 9p tag
+  // sbx-disk-N (N its index here).
+  std::vector<std::string> disks;
   // A probe boot (is the accelerator usable?): report on the console and power off.
   bool probe = false;
   static Result<VmConfig> FromJson(const std::string& s);
@@ -41,6 +44,8 @@ constexpr int kIncomingFd = 4;
 // The descriptor of the guest's RAM, a memfd that --vm-launch makes (and fills from a
 // saved VM's RAM file): QEMU maps it shared, so sbxd can copy it out of a stopped VM.
 constexpr int kRamFd = 5;
+// The 9p tag of the sandbox's disk number `i`.
+inline std::string VmDiskTag(size_t i) { return "sbx-disk-" + std::to_string(i); }
 // The line a probe boot prints on the console.
 constexpr const char* kVmProbeLine = "sbx-vm-probe-ok";
 

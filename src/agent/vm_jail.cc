@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <linux/capability.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <climits>
 
 #include "agent/init/mounts.h"
+#include "base/fs.h"
 #include "base/unique_fd.h"
 
 namespace sbx::agent {
@@ -133,6 +136,42 @@ Status EnterVmJail(const JailFiles& files) {
   if (::syscall(SYS_pivot_root, ".", ".") != 0) return ErrnoError("pivot_root");
   if (::umount2(".", MNT_DETACH) != 0) return ErrnoError("detach the host's root");
   if (::chdir(files.dir.c_str()) != 0) return ErrnoError("chdir " + files.dir + " in the jail");
+  return OkStatus();
+}
+
+Status MapShareIds(pid_t child, const ShareIds& ids, uid_t uid, gid_t gid) {
+  if (ids.count == 0 || (uid >= ids.base && uid - ids.base < ids.count) || (gid >= ids.base && gid - ids.base < ids.count))
+    return MakeError(Code::kInvalidArgument, "QEMU's own ids fall in the sandboxes' range");
+  const std::string own = std::to_string(ids.count) + " ";
+  const std::string range = "0 " + std::to_string(ids.base) + " " + std::to_string(ids.count) + "\n";
+  const std::string proc = "/proc/" + std::to_string(child);
+  SBX_RETURN_IF_ERROR(fs::WriteFile(proc + "/uid_map", range + own + std::to_string(uid) + " 1\n"));
+  return fs::WriteFile(proc + "/gid_map", range + own + std::to_string(gid) + " 1\n");
+}
+
+Status UnshareIds() {
+  if (::unshare(CLONE_NEWUSER) != 0) return ErrnoError("unshare a user namespace");
+  return OkStatus();
+}
+
+Status TakeShareIds(const ShareIds& ids) {
+  // The five rights are capabilities 0 to 4: CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER, FSETID.
+  constexpr uint32_t kKeep = (1u << CAP_CHOWN) | (1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH) |
+                             (1u << CAP_FOWNER) | (1u << CAP_FSETID);
+  for (int cap = 0; cap < 64; ++cap)
+    if (cap >= 32 || !(kKeep & (1u << cap)))
+      if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return ErrnoError("drop a capability");
+  if (::prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) return ErrnoError("PR_SET_KEEPCAPS");
+  // Supplementary groups stay those set before (the namespace's setgroups is not needed).
+  const uid_t own = ids.count;
+  if (::setresgid(own, own, own) != 0 || ::setresuid(own, own, own) != 0) return ErrnoError("take QEMU's ids");
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2] = {};
+  data[0].effective = data[0].permitted = data[0].inheritable = kKeep;
+  if (::syscall(SYS_capset, &hdr, data) != 0) return ErrnoError("capset");
+  for (int cap = 0; cap < 32; ++cap)
+    if ((kKeep & (1u << cap)) && ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) != 0)
+      return ErrnoError("keep a capability across exec");
   return OkStatus();
 }
 

@@ -31,4 +31,22 @@ struct JailFiles {
 // the process's root is the jail and its working directory `dir`.
 Status EnterVmJail(const JailFiles& files);
 
+// The ids of a QEMU that serves the sandbox's disks (9p, passthrough): a user namespace of
+// its own, where ids 0 to count-1 are the sandboxes' (host `base` up, as a container
+// sandbox's root and users are) and QEMU's own uid and gid are the id `count`. It keeps, in
+// that namespace, what a file server needs over the sandboxes' files (chown, bypassing
+// modes, an owner's rights, keeping set-gid) and nothing else; its namespace owns no other
+// namespace, so those rights reach no other file, process or mount of the host's. QEMU's
+// host uid stays the VM's own, so it can signal or trace no other sandbox's processes.
+struct ShareIds {
+  uid_t base = 0;
+  uid_t count = 0;
+};
+// The parent's part, once the child has made its namespace: the maps, as root.
+Status MapShareIds(pid_t child, const ShareIds& ids, uid_t uid, gid_t gid);
+// The child's part, after the jail and before its exec: the namespace (the parent maps it
+// between `unshare` and `mapped`), then QEMU's ids and capabilities there.
+Status UnshareIds();
+Status TakeShareIds(const ShareIds& ids);
+
 }  // namespace sbx::agent

@@ -152,6 +152,13 @@ Result<LaunchOptions> ParseLaunch(const std::vector<std::string>& a) {
     else if (a[i] == "--incoming") o.incoming = v;
     else if (a[i] == "--ro") o.read_only.push_back(v);
     else if (a[i] == "--rw") o.read_write.push_back(v);
+    else if (a[i] == "--share-ids") {
+      const size_t colon = v.find(':');
+      if (colon == std::string::npos) return MakeError(Code::kInvalidArgument, "--share-ids wants BASE:COUNT");
+      o.share.base = static_cast<uid_t>(std::strtoul(v.substr(0, colon).c_str(), nullptr, 10));
+      o.share.count = static_cast<uid_t>(std::strtoul(v.substr(colon + 1).c_str(), nullptr, 10));
+      if (o.share.count == 0) return MakeError(Code::kInvalidArgument, "--share-ids wants a COUNT above 0");
+    }
     else return MakeError(Code::kInvalidArgument, "unknown option " + a[i]);
   }
   if (i >= a.size() || i + 1 >= a.size()) return MakeError(Code::kInvalidArgument, "no command after --");
@@ -229,9 +236,27 @@ int LaunchVmm(const LaunchOptions& o) {
   std::vector<gid_t> groups;
   struct stat kvm;
   if (::stat("/dev/kvm", &kvm) == 0 && kvm.st_gid != 0) groups.push_back(kvm.st_gid);
+  // A QEMU that serves disks makes a user namespace, which this process (root) maps: the
+  // child says when it has made it, and waits to be told it is mapped.
+  int made[2] = {-1, -1}, mapped[2] = {-1, -1};
+  const bool share = o.share.count > 0;
+  if (share && (::pipe2(made, O_CLOEXEC) != 0 || ::pipe2(mapped, O_CLOEXEC) != 0)) return fail("pipe");
+  for (int* fd : {&made[0], &made[1], &mapped[0], &mapped[1]})
+    if (share && (*fd = Above(*fd)) < 0) return fail("move a pipe");  // clear of 0 to 5, set below
   pid_t child = ::fork();
   if (child < 0) return fail("fork");
-  if (child > 0) return 0;
+  if (child > 0) {
+    if (!share) return 0;
+    ::close(made[1]);
+    ::close(mapped[0]);
+    char c;
+    Status st = ::read(made[0], &c, 1) == 1 ? MapShareIds(child, o.share, o.uid, o.gid)
+                                            : MakeError(Code::kInternal, "QEMU's launch ended before its user namespace");
+    if (st.ok() && ::write(mapped[1], "m", 1) == 1) return 0;
+    ::kill(child, SIGKILL);
+    errno = 0;
+    return fail(st.ok() ? "tell QEMU's launch its ids are mapped" : st.error().message);
+  }
   ::setsid();
   // QEMU starts with no signal blocked or ignored (sbxd's threads block some).
   sigset_t none;
@@ -247,9 +272,22 @@ int LaunchVmm(const LaunchOptions& o) {
     errno = 0;
     _exit(fail("QEMU's jail: " + jailed.error().message));
   }
-  if (::setgroups(groups.size(), groups.data()) != 0 || ::setresgid(o.gid, o.gid, o.gid) != 0 ||
-      ::setresuid(o.uid, o.uid, o.uid) != 0)
+  if (::setgroups(groups.size(), groups.data()) != 0) _exit(fail("setgroups"));
+  if (share) {
+    ::close(made[0]);
+    ::close(mapped[1]);
+    char c;
+    if (Status st = UnshareIds(); !st.ok() || ::write(made[1], "u", 1) != 1 || ::read(mapped[0], &c, 1) != 1) {
+      errno = 0;
+      _exit(fail("QEMU's user namespace" + (st.ok() ? std::string() : ": " + st.error().message)));
+    }
+    if (Status st = TakeShareIds(o.share); !st.ok()) {
+      errno = 0;
+      _exit(fail(st.error().message));
+    }
+  } else if (::setresgid(o.gid, o.gid, o.gid) != 0 || ::setresuid(o.uid, o.uid, o.uid) != 0) {
     _exit(fail("drop to uid " + std::to_string(o.uid)));
+  }
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) _exit(fail("no_new_privs"));
   std::vector<char*> argv;
   for (const auto& a : o.argv) argv.push_back(const_cast<char*>(a.c_str()));

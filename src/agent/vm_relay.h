@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "agent/vm_config.h"
+#include "agent/vm_jail.h"
 #include "base/result.h"
 
 namespace sbx::agent {
@@ -34,7 +35,10 @@ constexpr size_t kConsoleCap = 1 << 20;
 //   --ram-from FILE  that RAM filled from FILE (a saved VM's, sparse)
 //   --incoming FILE  a saved VM to restore, open for reading as QEMU's fd 4
 //   --ro PATH        a file QEMU reads (kernel, initramfs, layer image), shown in its jail
-//   --rw PATH        a file QEMU writes (its own disk), shown in its jail
+//   --rw PATH        a file QEMU writes (its own disk) or a folder it shares (a sandbox's
+//                    disk), shown in its jail
+//   --share-ids BASE:COUNT  QEMU serves the sandbox's disks, in a user namespace where the
+//                    sandboxes' ids (host BASE up) are 0 to COUNT-1 (vm_jail.h ShareIds)
 // QEMU runs in a jail (vm_jail.h) that shows it DIR and those files and nothing else of
 // the host's; its own system-call filter then refuses new processes and privilege changes.
 struct LaunchOptions {
@@ -47,6 +51,7 @@ struct LaunchOptions {
   std::string ram_from;  // empty: a zeroed RAM
   std::string incoming;  // empty: none
   std::vector<std::string> read_only, read_write;
+  ShareIds share;  // count 0: QEMU serves no disk and takes `uid` and `gid` as they are
   std::vector<std::string> argv;
 };
 // The options from the arguments after --vm-launch.

@@ -259,7 +259,8 @@ struct MicrovmOptions {
   std::string state_dir;    // the wall's own files: the initramfs, the layers' images
   std::string agent_path;   // sbx-agent: the guest's /init and the host's relay
   std::string instance;     // this daemon's name in shared places (cgroups)
-  uid_t uid_base = 100000;  // layers' files are owned from here up (sandbox root)
+  uid_t uid_base = 100000;  // layers' and disks' files are owned from here up (sandbox root)
+  uid_t uid_count = 65536;
   // QEMU and its relay run as a uid of their own per sandbox, from this range. No host
   // user may have these uids.
   uid_t vm_uid_base = 0;

@@ -103,8 +103,9 @@ def test_full_disk_is_enospc_inside_and_nothing_else(client):
 def test_planted_files_gain_nothing_in_the_next_call(client):
     disk = client.disks.create(size_mb=32)
     try:
-        disk.exec("cp /bin/busybox id && chmod 4755 id; ln -s / rootlink; mkfifo fifo", image="busybox",
-                  check=True)
+        # A FIFO too, but for microVMs: Debian 12's QEMU serves no special file over 9p.
+        fifo = "" if ISOLATION == "microvm" else "; mkfifo fifo"
+        disk.exec("cp /bin/busybox id && chmod 4755 id; ln -s / rootlink" + fifo, image="busybox", check=True)
         r = disk.exec("grep ' /mnt/disk ' /proc/self/mounts; cat rootlink/etc/hostname 2>&1; "
                       "su -s /bin/sh nobody -c './id -u; grep CapEff /proc/self/status'",
                       image="busybox")

@@ -492,14 +492,68 @@ def test_a_warm_pool_keeps_loaded_copies_of_a_memory_template(tmp_path):
         d.destroy()
 
 
-def test_what_this_wall_lacks_is_refused_clearly_and_changes_nothing(client, daemon):
+def test_a_disk_is_the_same_files_in_vms_and_containers(client, daemon):
+    """QEMU shares a disk into the guest as a folder (9p): the files, owners and modes a
+    container sandbox sees, at once both ways, and a serverless call runs on this wall too."""
     disk = client.disks.create(size_mb=64)
     try:
-        with pytest.raises(sbx.ConflictError) as e:
-            disk.exec("echo no > /mnt/disk/f", image="busybox", isolation="microvm")
-        assert "microVM" in str(e.value)
-        assert disk.exec("ls -A /mnt/disk", image="busybox").stdout == ""  # nothing was written
+        disk.exec("echo from-a-container > a; mkdir d; chown 1000:1000 d; chmod 700 d", image="busybox",
+                  isolation="container", check=True)
+        with client.create(image="busybox", isolation="microvm",
+                           disks=[{"id": disk.id, "mount_path": "/data/disk"}]) as vm:
+            assert vm.exec("cat /data/disk/a").stdout == "from-a-container\n"
+            assert vm.exec("stat -c '%u:%g %a' /data/disk /data/disk/a /data/disk/d").stdout == \
+                "0:0 755\n0:0 644\n1000:1000 700\n"
+            assert vm.exec("mount | grep ' /data/disk '").stdout.startswith("sbx-disk-0 on /data/disk type 9p")
+            # A user's rights are the guest's to check, as the container's are.
+            assert vm.exec("echo x > /data/disk/d/f", user="1000").exit_code == 0
+            assert vm.exec("echo x > /data/disk/b", user="1000").exit_code != 0
+            vm.exec("echo from-the-vm > /data/disk/v; chown 1000:1000 /data/disk/v", check=True)
+            r = disk.exec("cat v; stat -c '%u:%g' v d/f", image="busybox", isolation="container")
+            assert r.stdout == "from-the-vm\n1000:1000\n1000:1000\n", r.stdout + r.stderr
+            # Another sandbox's write shows at once (the guest caches nothing of a disk).
+            disk.exec("echo changed > a", image="busybox", isolation="container", check=True)
+            assert vm.exec("cat /data/disk/a").stdout == "changed\n"
+            # Space is the disk's: a full disk is ENOSPC in the guest, and space comes back.
+            r = vm.exec("dd if=/dev/zero of=/data/disk/big bs=1M count=100 2>&1; rm /data/disk/big; echo x > /data/disk/y && echo ok")
+            assert "No space left on device" in r.stdout and r.stdout.endswith("ok\n"), r.stdout
+            # While a VM uses it, the disk stays.
+            status, body = daemon.raw("DELETE", f"/v1/disks/{disk.id}")
+            assert status == 409, body
+        r = disk.exec("cat a v; uname -r", image="busybox", isolation="microvm")
+        assert r.stdout.startswith("changed\nfrom-the-vm\n") and r.stdout.split()[-1] != os.uname().release, r.stdout
     finally:
+        disk.delete()
+
+
+def test_a_vm_with_a_disk_refuses_memory_saves_clearly_and_runs_on(client, daemon):
+    """QEMU cannot save a VM that shares a folder: hibernate and memory templates answer 409
+    with the reason; the VM, its disk and its files snapshot are untouched."""
+    disk = client.disks.create(size_mb=32)
+    name = None
+    try:
+        with client.create(image="busybox", isolation="microvm", disks=[{"id": disk.id}]) as vm:
+            vm.exec("echo kept > /root/r; echo on-disk > /mnt/disk/f", check=True)
+            layers = sorted(os.listdir(os.path.join(daemon.data, "layers")))
+            status, body = daemon.raw("POST", f"/v1/sandboxes/{vm.id}/pause", body={"mode": "hibernate"})
+            assert status == 409 and body["error"]["code"] == "conflict" and "disk" in body["error"]["message"], body
+            status, body = daemon.raw("POST", f"/v1/sandboxes/{vm.id}/snapshot", body={"name": f"m-{vm.id}", "memory": True})
+            assert status == 409 and "disk" in body["error"]["message"], body
+            status, body = daemon.raw("POST", f"/v1/sandboxes/{vm.id}/fork", body={"memory": True})
+            assert status == 409 and "disk" in body["error"]["message"], body
+            assert sorted(os.listdir(os.path.join(daemon.data, "layers"))) == layers
+            assert vm.refresh().state == "running"
+            assert vm.exec("cat /root/r /mnt/disk/f").stdout == "kept\non-disk\n"
+            # Its files are a template as ever (the disk is not part of it).
+            name = f"disk-vm-{vm.id}"
+            vm.snapshot(name)
+        with client.create(from_=name, isolation="microvm") as copy:
+            assert copy.exec("cat /root/r").stdout == "kept\n"
+            assert copy.exec("test -e /mnt/disk/f").exit_code == 1
+        assert disk.exec("cat f", image="busybox", isolation="container").stdout == "on-disk\n"
+    finally:
+        if name:
+            daemon.raw("DELETE", f"/v1/snapshots/{name}")
         disk.delete()
 
 

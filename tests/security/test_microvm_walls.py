@@ -173,3 +173,55 @@ def test_qemu_sees_only_its_own_files_in_its_jail(client, daemon):
             assert a.exec("echo fine").stdout == "fine\n"
         finally:
             daemon.raw("DELETE", f"/v1/snapshots/{name}")
+
+
+def test_a_vm_with_a_disk_serves_it_with_a_file_servers_rights_over_the_sandboxes_files_only(client, daemon):
+    """A VM with a disk: QEMU serves the disk (9p) from a user namespace of its own where
+    the sandboxes' ids are mapped, keeping only chown, DAC override and search, fowner and
+    fsetid there, as the VM's own host uid. A VM without a disk keeps no right at all. The
+    guest's root reaches nothing past the disk through it, and what it plants there gains
+    nothing in a container."""
+    import subprocess
+    disk = client.disks.create(size_mb=32)
+    other = client.disks.create(size_mb=32)
+    try:
+        with client.create(image="busybox", isolation="microvm", disks=[{"id": disk.id}]) as a, \
+                client.create(image="busybox", isolation="microvm") as b:
+            pid_a = int(open(os.path.join(vm_dir(daemon, a.id), "qemu.pid")).read())
+            pid_b = int(open(os.path.join(vm_dir(daemon, b.id), "qemu.pid")).read())
+            ua = os.stat(vm_dir(daemon, a.id)).st_uid
+            st = {l.split(":")[0]: l.split(":")[1].split() for l in open(f"/proc/{pid_a}/status")}
+            assert st["Uid"] == [str(ua)] * 4 and st["Gid"] == [str(ua)] * 4, st["Uid"]
+            assert not daemon.uid_base <= ua < daemon.uid_base + 65536
+            for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb"):
+                assert st[k] == ["000000000000001f"], (k, st[k])
+            assert os.readlink(f"/proc/{pid_a}/ns/user") != os.readlink("/proc/self/ns/user")
+            assert open(f"/proc/{pid_a}/uid_map").read().split() == \
+                ["0", str(daemon.uid_base), "65536", "65536", str(ua), "1"]
+            # Its mount namespace is still root's: QEMU cannot change what its jail shows.
+            assert os.readlink(f"/proc/{pid_a}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+            root = f"/proc/{pid_a}/root"
+            assert os.path.isdir(root + os.path.join(daemon.data, "disks", disk.id, "mnt"))
+            assert not os.path.exists(root + os.path.join(daemon.data, "disks", other.id))
+            stb = {l.split(":")[0]: l.split(":")[1].split() for l in open(f"/proc/{pid_b}/status")}
+            assert stb["CapEff"] == ["0000000000000000"]
+            assert os.readlink(f"/proc/{pid_b}/ns/user") == os.readlink("/proc/self/ns/user")
+            # Through the disk the guest's root sees its own root, never the host's.
+            a.exec("ln -s / /mnt/disk/rootlink; cp /bin/busybox /mnt/disk/id; chmod 4755 /mnt/disk/id", check=True)
+            r = a.exec("cat /mnt/disk/rootlink/proc/sys/kernel/hostname; ls /mnt/disk/rootlink/mnt/disk/../../")
+            assert r.stdout.splitlines()[0] == a.id, r.stdout
+            assert os.listdir("/") != r.stdout.split()[1:] and "sbx-agent" not in r.stdout
+            # What it planted: a set-uid root program is a user's own in a container.
+            r = disk.exec("su -s /bin/sh nobody -c './id -u; grep CapEff /proc/self/status'", image="busybox",
+                          isolation="container")
+            assert "65534\n" in r.stdout and "CapEff:\t0000000000000000" in r.stdout, r.stdout + r.stderr
+            # The host's copy of the file is owned within the sandboxes' ids, without set-id
+            # power on the host (the host mounts disks nosuid).
+            host = os.stat(os.path.join(daemon.data, "disks", disk.id, "mnt", "id"))
+            assert host.st_uid == daemon.uid_base, host.st_uid
+            mounts = subprocess.run(["findmnt", "-n", "-o", "OPTIONS", os.path.join(daemon.data, "disks", disk.id, "mnt")],
+                                    capture_output=True, text=True).stdout
+            assert "nosuid" in mounts and "nodev" in mounts, mounts
+    finally:
+        disk.delete()
+        other.delete()

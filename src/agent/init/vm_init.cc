@@ -34,8 +34,9 @@ Status Dir(const std::string& path, mode_t mode = 0755) {
   return OkStatus();
 }
 
-// Loads the modules listed in /modules, in order (dependencies first).
-Status LoadModules() {
+// Loads the modules listed in /modules, in order (dependencies first); those after the
+// line "@disks" only for a guest with disks.
+Status LoadModules(bool disks) {
   auto list = fs::ReadFile("/modules", 1 << 16);
   if (!list.ok()) return OkStatus();  // a kernel with everything built in
   size_t at = 0;
@@ -44,6 +45,10 @@ Status LoadModules() {
     std::string name = list->substr(at, nl == std::string::npos ? std::string::npos : nl - at);
     at = nl == std::string::npos ? list->size() : nl + 1;
     if (name.empty()) continue;
+    if (name == "@disks") {
+      if (!disks) break;
+      continue;
+    }
     const std::string path = "/lib/modules/" + name + ".ko";
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoError("open " + path);
@@ -154,6 +159,20 @@ Status SwitchRoot(const VmConfig& cfg) {
   return OkStatus();
 }
 
+// The sandbox's disks, each the folder QEMU shares under its tag, at its place in the
+// root (made where missing, as on the container wall). Another sandbox may use the same
+// disk at once, so the guest caches nothing of it but what a shared mapping needs.
+Status MountDisks(const VmConfig& cfg) {
+  for (size_t i = 0; i < cfg.disks.size(); ++i) {
+    const std::string& at = cfg.disks[i];
+    if (at.size() < 2 || at[0] != '/') return MakeError(Code::kInvalidArgument, "bad disk mount path " + at);
+    SBX_RETURN_IF_ERROR(EnsureDirsUnder("", at));  // no "." or "..", no symlink on the way
+    SBX_RETURN_IF_ERROR(Mount(VmDiskTag(i).c_str(), at, "9p", MS_NOSUID | MS_NODEV | MS_NOATIME,
+                              "trans=virtio,version=9p2000.L,msize=524288,cache=mmap,access=user"));
+  }
+  return OkStatus();
+}
+
 // The agent's port (a /dev/vport* node whose name is kVmAgentPort), opened for the mux.
 Result<UniqueFd> OpenPort() {
   for (int tries = 0; tries < 500; ++tries) {
@@ -220,9 +239,10 @@ Status RunVmInit() {
     if (con >= 0 && ::write(con, line.data(), line.size()) > 0) ::fsync(con);
     ::reboot(RB_POWER_OFF);
   }
-  SBX_RETURN_IF_ERROR(LoadModules());
+  SBX_RETURN_IF_ERROR(LoadModules(!cfg.disks.empty()));
   SBX_RETURN_IF_ERROR(MountRoot(cfg));
   SBX_RETURN_IF_ERROR(SwitchRoot(cfg));
+  SBX_RETURN_IF_ERROR(MountDisks(cfg));
   if (!cfg.hostname.empty() && ::sethostname(cfg.hostname.data(), cfg.hostname.size()) != 0)
     return ErrnoError("sethostname");
   SBX_RETURN_IF_ERROR(LoopbackUp());

@@ -139,6 +139,11 @@ Status GuestKernel::Check() const {
   return OkStatus();
 }
 
+bool GuestKernel::HasDiskModules() const {
+  auto list = fs::ReadFile(dir + "/modules.list", 1 << 16);
+  return list.ok() && list->find("@disks\n") != std::string::npos && fs::Exists(dir + "/modules/9p.ko");
+}
+
 Status WriteInitramfs(const GuestKernel& kernel, const std::string& agent, const std::string& out) {
   SBX_RETURN_IF_ERROR(kernel.Check());
   Cpio c;
@@ -150,7 +155,7 @@ Status WriteInitramfs(const GuestKernel& kernel, const std::string& agent, const
     size_t nl = list.find('\n', at);
     std::string name = list.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
     at = nl == std::string::npos ? list.size() : nl + 1;
-    if (name.empty()) continue;
+    if (name.empty() || name[0] == '@') continue;  // "@disks": the modules after it are the disks'
     SBX_ASSIGN_OR_RETURN(std::string ko, fs::ReadFile(kernel.dir + "/modules/" + name + ".ko", 64 << 20));
     c.File("lib/modules/" + name + ".ko", 0644, ko);
   }

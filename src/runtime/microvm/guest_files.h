@@ -23,6 +23,8 @@ struct GuestKernel {
   std::string vmlinux() const { return dir + "/vmlinux"; }
   // Checks the folder has what a boot needs.
   Status Check() const;
+  // Whether it has what a guest with disks loads (a folder made before disks had none).
+  bool HasDiskModules() const;
 };
 
 // Writes the initramfs (newc cpio, uncompressed: the kernel reads it at memory speed) to

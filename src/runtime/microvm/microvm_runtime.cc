@@ -178,6 +178,8 @@ class MicrovmRuntime : public Runtime {
             " MiB) are not its template's (" + std::to_string(shape->cpus) + ", " + std::to_string(shape->memory_mb) + ")";
     else if (shape->tap != spec.link.has_value())
       why = spec.link ? "its template had no network" : "its template had a network";
+    else if (!spec.binds.empty())
+      why = "it has disks, and a saved VM has no shared folders";
     if (why.empty()) {
       auto inst = Boot(spec, *from, true);
       if (inst.ok()) {
@@ -202,8 +204,9 @@ class MicrovmRuntime : public Runtime {
     }
     if (mode_ == CgroupMode::kNone)
       return MakeError(Code::kFailedPrecondition, "this host has no usable cgroup hierarchy");
-    if (!spec.binds.empty())
-      return MakeError(Code::kFailedPrecondition, "disks are not available to microVM sandboxes yet");
+    if (!spec.binds.empty() && !kernel_.HasDiskModules())
+      return MakeError(Code::kFailedPrecondition, "the guest kernel folder " + kernel_.dir +
+                                                      " has no 9p modules for disks (make it anew with scripts/vm/guest.sh)");
     std::vector<std::string> images, roots;
     for (const auto& layer : spec.layers) {
       // A memory template's files are in the disk of each sandbox made from it.
@@ -218,7 +221,7 @@ class MicrovmRuntime : public Runtime {
       if (shape->accel != accel)
         return MakeError(Code::kFailedPrecondition, "sandbox " + spec.id + " was saved under " + shape->accel +
                                                         " and this sbxd runs microVMs under " + accel);
-      if (shape->layers != static_cast<int>(images.size()) || shape->tap != spec.link.has_value())
+      if (shape->layers != static_cast<int>(images.size()) || shape->tap != spec.link.has_value() || !spec.binds.empty())
         return MakeError(Code::kFailedPrecondition, "sandbox " + spec.id + "'s saved VM has other devices than it has now");
     }
     SBX_ASSIGN_OR_RETURN(uid_t uid, uids_.Take(spec.id));
@@ -252,6 +255,7 @@ class MicrovmRuntime : public Runtime {
     cfg.no_new_privs = spec.no_new_privs;
     cfg.nameserver = spec.nameserver;
     cfg.tmp_bytes = MemoryMb(spec.limits) * (1ull << 20) / 2;
+    for (const auto& b : spec.binds) cfg.disks.push_back(b.target);
     microvm::VmSpec vs;
     if (spec.link) {
       if (auto st = netlink::CreateTap(*spec.link, uid); !st.ok()) return fail(st.error());
@@ -276,6 +280,7 @@ class MicrovmRuntime : public Runtime {
     vs.shared_ram = true;
     vs.own_disk = OwnDisk(spec.dir);
     vs.layer_images = images;
+    for (const auto& b : spec.binds) vs.shared.push_back(b.source);
     const std::string log = vm + "/qemu.log";
     std::vector<std::string> launch = {o_.agent_path, "--vm-launch", vm, std::to_string(uid), std::to_string(uid), log,
                                        "--ram", std::to_string(vs.memory_mb)};
@@ -284,6 +289,10 @@ class MicrovmRuntime : public Runtime {
     for (const std::string& f : {vs.kernel, vs.initrd}) launch.insert(launch.end(), {"--ro", f});
     for (const auto& f : images) launch.insert(launch.end(), {"--ro", f});
     launch.insert(launch.end(), {"--rw", vs.own_disk});
+    // Its disks: QEMU serves them with the sandboxes' ids (agent/vm_jail.h ShareIds).
+    for (const auto& d : vs.shared) launch.insert(launch.end(), {"--rw", d});
+    if (!vs.shared.empty())
+      launch.insert(launch.end(), {"--share-ids", std::to_string(o_.uid_base) + ":" + std::to_string(o_.uid_count)});
     if (shape)
       launch.insert(launch.end(), {"--ram-from", saved + "/" + microvm::kSavedRam, "--incoming", saved + "/" + microvm::kSavedMemory});
     launch.emplace_back("--");
@@ -389,6 +398,11 @@ class MicrovmRuntime : public Runtime {
 
   // What a save needs of a running VM, and the shape it is saved with.
   Result<std::pair<microvm::RunningVm, microvm::SavedShape>> SaveOf(const StartSpec& spec, const Instance& inst) {
+    // QEMU cannot save a VM that shares a folder (9p keeps state about the host's files).
+    if (!spec.binds.empty())
+      return MakeError(Code::kFailedPrecondition,
+                       "sandbox " + spec.id + " has disks, which QEMU shares into its VM as folders: a microVM with a "
+                       "disk cannot have its memory saved: pause it without hibernate, or snapshot its files only");
     auto uid = Saved(inst.saved_state, "uid");
     auto accel = Saved(inst.saved_state, "accel");
     auto ram = Saved(inst.saved_state, "ram");

@@ -84,6 +84,14 @@ std::vector<std::string> QemuArgv(const VmSpec& s) {
     add({"-drive", "id=" + id + ",file=" + s.layer_images[i] + ",format=raw,if=none,read-only=on",
          "-device", "virtio-blk-device,drive=" + id + ",serial=sbx-layer-" + std::to_string(i)});
   }
+  for (size_t i = 0; i < s.shared.size(); ++i) {
+    std::string path;  // a comma in an option's value is written twice
+    for (char c : s.shared[i]) path += c == ',' ? std::string(",,") : std::string(1, c);
+    // passthrough: the guest's owners and modes are the files' own, as a container sees them.
+    const std::string id = "d" + std::to_string(i);
+    add({"-fsdev", "local,id=" + id + ",path=" + path + ",security_model=passthrough", "-device",
+         "virtio-9p-device,fsdev=" + id + ",mount_tag=" + agent::VmDiskTag(i)});
+  }
   if (!s.tap.empty())
     add({"-netdev", "tap,id=net,fd=" + std::to_string(agent::kTapFd), "-device",
          "virtio-net-device,netdev=net,mac=" + s.mac});

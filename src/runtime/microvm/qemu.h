@@ -23,6 +23,9 @@ struct VmSpec {
   uint64_t memory_mb = 256;
   std::string own_disk;                   // read-write, serial sbx-upper
   std::vector<std::string> layer_images;  // read-only, serials sbx-layer-N (topmost first)
+  // The sandbox's disks: host folders shared over 9p, tags agent::VmDiskTag(N). QEMU
+  // serves them as the sandboxes' ids (--vm-launch --share-ids).
+  std::vector<std::string> shared;
   std::string tap;  // the network's tap (empty: none), open as QEMU's fd 3 (--vm-launch)
   std::string mac;
   // A restore: QEMU waits for the saved VM (`-incoming defer`; RunLoadedVm loads it
