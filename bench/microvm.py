@@ -67,12 +67,57 @@ def memory_of(daemon, sid, wall):
     return float("nan")
 
 
+def disk_rows(c, a):
+    """A disk in each wall: a container binds it, a VM has it shared over 9p by QEMU."""
+    disk = c.disks.create(size_mb=512)
+    try:
+        work = {
+            "write 64 MiB and fsync": "dd if=/dev/zero of={d}/big bs=1M count=64 conv=fsync 2>/dev/null",
+            "read 64 MiB": "cat {d}/big > /dev/null",
+            "create 300 small files": "mkdir {d}/many && cd {d}/many && for i in $(seq 300); do echo $i > f$i; done",
+            "list and remove them": "ls -l {d}/many > /dev/null && rm -r {d}/many",
+        }
+        # The VM's own root (its disk over virtio-blk, under the overlay) is the floor
+        # that says what 9p costs, apart from what emulation costs.
+        places = {"container": "/data", "microvm": "/data", "microvm-own": "/root/own"}
+        took = {w: {k: [] for k in work} for w in places}
+        calls = {"container": [], "microvm": []}
+        for wall in ("container", "microvm"):
+            with c.create(image=a.image, isolation=wall, disks=[{"id": disk.id, "mount_path": "/data"}]) as sb:
+                sb.exec(["mkdir", "-p", "/root/own"], check=True)
+                for _ in range(a.disk_runs):
+                    for place in [p for p in places if p.startswith(wall)]:
+                        for k, cmd in work.items():
+                            t = time.perf_counter()
+                            sb.exec(["sh", "-c", cmd.format(d=places[place])], check=True)
+                            took[place][k].append(ms(t))
+                        sb.exec(["rm", "-f", places[place] + "/big"], check=True)
+            for _ in range(a.disk_runs):
+                t = time.perf_counter()
+                disk.exec(["true"], image=a.image, isolation=wall)
+                calls[wall].append(ms(t))
+        print("\n| a disk (ms) | runs | median | min | p90 | vs the floor above |")
+        print("|---|---|---|---|---|---|")
+        for k in work:
+            print(row(f"{k}, container's disk", took["container"][k]))
+            print(row(f"{k}, microVM's own root (virtio-blk)", took["microvm-own"][k]))
+            print(row(f"{k}, microVM's disk (9p), vs its own root", took["microvm"][k],
+                      floor=statistics.median(took["microvm-own"][k])))
+        print(row("serverless call on the disk (`true`), container", calls["container"]))
+        print(row("serverless call on the disk (`true`), microVM", calls["microvm"],
+                  floor=statistics.median(calls["container"])))
+    finally:
+        disk.delete()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--many", type=int, default=20)
     ap.add_argument("--image", default="busybox")
     ap.add_argument("--accel", default="tcg")
+    ap.add_argument("--disk-runs", type=int, default=3)
+    ap.add_argument("--only-disks", action="store_true", help="the disk rows alone")
     a = ap.parse_args()
     d = Daemon("bench-microvm", extra_args=["--microvm-accel", a.accel])
     try:
@@ -81,6 +126,9 @@ def main():
         print(f"accelerator: {accel}; machine: {os.cpu_count()} CPUs; image {a.image}\n")
         # The layer's image is built at the first microVM create: not measured.
         c.create(image=a.image, isolation="microvm").delete()
+        if a.only_disks:
+            disk_rows(c, a)
+            return
         create = {"container": [], "microvm": []}
         sbs = {"container": [], "microvm": []}
         for _ in range(a.runs):
@@ -164,6 +212,7 @@ def main():
         print(row("memory of an idle sandbox, container (MiB)", mem["container"]))
         print(row(f"memory of an idle VM, its cgroup (MiB)", mem["microvm"],
                   floor=statistics.median(mem["container"])))
+        disk_rows(c, a)
         # N at once.
         t = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(a.many) as pool:
