@@ -272,7 +272,7 @@ def test_hibernated_sandbox_survives_kill9_of_sbxd_and_delete_leaves_nothing():
         d.destroy()
 
 
-@pytest.mark.not_on("microvm", "no disks on microVMs yet")
+@pytest.mark.not_on("microvm", "QEMU cannot save a VM with a disk (test_microvm.py checks the 409)")
 def test_a_mounted_disk_goes_through_hibernation(daemon):
     """A disk is a bind of a host mount: the checkpoint names it, the restore binds it
     again, and a process working on it goes on."""

@@ -167,7 +167,6 @@ def test_idle_policy_never_pauses_a_busy_sandbox():
         d.destroy()
 
 
-@pytest.mark.not_on("microvm", "it bills a serverless call on a disk: no disks on microVMs yet")
 def test_usage_is_recorded_and_survives_a_restart(fresh_daemon):
     d = fresh_daemon
     c = d.client()

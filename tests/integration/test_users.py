@@ -187,7 +187,6 @@ def test_sandbox_default_user(daemon, client):
         assert sb.user == "4242" and sb.exec("id -u").stdout == "4242\n"
 
 
-@pytest.mark.not_on("microvm", "it runs serverless calls on a disk: no disks on microVMs yet")
 def test_disks_template_builds_and_copies_choose_their_user(daemon, client, tmp_path):
     """A sandbox that mounts disks runs as root (the disks' owner, as their calls) unless
     told; `sbx template build -u` picks the steps' user and the template keeps the
