@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "agent/protocol.h"
+#include "agent/vm_config.h"
 #include "agent/users.h"
 
 #include <nlohmann/json.hpp>
@@ -180,6 +181,23 @@ TEST(Protocol, ExecRequestWithAUserSaysVersion2) {
   auto back = ExecRequest::FromJson(r.ToJson());
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->user, "user");
+}
+
+// The microVM's config carries its disks' places, in order: the guest mounts the tag
+// sbx-disk-N at the Nth. A config without disks says nothing of them.
+TEST(VmConfig, DisksGoThroughInOrder) {
+  VmConfig c;
+  c.hostname = "sb-1";
+  c.disks = {"/mnt/disk", "/work/data"};
+  auto back = VmConfig::FromJson(c.ToJson());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->disks, c.disks);
+  EXPECT_EQ(VmDiskTag(1), "sbx-disk-1");
+  VmConfig none;
+  EXPECT_EQ(none.ToJson().find("disks"), std::string::npos);
+  auto empty = VmConfig::FromJson(none.ToJson());
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->disks.empty());
 }
 
 }  // namespace
