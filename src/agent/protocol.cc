@@ -155,7 +155,7 @@ int64_t MonoMs() {
   return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
 }
 
-const char* const kAgentFeatures[] = {"exec", "tty", "files", "archive", "ports", "warm", "procs", "sync", "renew", nullptr};
+const char* const kAgentFeatures[] = {"exec", "tty", "files", "archive", "ports", "warm", "procs", "sync", "renew", "grow_disk", nullptr};
 
 AgentInfo ThisAgent() {
   AgentInfo a;
@@ -241,6 +241,12 @@ Status RenewBlocking(const Dialer& a, int timeout_ms, const Renewal& r) {
   if (!r.hostname.empty()) renew["hostname"] = r.hostname;
   if (!r.net.empty()) renew["net"] = nlohmann::json::parse(r.net, nullptr, false);
   auto done = RoundTrip(a, FrameType::kSync, FrameType::kSyncDone, timeout_ms, nlohmann::json{{"renew", renew}}.dump());
+  if (!done.ok()) return done.error();
+  return OkStatus();
+}
+
+Status GrowDiskBlocking(const Dialer& a, int timeout_ms, uint64_t bytes) {
+  auto done = RoundTrip(a, FrameType::kSync, FrameType::kSyncDone, timeout_ms, nlohmann::json{{"grow_disk", bytes}}.dump());
   if (!done.ok()) return done.error();
   return OkStatus();
 }

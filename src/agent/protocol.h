@@ -170,7 +170,7 @@ struct AgentInfo {
 // This build's features: "exec" (kExec), "tty" (kExec with tty, kResize), "files"
 // (kFileOp), "archive" (the tar operations of kFileOp), "ports" (kPortOpen), "warm"
 // (kWarm), "procs" (kProcStart, kProcAttach, kProcList, kProcRelease), "sync" (kSync),
-// "renew" (kSync's renew).
+// "renew" (kSync's renew), "grow_disk" (kSync's grow_disk).
 // Append; never rename
 // or reuse a name.
 extern const char* const kAgentFeatures[];
@@ -214,5 +214,7 @@ struct Renewal {
   std::string net;
 };
 Status RenewBlocking(const Dialer& a, int timeout_ms, const Renewal& r);
+// A VM's own disk grew to `bytes` (QEMU's block_resize): its file system follows.
+Status GrowDiskBlocking(const Dialer& a, int timeout_ms, uint64_t bytes);
 
 }  // namespace sbx::agent

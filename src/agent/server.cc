@@ -26,6 +26,7 @@
 #include "agent/exec_session.h"
 #include "agent/files.h"
 #include "agent/frame_io.h"
+#include "agent/init/vm_disk.h"
 #include "agent/init/vm_net.h"
 #include "agent/port_relay.h"
 #include "agent/process_keeper.h"
@@ -78,7 +79,8 @@ std::string Renew(const nlohmann::json& r) {
 // kSync: {} syncs; {"freeze": true} also freezes the sandbox's own disk's file system
 // (its journal flushed and marked clean: an image of the disk is then whole), and
 // {"thaw": true} thaws it. Freezing what is frozen, or thawing what is not, is no error.
-// {"renew": {...}} renews a restored VM (Renew).
+// {"renew": {...}} renews a restored VM (Renew). {"grow_disk": BYTES} grows the own
+// disk's file system once the disk is that large (vm_disk.h).
 void ServeSync(int sock, const std::string& payload) {
   auto j = nlohmann::json::parse(payload.empty() ? "{}" : payload, nullptr, false);
   if (j.is_object() && j.contains("renew")) {
@@ -86,6 +88,19 @@ void ServeSync(int sock, const std::string& payload) {
     std::string err = g_own_fs < 0 ? "this sandbox has no kernel of its own to renew" : Renew(j["renew"]);
     if (!err.empty()) {
       SendErrorMessage(sock, "renew the sandbox: " + err);
+      return;
+    }
+    WriteAllBlocking(sock, EncodeFrame(FrameType::kSyncDone, "{}"));
+    return;
+  }
+  if (j.is_object() && j.contains("grow_disk")) {
+    std::string err = g_own_fs < 0 ? "this sandbox has no disk of its own to grow"
+                      : !j["grow_disk"].is_number_unsigned() ? "grow_disk wants the disk's size in bytes"
+                                                             : "";
+    if (err.empty())
+      if (Status st = GrowToDevice(g_own_fs, j["grow_disk"].get<uint64_t>(), 5000); !st.ok()) err = st.error().message;
+    if (!err.empty()) {
+      SendErrorMessage(sock, "grow the sandbox's disk: " + err);
       return;
     }
     WriteAllBlocking(sock, EncodeFrame(FrameType::kSyncDone, "{}"));

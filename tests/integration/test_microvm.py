@@ -305,9 +305,15 @@ def test_a_damaged_saved_vm_fails_its_resume_clearly_and_stays_hibernated(client
         assert sb.exec("cat /root/f").stdout == "kept\n"
 
 
+def disk_mb_seen(sb):
+    """The size of the sandbox's root file system (its own disk's), in MiB, as df shows it."""
+    return int(sb.exec("df -m / | tail -1").stdout.split()[1])
+
+
 def test_a_memory_template_starts_copies_from_its_memory_each_its_own(client, daemon):
     net = {"mode": "outbound", "allow": ["198.51.100.7/32"]}
-    src = client.create(image="busybox", isolation="microvm", network=net)
+    # A smaller disk than the copies': each copy's disk grows to its own disk_mb.
+    src = client.create(image="busybox", isolation="microvm", network=net, resources={"disk_mb": 512})
     made, name = [src], f"mem-{src.id}"
     try:
         # State only in memory: a process's variable, written to the guest's tmpfs.
@@ -339,14 +345,24 @@ def test_a_memory_template_starts_copies_from_its_memory_each_its_own(client, da
             assert cp.data["network"]["address"] in cp.exec("ip -4 addr show eth0").stdout
             assert "REFUSED" in cp.exec("nslookup example.com").stdout
             assert abs(int(cp.exec("date +%s").stdout) - time.time()) < 3
+            want = cp.data["resources"]["disk_mb"]
+            assert want > 512 and 0.85 * want < disk_mb_seen(cp) <= want, (want, disk_mb_seen(cp))
+        assert disk_mb_seen(src) <= 512
         draws = {cp.exec("head -c 32 /dev/urandom | od -An -tx1").stdout for cp in copies}
         assert len(draws) == 2, draws
         # Other walls do not take it, and a VM of another shape boots on its files.
         status, body = daemon.raw("POST", "/v1/sandboxes", body={"from": name, "isolation": "container"})
         assert status == 409 and "microVM" in body["error"]["message"], body
-        other = client.create(from_=name, isolation="microvm", resources={"memory_mb": 512})
+        other = client.create(from_=name, isolation="microvm", resources={"memory_mb": 512, "disk_mb": 1024})
         made.append(other)
         assert other.exec("cat /root/f").stdout == "file\n"
+        assert 870 < disk_mb_seen(other) <= 1024
+        # A disk smaller than the template's cannot hold its files: refused, nothing made.
+        before = len(client.list())
+        status, body = daemon.raw("POST", "/v1/sandboxes", body={"from": name, "isolation": "microvm",
+                                                                 "resources": {"disk_mb": 256}})
+        assert status == 409 and "smaller than its memory template's (512 MiB)" in body["error"]["message"], body
+        assert len(client.list()) == before
         assert other.exec("cat /tmp/s").exit_code != 0
         # A copy stopped and started boots afresh on its own disk.
         copies[0].exec("echo mine >> /root/f", check=True)

@@ -20,6 +20,7 @@
 #include "agent/channel_mux.h"
 #include "agent/init/container_init.h"
 #include "agent/init/mounts.h"
+#include "agent/init/vm_disk.h"
 #include "agent/init/vm_net.h"
 #include "agent/server.h"
 #include "base/fs.h"
@@ -103,11 +104,13 @@ Result<std::string> DiskBySerial(const std::string& serial) {
 Status MountRoot(const VmConfig& cfg) {
   SBX_ASSIGN_OR_RETURN(std::string own, DiskBySerial("sbx-upper"));
   SBX_RETURN_IF_ERROR(Dir("/mnt/upper"));
+  SBX_ASSIGN_OR_RETURN(bool grow, FileSystemSmaller(own));
   SBX_RETURN_IF_ERROR(Mount(own.c_str(), "/mnt/upper", "ext4", MS_NOATIME));
   // Kept: the agent freezes this file system for a capture or a stop (kSync).
   int own_fs = ::open("/mnt/upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (own_fs < 0) return ErrnoError("open /mnt/upper");
   SetOwnDisk(own_fs);
+  if (grow) SBX_RETURN_IF_ERROR(GrowToDevice(own_fs, 0, 0));
   // The overlay's folders, made at the first boot on the new disk.
   SBX_RETURN_IF_ERROR(Dir("/mnt/upper/upper"));
   SBX_RETURN_IF_ERROR(Dir("/mnt/upper/work"));

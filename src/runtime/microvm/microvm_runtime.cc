@@ -149,11 +149,21 @@ class MicrovmRuntime : public Runtime {
     SBX_RETURN_IF_ERROR(RefuseMemoryCaptures(spec.layers, Kind()));
     SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir, 0700));
     if (!spec.layers.empty() && IsMemoryLayer(spec.layers[0])) {
-      SBX_RETURN_IF_ERROR(microvm::CopyDisk(spec.layers[0] + "/" + kVmDiskLayer, OwnDisk(spec.dir)));
+      // Its first start grows the copy to its own disk_mb (Boot); an ext4 cannot shrink.
+      const std::string disk = spec.layers[0] + "/" + kVmDiskLayer;
+      struct stat st;
+      if (::stat(disk.c_str(), &st) != 0) return ErrnoError("stat " + disk);
+      if (static_cast<uint64_t>(st.st_size) > DiskBytes(spec.limits))
+        return MakeError(Code::kFailedPrecondition,
+                         "sandbox " + spec.id + "'s disk (" + std::to_string(DiskBytes(spec.limits) >> 20) +
+                             " MiB) is smaller than its memory template's (" + std::to_string(st.st_size >> 20) +
+                             " MiB), whose files it starts on: give it a disk_mb of at least that");
+      SBX_RETURN_IF_ERROR(microvm::CopyDisk(disk, OwnDisk(spec.dir)));
       return fs::WriteFileAtomic(MemoryMarker(spec.dir), spec.layers[0], 0600);
     }
-    return microvm::MakeOwnDisk(OwnDisk(spec.dir), spec.limits.disk_bytes ? spec.limits.disk_bytes : kDefaultDiskBytes);
+    return microvm::MakeOwnDisk(OwnDisk(spec.dir), DiskBytes(spec.limits));
   }
+  static uint64_t DiskBytes(const Limits& l) { return l.disk_bytes ? l.disk_bytes : kDefaultDiskBytes; }
   static std::string MemoryMarker(const std::string& dir) { return dir + "/memory-from"; }
   static bool IsMemoryLayer(const std::string& layer) {
     return fs::Exists(layer + "/" + microvm::kSavedShape) && fs::Exists(layer + "/" + kVmDiskLayer);
@@ -170,16 +180,8 @@ class MicrovmRuntime : public Runtime {
     if (!from.ok()) return Boot(spec, "", false);
     (void)::unlink(MemoryMarker(spec.dir).c_str());  // once: a later start boots
     // The template's memory loads only into a VM of its shape; otherwise a boot on its files.
-    std::string why;
-    auto shape = microvm::ReadSavedShape(*from);
-    if (!shape.ok()) why = shape.error().message;
-    else if (shape->memory_mb != MemoryMb(spec.limits) || shape->cpus != Cpus(spec.limits))
-      why = "its resources (" + std::to_string(Cpus(spec.limits)) + " vCPUs, " + std::to_string(MemoryMb(spec.limits)) +
-            " MiB) are not its template's (" + std::to_string(shape->cpus) + ", " + std::to_string(shape->memory_mb) + ")";
-    else if (shape->tap != spec.link.has_value())
-      why = spec.link ? "its template had no network" : "its template had a network";
-    else if (!spec.binds.empty())
-      why = "it has disks, and a saved VM has no shared folders";
+    std::string why = microvm::WhyNotLoad(microvm::ReadSavedShape(*from), Cpus(spec.limits), MemoryMb(spec.limits),
+                                          spec.link.has_value(), !spec.binds.empty());
     if (why.empty()) {
       auto inst = Boot(spec, *from, true);
       if (inst.ok()) {
@@ -245,6 +247,14 @@ class MicrovmRuntime : public Runtime {
     // The disk is QEMU's user's alone (the sandbox's folder lets every VM's user through).
     if (::chown(OwnDisk(spec.dir).c_str(), uid, uid) != 0 || ::chmod(OwnDisk(spec.dir).c_str(), 0600) != 0)
       return fail(ErrnoError("chown the sandbox's disk"));
+    // A disk smaller than the sandbox's disk_mb (a memory template's copy) grows: its file
+    // before a boot (the guest grows a file system smaller than its disk as it mounts it),
+    // through QEMU after a load.
+    struct stat own;
+    if (::stat(OwnDisk(spec.dir).c_str(), &own) != 0) return fail(ErrnoError("stat the sandbox's disk"));
+    const bool grow = static_cast<uint64_t>(own.st_size) < DiskBytes(spec.limits);
+    if (grow && !shape && ::truncate(OwnDisk(spec.dir).c_str(), static_cast<off_t>(DiskBytes(spec.limits))) != 0)
+      return fail(ErrnoError("grow the sandbox's disk"));
     const std::string ctl = CtlDir(spec.dir);
     (void)fs::RemoveTree(ctl);
     if (::mkdir(ctl.c_str(), 0700) != 0) return fail(ErrnoError("mkdir " + ctl));
@@ -349,6 +359,10 @@ class MicrovmRuntime : public Runtime {
         return fail(st.error().Wrap("renewing the restored VM"));
       if (Status st = agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kThaw); !st.ok())
         return fail(st.error().Wrap("thawing the restored VM's disk"));
+      if (grow) {
+        if (Status st = microvm::GrowLoadedDisk(vm, uid, *inst.agent, DiskBytes(spec.limits), kSyncTimeoutMs); !st.ok())
+          return fail(st.error().Wrap("growing the restored VM's disk"));
+      }
     }
     return inst;
   }

@@ -77,8 +77,8 @@ std::vector<std::string> QemuArgv(const VmSpec& s) {
   add({"-device", "virtio-serial-device", "-chardev", "socket,id=agent,path=agent.sock,server=on,wait=off",
        "-device", std::string("virtserialport,chardev=agent,name=") + agent::kVmAgentPort});
   add({"-object", "rng-random,id=rng,filename=/dev/urandom", "-device", "virtio-rng-device,rng=rng"});
-  add({"-drive", "id=own,file=" + s.own_disk + ",format=raw,if=none,cache=writeback,discard=unmap",
-       "-device", "virtio-blk-device,drive=own,serial=sbx-upper"});
+  add({"-drive", std::string("id=") + kOwnDrive + ",file=" + s.own_disk + ",format=raw,if=none,cache=writeback,discard=unmap",
+       "-device", std::string("virtio-blk-device,drive=") + kOwnDrive + ",serial=sbx-upper"});
   for (size_t i = 0; i < s.layer_images.size(); ++i) {
     const std::string id = "l" + std::to_string(i);
     add({"-drive", "id=" + id + ",file=" + s.layer_images[i] + ",format=raw,if=none,read-only=on",

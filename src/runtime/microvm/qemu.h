@@ -13,6 +13,9 @@
 
 namespace sbx::runtime::microvm {
 
+// QEMU's id of the VM's own disk (its drive), as its monitor names it.
+constexpr const char* kOwnDrive = "own";
+
 struct VmSpec {
   std::string qemu;    // the binary
   std::string accel;   // "kvm" or "tcg"

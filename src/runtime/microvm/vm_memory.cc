@@ -12,6 +12,7 @@
 #include "agent/vm_config.h"
 #include "base/fs.h"
 #include "base/unique_fd.h"
+#include "runtime/microvm/qemu.h"
 #include "runtime/microvm/qmp.h"
 
 namespace sbx::runtime::microvm {
@@ -168,6 +169,27 @@ Status RenewLoadedVm(const agent::Dialer& agent, int timeout_ms, const agent::Vm
                    {"address6", copy->address6}, {"gateway6", copy->gateway6}}.dump();
   }
   return agent::RenewBlocking(agent, timeout_ms, r);
+}
+
+std::string WhyNotLoad(const Result<SavedShape>& shape, int cpus, uint64_t memory_mb, bool link, bool disks) {
+  if (!shape.ok()) return shape.error().message;
+  if (shape->memory_mb != memory_mb || shape->cpus != cpus)
+    return "its resources (" + std::to_string(cpus) + " vCPUs, " + std::to_string(memory_mb) +
+           " MiB) are not its template's (" + std::to_string(shape->cpus) + ", " + std::to_string(shape->memory_mb) + ")";
+  if (shape->tap != link) return link ? "its template had no network" : "its template had a network";
+  if (disks) return "it has disks, and a saved VM has no shared folders";
+  return "";
+}
+
+Status GrowLoadedDisk(const std::string& vm_dir, uid_t uid, const agent::Dialer& agent, uint64_t bytes,
+                      int timeout_ms) {
+  // A template's agent from before the feature would take the request for a plain sync.
+  SBX_RETURN_IF_ERROR(agent::RequireFeature(agent, "grow_disk", timeout_ms));
+  SBX_ASSIGN_OR_RETURN(Qmp q, Qmp::Connect(vm_dir, kMonitor, uid, timeout_ms));
+  q.set_deadline_ms(timeout_ms);
+  if (auto r = q.Execute("block_resize", {{"device", kOwnDrive}, {"size", bytes}}); !r.ok())
+    return r.error().Wrap("growing the VM's disk");
+  return agent::GrowDiskBlocking(agent, timeout_ms, bytes);
 }
 
 }  // namespace sbx::runtime::microvm

@@ -68,6 +68,17 @@ Status RunLoadedVm(const std::string& vm_dir, uid_t uid, int timeout_ms);
 // network addresses.
 Status RenewLoadedVm(const agent::Dialer& agent, int timeout_ms, const agent::VmConfig* copy);
 
+// Why a copy of a memory template whose saved VM has `shape` cannot load it, as a sandbox
+// of `cpus` vCPUs and `memory_mb` MiB, with or without a network `link` and `disks` ("":
+// it can). A copy that cannot boots on its template's files instead.
+std::string WhyNotLoad(const Result<SavedShape>& shape, int cpus, uint64_t memory_mb, bool link, bool disks);
+
+// A loaded VM whose own disk file the guest knows smaller than `bytes` (a template's copy
+// with a larger disk_mb): QEMU grows the disk (`block_resize`, which tells the guest's
+// driver), then the agent grows its file system (agent/init/vm_disk.h).
+Status GrowLoadedDisk(const std::string& vm_dir, uid_t uid, const agent::Dialer& agent, uint64_t bytes,
+                      int timeout_ms);
+
 // Lets a VM that a save left stopped run again (a save cut short by sbxd's end); a
 // running one is left as it is.
 Status ContinueVm(const std::string& vm_dir, uid_t uid, int timeout_ms);
