@@ -7,8 +7,9 @@
 //   /init (PID 1 of a microVM's guest kernel): set up the guest and serve over its port
 //   sbx-agent --vm-launch DIR UID GID LOG [OPTION...] -- QEMU...   start a microVM's QEMU
 //                                 unprivileged (options in vm_relay.h)
-//   sbx-agent --vm-relay DIR PORT CONSOLE LOG LISTEN UID   the host end of a microVM's
-//                                 agent link (names relative to DIR; see vm_relay.h)
+//   sbx-agent --vm-relay DIR PORT CONSOLE LOG LISTEN UID [QEMU-PID]   the host end of a
+//                                 microVM's agent link (names relative to DIR; PORT may be
+//                                 vsock:CID, with QEMU's pid after UID; see vm_relay.h)
 //   sbx-agent --set-hostname NAME   set the sandbox's hostname (a gVisor sandbox restored from
 //                                 another's memory: runsc runs it with CAP_SYS_ADMIN)
 //   sbx-agent --serve PATH     serve on a unix socket at PATH, without isolation (tests)
@@ -170,7 +171,8 @@ int main(int argc, char** argv) {
   }
   if (argc >= 8 && std::strcmp(argv[1], "--vm-relay") == 0) {
     sbx::agent::RelayOptions o{argv[2], argv[3], argv[4], argv[5], argv[6],
-                               static_cast<uid_t>(std::strtoul(argv[7], nullptr, 10))};
+                               static_cast<uid_t>(std::strtoul(argv[7], nullptr, 10)),
+                               argc >= 9 ? static_cast<pid_t>(std::strtol(argv[8], nullptr, 10)) : 0};
     return sbx::agent::StartRelay(o);
   }
   if (argc >= 2 && std::strcmp(argv[1], "--sandbox-init") == 0) return SandboxInit();

@@ -70,7 +70,7 @@ struct Flags {
   std::string criu;  // CRIU binary for pause mode "hibernate"; "none": refused; empty: found (FindCriu)
   std::string runsc;  // runsc for isolation "gvisor"; "none": refused; empty: found (FindRunsc)
   std::string runsc_platform;  // empty: runsc's own default
-  std::string qemu, microvm_kernel, microvm_accel = "auto";  // isolation "microvm" (walls.h)
+  std::string qemu, microvm_kernel, microvm_accel = "auto", microvm_channel = "auto";  // isolation "microvm" (walls.h)
   std::string default_isolation = "container";
   // The HTTP listener's deadlines and caps (docs/API.md, "Limits of the listener").
   int64_t http_header_timeout_ms = 10000, http_idle_timeout_ms = 120000, http_body_idle_timeout_ms = 30000;
@@ -108,6 +108,7 @@ void Usage() {
                "            [--keepalive-ms MS] [--store-mb MB] [--store-overcommit RATIO] [--criu PATH|none]\n"
                "            [--runsc PATH|none] [--runsc-platform systrap|ptrace]\n"
                "            [--qemu PATH|none] [--microvm-kernel DIR] [--microvm-accel auto|kvm|tcg]\n"
+               "            [--microvm-channel auto|vsock|serial]\n"
                "            [--default-isolation container|gvisor|microvm]\n"
                "            [--http-header-timeout-ms MS] [--http-idle-timeout-ms MS]\n"
                "            [--http-body-idle-timeout-ms MS] [--proxy-idle-timeout-ms MS]\n"
@@ -239,6 +240,7 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       else if (k == "qemu") f->qemu = v;
       else if (k == "microvm_kernel") f->microvm_kernel = v;
       else if (k == "microvm_accel") f->microvm_accel = v;
+      else if (k == "microvm_channel") f->microvm_channel = v;
       else if (k == "default_isolation") f->default_isolation = v;
       else if (k == "default_network") f->default_network = v;
       else if (k == "net_subnet") f->net_subnet = v;
@@ -500,6 +502,7 @@ int Run(int argc, char** argv) {
   }
   runtime::MicrovmOptions mvo;
   mvo.accel = f.microvm_accel;
+  mvo.channel = f.microvm_channel;
   mvo.state_dir = data_dir + "/microvm";
   mvo.agent_path = co.agent_path;
   mvo.instance = co.instance;

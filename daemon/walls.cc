@@ -98,6 +98,8 @@ Result<std::unique_ptr<runtime::Runtime>> OpenMicrovm(const std::string& qemu_fl
                                                      runtime::MicrovmOptions o) {
   if (o.accel != "auto" && o.accel != "kvm" && o.accel != "tcg")
     return MakeError(Code::kInvalidArgument, "--microvm-accel wants auto, kvm or tcg");
+  if (o.channel != "auto" && o.channel != "vsock" && o.channel != "serial")
+    return MakeError(Code::kInvalidArgument, "--microvm-channel wants auto, vsock or serial");
   if (qemu_flag == "none") {
     SBX_LOG(kInfo) << "isolation microvm: off (--qemu none)";
     return std::unique_ptr<runtime::Runtime>();

@@ -4,7 +4,8 @@
 #   vmlinux         the kernel (booted by PVH)
 #   modules/NAME.ko the modules a sandbox's guest loads (uncompressed)
 #   modules.list    their names, dependencies first (the order the guest loads them); those
-#                   after the line "@disks" only a guest with disks loads
+#                   after a line "@disks" only a guest with disks loads, those after "@vsock"
+#                   only a guest whose agent's channel is vsock
 #   release         the kernel's release
 # The folder is cached beside the kernel ($SBX_CACHE_DIR/vm/guest/<release>) and reused.
 source "$(dirname "$0")/common.sh"
@@ -13,13 +14,16 @@ source "$(dirname "$0")/common.sh"
 MODULES="virtio_mmio virtio_blk virtio_console virtio_net virtio_rng crc32c_generic ext4 overlay"
 # The sandbox's disks: folders QEMU shares over 9p (loaded only by a guest that has disks).
 DISK_MODULES="9pnet_virtio 9p"
+# The agent's channel over vsock, on hosts with vhost-vsock (loaded only by such a guest).
+VSOCK_MODULES="vmw_vsock_virtio_transport"
+WANTED="$MODULES @disks $DISK_MODULES @vsock $VSOCK_MODULES"
 
 make_guest() {
   local kdir release dir tmp m n
   kdir=$(bash "$ROOT/scripts/vm/kernel.sh")
   release=$(basename "$(ls -d "$kdir"/lib/modules/*/ | head -n1)")
   dir="$VM_CACHE/guest/$release"
-  if [ -f "$dir/.complete" ] && [ "$(cat "$dir/modules.wanted" 2>/dev/null)" = "$MODULES @disks $DISK_MODULES" ]; then
+  if [ -f "$dir/.complete" ] && [ "$(cat "$dir/modules.wanted" 2>/dev/null)" = "$WANTED" ]; then
     echo "$dir"
     return
   fi
@@ -33,10 +37,12 @@ make_guest() {
   vm_resolve_modules "$moddir" $MODULES > "$tmp/paths"
   # shellcheck disable=SC2086
   vm_resolve_modules "$moddir" $MODULES $DISK_MODULES | grep -vxF -f "$tmp/paths" > "$tmp/disk-paths"
-  { cat "$tmp/paths"; echo "@disks"; cat "$tmp/disk-paths"; } > "$tmp/all-paths"
+  # shellcheck disable=SC2086
+  vm_resolve_modules "$moddir" $MODULES $VSOCK_MODULES | grep -vxF -f "$tmp/paths" > "$tmp/vsock-paths"
+  { cat "$tmp/paths"; echo "@disks"; cat "$tmp/disk-paths"; echo "@vsock"; cat "$tmp/vsock-paths"; } > "$tmp/all-paths"
   : > "$tmp/modules.list"
   while read -r m; do
-    if [ "$m" = "@disks" ]; then
+    if [ "${m#@}" != "$m" ]; then
       echo "$m" >> "$tmp/modules.list"
       continue
     fi
@@ -49,10 +55,10 @@ make_guest() {
     esac
     echo "$n" >> "$tmp/modules.list"
   done < "$tmp/all-paths"
-  rm -f "$tmp/paths" "$tmp/disk-paths" "$tmp/all-paths"
+  rm -f "$tmp/paths" "$tmp/disk-paths" "$tmp/vsock-paths" "$tmp/all-paths"
   cp "$kdir/vmlinux" "$tmp/vmlinux"
   echo "$release" > "$tmp/release"
-  echo "$MODULES @disks $DISK_MODULES" > "$tmp/modules.wanted"
+  echo "$WANTED" > "$tmp/modules.wanted"
   # QEMU reads these as each VM's own unprivileged user.
   chmod -R a+rX "$tmp"
   touch "$tmp/.complete"

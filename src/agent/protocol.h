@@ -202,8 +202,8 @@ Status SyncBlocking(const Dialer& a, int timeout_ms, SyncMode mode = SyncMode::k
 // nanoseconds), mixes `entropy` (32 to 512 bytes) into its kernel's pool and reseeds its
 // generator, and sets `hostname` where it is not empty (kSync with {"renew": {...}}).
 // A copy of a template with a network takes its own addresses: `net` (a JSON object with
-// "address", "gateway", "prefix", "address6", "gateway6", as agent::VmConfig has them)
-// readdresses eth0 where it is not empty.
+// "address", "gateway", "prefix", "address6", "gateway6", "mac", as agent::VmConfig has
+// them) readdresses eth0 (and gives it that MAC) where it is not empty.
 // Milliseconds on CLOCK_MONOTONIC (deadlines and intervals).
 int64_t MonoMs();
 

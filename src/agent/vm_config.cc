@@ -19,8 +19,10 @@ Result<VmConfig> VmConfig::FromJson(const std::string& s) {
   c.prefix = j.value("prefix", 31);
   c.address6 = j.value("address6", std::string());
   c.gateway6 = j.value("gateway6", std::string());
+  c.mac = j.value("mac", std::string());
   c.probe = j.value("probe", false);
   c.disks = j.value("disks", std::vector<std::string>());
+  c.vsock = j.value("vsock", false);
   return c;
 }
 
@@ -29,9 +31,11 @@ std::string VmConfig::ToJson() const {
                       {"nameserver", nameserver}, {"tmp_bytes", tmp_bytes}};
   if (!address.empty()) j.update({{"address", address}, {"gateway", gateway}, {"prefix", prefix}});
   if (!address6.empty()) j.update({{"address6", address6}, {"gateway6", gateway6}});
+  if (!mac.empty()) j["mac"] = mac;
   if (probe) j["probe"] = true;
   if (!layer_roots.empty()) j["layer_roots"] = layer_roots;
   if (!disks.empty()) j["disks"] = disks;
+  if (vsock) j["vsock"] = true;
   return j.dump();
 }
 

@@ -25,9 +25,13 @@ struct VmConfig {
   std::string address, gateway;
   int prefix = 31;
   std::string address6, gateway6;
+  std::string mac;  // eth0's (QEMU gives it at boot; a template's copy takes it at renew)
   // The sandbox's disks: where each is mounted, the folder QEMU shares as the 9p tag
   // sbx-disk-N (N its index here).
   std::vector<std::string> disks;
+  // The agent's channel: vsock (the guest listens on kVmAgentVsockPort) where the host has
+  // vhost-vsock, else the virtio-serial port kVmAgentPort.
+  bool vsock = false;
   // A probe boot (is the accelerator usable?): report on the console and power off.
   bool probe = false;
   static Result<VmConfig> FromJson(const std::string& s);
@@ -36,6 +40,14 @@ struct VmConfig {
 
 // The name of the virtio-serial port the agent's channels use.
 constexpr const char* kVmAgentPort = "sbx.agent";
+// Or the guest's vsock port that the host's relay connects to. The guest takes only a
+// connection from the host (CID 2) whose port is one only root can bind there (below
+// 1024): any host user can reach a guest's vsock port, and only sbxd's relay may.
+constexpr uint32_t kVmAgentVsockPort = 1024;
+inline bool VsockPeerIsHostRoot(uint32_t cid, uint32_t port) { return cid == 2 && port < 1024; }
+// The descriptor QEMU has /dev/vhost-vsock open on (sbx-agent --vm-launch --vsock opens it:
+// the device is root's).
+constexpr int kVsockFd = 6;
 // The descriptor QEMU has its network's tap open on (sbx-agent --vm-launch opens it).
 constexpr int kTapFd = 3;
 // The descriptor a restoring QEMU reads the saved VM from (`-incoming fd:4`; --vm-launch

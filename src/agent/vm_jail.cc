@@ -1,6 +1,7 @@
 #include "agent/vm_jail.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <sched.h>
 #include <linux/capability.h>
 #include <sys/mount.h>
@@ -172,6 +173,20 @@ Status TakeShareIds(const ShareIds& ids) {
   for (int cap = 0; cap < 32; ++cap)
     if ((kKeep & (1u << cap)) && ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) != 0)
       return ErrnoError("keep a capability across exec");
+  return OkStatus();
+}
+
+Status BecomeKeeping(uid_t uid, gid_t gid, uint32_t keep) {
+  for (int cap = 0; cap < 64; ++cap)
+    if (cap >= 32 || !(keep & (1u << cap)))
+      if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return ErrnoError("drop a capability");
+  if (::prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) return ErrnoError("PR_SET_KEEPCAPS");
+  if (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0)
+    return ErrnoError("become uid " + std::to_string(uid));
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2] = {};
+  data[0].effective = data[0].permitted = keep;
+  if (::syscall(SYS_capset, &hdr, data) != 0) return ErrnoError("capset");
   return OkStatus();
 }
 

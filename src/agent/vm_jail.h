@@ -13,6 +13,7 @@
 // dir, no /etc, /home or /root. So a QEMU that its guest took over reads only its own.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -48,5 +49,9 @@ Status MapShareIds(pid_t child, const ShareIds& ids, uid_t uid, gid_t gid);
 // between `unshare` and `mapped`), then QEMU's ids and capabilities there.
 Status UnshareIds();
 Status TakeShareIds(const ShareIds& ids);
+
+// Becomes `uid` and `gid` (no supplementary groups), keeping of root's capabilities only
+// those in `keep` (bits by number, below 32) as permitted and effective, none across exec.
+Status BecomeKeeping(uid_t uid, gid_t gid, uint32_t keep);
 
 }  // namespace sbx::agent

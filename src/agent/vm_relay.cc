@@ -12,6 +12,10 @@
 #include <sys/ioctl.h>
 #include <net/if.h>
 #include <linux/if_tun.h>
+#include <linux/capability.h>
+#include <linux/vm_sockets.h>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,27 +82,94 @@ Result<UniqueFd> Listen(const std::string& name) {
 
 }  // namespace
 
+uint32_t VsockLinkCid(const std::string& port_socket) {
+  if (port_socket.rfind("vsock:", 0) != 0) return 0;
+  const std::string digits = port_socket.substr(6);
+  if (digits.empty() || digits.size() > 10 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+  const unsigned long long cid = std::strtoull(digits.c_str(), nullptr, 10);
+  // 0 to 2 are the hypervisor's, the local and the host's; -1 is "any".
+  return cid > 2 && cid < 0xffffffffULL ? static_cast<uint32_t>(cid) : 0;
+}
+
+namespace {
+
+// A connection to the agent's vsock port in guest `cid`, from a port below 1024 (the guest
+// takes no other: VsockPeerIsHostRoot).
+Result<UniqueFd> DialVsock(uint32_t cid) {
+  UniqueFd fd(::socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoError("socket(AF_VSOCK)");
+  bool bound = false;
+  for (unsigned port = 1023; port >= 512 && !bound; --port) {
+    sockaddr_vm me = {};
+    me.svm_family = AF_VSOCK;
+    me.svm_cid = VMADDR_CID_ANY;
+    me.svm_port = port;
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&me), sizeof me) == 0) bound = true;
+    else if (errno != EADDRINUSE) return ErrnoError("bind a vsock port below 1024");
+  }
+  if (!bound) return MakeError(Code::kResourceExhausted, "every vsock port from 512 to 1023 is in use");
+  // A guest still booting has no listener yet: each try is short.
+  struct timeval tv = {1, 0};
+  (void)::setsockopt(fd.get(), AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &tv, sizeof tv);
+  sockaddr_vm to = {};
+  to.svm_family = AF_VSOCK;
+  to.svm_cid = cid;
+  to.svm_port = kVmAgentVsockPort;
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) != 0)
+    return ErrnoError("connect to vsock " + std::to_string(cid));
+  return fd;
+}
+
+// A vsock link's relay: dials the guest, runs the mux while the link lasts, and dials
+// again (the guest reboots, or a load reset its connections) until QEMU ends.
+[[noreturn]] void RunVsockLink(uint32_t cid, int qemu, int listen_fd) {
+  MuxOptions mo;
+  mo.listen_fd = listen_fd;
+  for (;;) {
+    struct pollfd p = {qemu, POLLIN, 0};
+    if (::poll(&p, 1, 0) != 0) _exit(0);  // QEMU ended (or its pidfd failed)
+    auto link = DialVsock(cid);
+    if (!link.ok()) {
+      (void)::poll(&p, 1, 20);
+      continue;
+    }
+    (void)RunMux(link->get(), mo);
+  }
+}
+
+}  // namespace
+
 int StartRelay(const RelayOptions& o) {
   auto fail = [](const std::string& why) {
     std::fprintf(stderr, "sbx-agent --vm-relay: %s\n", why.c_str());
     return 1;
   };
   if (::chdir(o.dir.c_str()) != 0) return fail("chdir " + o.dir + ": " + std::strerror(errno));
-  // QEMU makes its sockets as it starts: they may come a moment after its pid file.
-  auto port = Dial(o.port_socket);
-  for (int i = 0; i < 500 && !port.ok(); ++i) {
-    ::usleep(10 * 1000);
-    port = Dial(o.port_socket);
+  const uint32_t cid = VsockLinkCid(o.port_socket);
+  if (o.port_socket.rfind("vsock:", 0) == 0 && cid == 0) return fail("bad vsock link " + o.port_socket);
+  UniqueFd port, qemu;
+  if (cid != 0) {
+    if (o.qemu <= 0) return fail("a vsock link needs QEMU's pid");
+    qemu = UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, o.qemu, 0)));
+    if (!qemu.valid()) return fail("pidfd_open " + std::to_string(o.qemu) + ": " + std::strerror(errno));
+  } else {
+    // QEMU makes its sockets as it starts: they may come a moment after its pid file.
+    auto dialed = Dial(o.port_socket);
+    for (int i = 0; i < 500 && !dialed.ok(); ++i) {
+      ::usleep(10 * 1000);
+      dialed = Dial(o.port_socket);
+    }
+    if (!dialed.ok()) return fail(dialed.error().message);
+    port = std::move(*dialed);
   }
-  if (!port.ok()) return fail(port.error().message);
   auto con = Dial(o.console_socket);
   if (!con.ok()) return fail(con.error().message);
   // The folder is QEMU's user's: only sockets that QEMU (that user) serves are taken,
   // not a link to another VM's.
-  for (int fd : {port->get(), con->get()}) {
+  for (int fd : {port.get(), con->get()}) {
     struct ucred cred = {};
     socklen_t len = sizeof cred;
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || (o.uid != 0 && cred.uid != o.uid))
+    if (fd >= 0 && (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || (o.uid != 0 && cred.uid != o.uid)))
       return fail("a socket in " + o.dir + " is not served by the VM's QEMU");
   }
   UniqueFd log(::open(o.console_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
@@ -108,7 +179,8 @@ int StartRelay(const RelayOptions& o) {
   pid_t child = ::fork();
   if (child < 0) return fail(std::string("fork: ") + std::strerror(errno));
   if (child > 0) return 0;
-  // The relay: its own session, nothing of the caller's stdio, then no privilege.
+  // The relay: its own session, nothing of the caller's stdio, then no privilege (but a
+  // vsock link's binding of ports below 1024).
   ::setsid();
   int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null >= 0) {
@@ -117,21 +189,20 @@ int StartRelay(const RelayOptions& o) {
     ::dup2(null, 2);
   }
   ::signal(SIGPIPE, SIG_IGN);
-  if (o.uid != 0 && (::setgroups(0, nullptr) != 0 || ::setresgid(o.uid, o.uid, o.uid) != 0 ||
-                     ::setresuid(o.uid, o.uid, o.uid) != 0))
-    _exit(1);
+  if (o.uid != 0 && !BecomeKeeping(o.uid, o.uid, cid != 0 ? 1u << CAP_NET_BIND_SERVICE : 0).ok()) _exit(1);
   pid_t keeper = ::fork();
   if (keeper == 0) {
-    port->Reset();
+    port.Reset();
     lis->Reset();
     KeepConsole(con->get(), log.get());
   }
   con->Reset();
   log.Reset();
   prctl(PR_SET_NAME, "sbx-vm-relay");
+  if (cid != 0) RunVsockLink(cid, qemu.get(), lis->get());
   MuxOptions mo;
   mo.listen_fd = lis->get();
-  (void)RunMux(port->get(), mo);
+  (void)RunMux(port.get(), mo);
   _exit(0);
 }
 
@@ -143,7 +214,12 @@ Result<LaunchOptions> ParseLaunch(const std::vector<std::string>& a) {
   o.gid = static_cast<gid_t>(std::strtoul(a[2].c_str(), nullptr, 10));
   o.log = a[3];
   size_t i = 4;
-  for (; i < a.size() && a[i] != "--"; i += 2) {
+  while (i < a.size() && a[i] != "--") {
+    if (a[i] == "--vsock") {  // the one option without a value
+      o.vsock = true;
+      ++i;
+      continue;
+    }
     if (i + 1 >= a.size()) return MakeError(Code::kInvalidArgument, a[i] + " needs a value");
     const std::string& v = a[i + 1];
     if (a[i] == "--tap") o.tap = v;
@@ -160,6 +236,7 @@ Result<LaunchOptions> ParseLaunch(const std::vector<std::string>& a) {
       if (o.share.count == 0) return MakeError(Code::kInvalidArgument, "--share-ids wants a COUNT above 0");
     }
     else return MakeError(Code::kInvalidArgument, "unknown option " + a[i]);
+    i += 2;
   }
   if (i >= a.size() || i + 1 >= a.size()) return MakeError(Code::kInvalidArgument, "no command after --");
   o.argv.assign(a.begin() + static_cast<long>(i) + 1, a.end());
@@ -169,7 +246,7 @@ Result<LaunchOptions> ParseLaunch(const std::vector<std::string>& a) {
 
 namespace {
 
-// A descriptor above those moved into place at exec (0-2, and QEMU's 3 to 5).
+// A descriptor above those moved into place at exec (0-2, and QEMU's 3 to 6).
 int Above(int fd) {
   if (fd < 0) return fd;
   int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
@@ -218,6 +295,11 @@ int LaunchVmm(const LaunchOptions& o) {
   }
   tap = Above(tap);
   if (!o.tap.empty() && tap < 0) return fail("move the tap's descriptor");
+  int vsock = -1;
+  if (o.vsock) {
+    vsock = Above(::open("/dev/vhost-vsock", O_RDWR | O_CLOEXEC));
+    if (vsock < 0) return fail("open /dev/vhost-vsock");
+  }
   int incoming = -1;
   if (!o.incoming.empty()) {
     incoming = Above(::open(o.incoming.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
@@ -267,6 +349,7 @@ int LaunchVmm(const LaunchOptions& o) {
   if (null < 0 || ::dup2(null, 0) < 0 || ::dup2(log, 1) < 0 || ::dup2(log, 2) < 0) _exit(fail("stdio"));
   if (tap >= 0 && ::dup2(tap, kTapFd) < 0) _exit(fail("dup the tap"));  // dup2 clears close-on-exec
   if (incoming >= 0 && ::dup2(incoming, kIncomingFd) < 0) _exit(fail("dup the saved VM"));
+  if (vsock >= 0 && ::dup2(vsock, kVsockFd) < 0) _exit(fail("dup /dev/vhost-vsock"));
   if (ram >= 0 && ::dup2(ram, kRamFd) < 0) _exit(fail("dup the guest's RAM"));
   if (Status jailed = EnterVmJail({o.dir, o.read_only, o.read_write, o.argv[0]}); !jailed.ok()) {
     errno = 0;

@@ -256,6 +256,9 @@ struct MicrovmOptions {
   std::string qemu = "qemu-system-x86_64";
   std::string kernel_dir;   // the guest kernel (scripts/vm/guest.sh)
   std::string accel = "auto";  // kvm, tcg, or auto (a probe boot decides, off the create path)
+  // The agent's channel: vsock, serial (a virtio-serial port), or auto (vsock where the host
+  // has /dev/vhost-vsock).
+  std::string channel = "auto";
   std::string state_dir;    // the wall's own files: the initramfs, the layers' images
   std::string agent_path;   // sbx-agent: the guest's /init and the host's relay
   std::string instance;     // this daemon's name in shared places (cgroups)

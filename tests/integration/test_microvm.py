@@ -343,6 +343,9 @@ def test_a_memory_template_starts_copies_from_its_memory_each_its_own(client, da
             # Its own name, address (the network answers it there), clock and randomness.
             assert cp.exec("hostname").stdout.strip() == cp.id
             assert cp.data["network"]["address"] in cp.exec("ip -4 addr show eth0").stdout
+            # Its own MAC, the one QEMU gives its device (52:54 and its IPv4 address).
+            octets = [int(x) for x in cp.data["network"]["address"].split(".")]
+            assert cp.exec("cat /sys/class/net/eth0/address").stdout.strip() == "52:54:" + ":".join(f"{o:02x}" for o in octets)
             assert "REFUSED" in cp.exec("nslookup example.com").stdout
             assert abs(int(cp.exec("date +%s").stdout) - time.time()) < 3
             want = cp.data["resources"]["disk_mb"]

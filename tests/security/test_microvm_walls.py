@@ -70,7 +70,7 @@ def test_the_vm_holds_no_host_privilege_and_its_files_are_its_own(client, daemon
             for pid in pids:
                 st = {l.split(":")[0]: l.split(":")[1].split() for l in open(f"/proc/{pid}/status")}
                 assert st["Uid"] == [str(uid)] * 4, (pid, st["Name"], st["Uid"])
-                assert st["CapEff"] == ["0000000000000000"], (pid, st["Name"])
+                assert st["CapEff"] == st["CapPrm"] == ["0000000000000000"], (pid, st["Name"])
 
 
 def test_a_vms_monitor_and_saved_memory_are_out_of_other_vms_reach(client, daemon):

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <linux/vm_sockets.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,9 +36,11 @@ Status Dir(const std::string& path, mode_t mode = 0755) {
   return OkStatus();
 }
 
-// Loads the modules listed in /modules, in order (dependencies first); those after the
-// line "@disks" only for a guest with disks.
-Status LoadModules(bool disks) {
+// Loads the modules listed in /modules, in order (dependencies first); those after a
+// line "@disks" only for a guest with disks, those after "@vsock" only for a guest whose
+// agent's channel is vsock.
+Status LoadModules(const VmConfig& cfg) {
+  bool wanted = true;
   auto list = fs::ReadFile("/modules", 1 << 16);
   if (!list.ok()) return OkStatus();  // a kernel with everything built in
   size_t at = 0;
@@ -46,10 +49,11 @@ Status LoadModules(bool disks) {
     std::string name = list->substr(at, nl == std::string::npos ? std::string::npos : nl - at);
     at = nl == std::string::npos ? list->size() : nl + 1;
     if (name.empty()) continue;
-    if (name == "@disks") {
-      if (!disks) break;
+    if (name[0] == '@') {
+      wanted = (name == "@disks" && !cfg.disks.empty()) || (name == "@vsock" && cfg.vsock);
       continue;
     }
+    if (!wanted) continue;
     const std::string path = "/lib/modules/" + name + ".ko";
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoError("open " + path);
@@ -204,8 +208,37 @@ sockaddr_un AgentAddr(socklen_t* len) {
   return a;
 }
 
+// The agent's vsock port: connections from the host's relay (from a port below 1024),
+// each a link for the mux in turn.
+Result<UniqueFd> ListenVsock() {
+  UniqueFd fd(::socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoError("socket(AF_VSOCK)");
+  sockaddr_vm a = {};
+  a.svm_family = AF_VSOCK;
+  a.svm_cid = VMADDR_CID_ANY;
+  a.svm_port = kVmAgentVsockPort;
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return ErrnoError("bind the agent's vsock port");
+  if (::listen(fd.get(), 4) != 0) return ErrnoError("listen on the agent's vsock port");
+  return fd;
+}
+
+// The next link from the host's relay: any other peer is refused.
+Result<UniqueFd> AcceptVsock(int lis) {
+  for (;;) {
+    sockaddr_vm peer = {};
+    socklen_t len = sizeof peer;
+    UniqueFd c(::accept4(lis, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC));
+    if (!c.valid()) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return ErrnoError("accept on the agent's vsock port");
+    }
+    if (VsockPeerIsHostRoot(peer.svm_cid, peer.svm_port)) return c;
+    std::fprintf(stderr, "sbx-agent: refused a vsock connection from %u:%u\n", peer.svm_cid, peer.svm_port);
+  }
+}
+
 // The mux's process: channels from the host, each connected to the agent's socket.
-[[noreturn]] void RunPortMux() {
+[[noreturn]] void RunPortMux(bool vsock) {
   prctl(PR_SET_NAME, "sbx-mux");
   ::signal(SIGPIPE, SIG_IGN);
   MuxOptions o;
@@ -217,6 +250,17 @@ sockaddr_un AgentAddr(socklen_t* len) {
     if (!c.valid() || ::connect(c.get(), reinterpret_cast<sockaddr*>(&a), len) != 0) return UniqueFd();
     return c;
   };
+  if (vsock) {
+    o.wait_for_peer = false;  // a link that ends is over: the relay dials anew
+    auto lis = ListenVsock();
+    while (lis.ok()) {
+      auto link = AcceptVsock(lis->get());
+      if (!link.ok()) break;
+      (void)RunMux(link->get(), o);
+    }
+    std::fprintf(stderr, "sbx-agent: the agent's vsock port: %s\n", lis.ok() ? "accept failed" : lis.error().message.c_str());
+    _exit(1);
+  }
   while (true) {
     auto port = OpenPort();
     if (port.ok()) {
@@ -242,7 +286,7 @@ Status RunVmInit() {
     if (con >= 0 && ::write(con, line.data(), line.size()) > 0) ::fsync(con);
     ::reboot(RB_POWER_OFF);
   }
-  SBX_RETURN_IF_ERROR(LoadModules(!cfg.disks.empty()));
+  SBX_RETURN_IF_ERROR(LoadModules(cfg));
   SBX_RETURN_IF_ERROR(MountRoot(cfg));
   SBX_RETURN_IF_ERROR(SwitchRoot(cfg));
   SBX_RETURN_IF_ERROR(MountDisks(cfg));
@@ -262,7 +306,7 @@ Status RunVmInit() {
   if (mux < 0) return ErrnoError("fork the port's mux");
   if (mux == 0) {
     lfd.Reset();
-    RunPortMux();
+    RunPortMux(cfg.vsock);
   }
   // The agent's memory and /proc entries are closed to the sandbox's code.
   if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return ErrnoError("PR_SET_DUMPABLE");

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -103,6 +104,18 @@ Status ReaddressVmNetwork(const std::string& net_json) {
   SBX_RETURN_IF_ERROR(Ioctl(s.get(), SIOCGIFFLAGS, &ifr, "read eth0's flags"));
   ifr.ifr_flags &= ~IFF_UP;
   SBX_RETURN_IF_ERROR(Ioctl(s.get(), SIOCSIFFLAGS, &ifr, "take eth0 down"));
+  // The copy's own MAC (its IPv6 link-local address follows as eth0 comes up).
+  if (const std::string mac = j.value("mac", ""); !mac.empty()) {
+    unsigned b[6];
+    if (std::sscanf(mac.c_str(), "%2x:%2x:%2x:%2x:%2x:%2x", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]) != 6 ||
+        mac.size() != 17)
+      return MakeError(Code::kInvalidArgument, "bad MAC " + mac);
+    struct ifreq hw = {};
+    std::strncpy(hw.ifr_name, kIf, IFNAMSIZ - 1);
+    hw.ifr_hwaddr.sa_family = 1;  // ARPHRD_ETHER
+    for (int i = 0; i < 6; ++i) hw.ifr_hwaddr.sa_data[i] = static_cast<char>(b[i]);
+    SBX_RETURN_IF_ERROR(Ioctl(s.get(), SIOCSIFHWADDR, &hw, "set eth0's MAC"));
+  }
   return ConfigureVmNetwork(cfg);
 }
 

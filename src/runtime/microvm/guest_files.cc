@@ -144,6 +144,12 @@ bool GuestKernel::HasDiskModules() const {
   return list.ok() && list->find("@disks\n") != std::string::npos && fs::Exists(dir + "/modules/9p.ko");
 }
 
+bool GuestKernel::HasVsockModules() const {
+  auto list = fs::ReadFile(dir + "/modules.list", 1 << 16);
+  return list.ok() && list->find("@vsock\n") != std::string::npos &&
+         fs::Exists(dir + "/modules/vmw_vsock_virtio_transport.ko");
+}
+
 Status WriteInitramfs(const GuestKernel& kernel, const std::string& agent, const std::string& out) {
   SBX_RETURN_IF_ERROR(kernel.Check());
   Cpio c;

@@ -25,6 +25,8 @@ struct GuestKernel {
   Status Check() const;
   // Whether it has what a guest with disks loads (a folder made before disks had none).
   bool HasDiskModules() const;
+  // Whether it has the vsock modules (the agent's channel on a host with vhost-vsock).
+  bool HasVsockModules() const;
 };
 
 // Writes the initramfs (newc cpio, uncompressed: the kernel reads it at memory speed) to

@@ -1,8 +1,8 @@
 // The microVM wall: each sandbox is a QEMU `microvm` guest with a kernel of its own.
 // Its root is an overlay, inside the guest, of the layers' ext4 images (read-only disks,
 // one per layer, cached: guest_files.h) under the sandbox's own disk; its agent is the
-// same sbx-agent as PID 1, reached over a virtio-serial port through a relay process
-// beside QEMU (agent/vm_relay.h), since this host may have no vsock. QEMU and the relay
+// same sbx-agent as PID 1, reached through a relay process beside QEMU (agent/vm_relay.h)
+// over vsock where the host has vhost-vsock, else over a virtio-serial port. QEMU and the relay
 // run in the sandbox's cgroup (below sbx-<instance>-microvm), as a uid of the sandbox's
 // own, in an empty root, under QEMU's system-call filter.
 #include <arpa/inet.h>
@@ -92,6 +92,14 @@ class MicrovmRuntime : public Runtime {
     SBX_RETURN_IF_ERROR(fs::MkdirAll(o_.state_dir, 0711));
     if (::chmod(o_.state_dir.c_str(), 0711) != 0) return ErrnoError("chmod " + o_.state_dir);
     SBX_RETURN_IF_ERROR(images_.Open());
+    SBX_ASSIGN_OR_RETURN(vsock_, microvm::UseVsock(o_.channel, "/dev/vhost-vsock"));
+    if (vsock_ && !kernel_.HasVsockModules()) {
+      if (o_.channel == "vsock")
+        return MakeError(Code::kFailedPrecondition, "the guest kernel folder " + kernel_.dir +
+                                                        " has no vsock modules (make it anew with scripts/vm/guest.sh)");
+      vsock_ = false;
+    }
+    SBX_LOG(kInfo) << "isolation microvm: the agent's channel is " << (vsock_ ? "vsock" : "a virtio-serial port");
     initrd_ = o_.state_dir + "/initramfs.cpio";
     // The agent without its symbols (a smaller initramfs boots sooner under TCG).
     std::string agent = o_.agent_path;
@@ -149,16 +157,8 @@ class MicrovmRuntime : public Runtime {
     SBX_RETURN_IF_ERROR(RefuseMemoryCaptures(spec.layers, Kind()));
     SBX_RETURN_IF_ERROR(fs::MkdirAll(spec.dir, 0700));
     if (!spec.layers.empty() && IsMemoryLayer(spec.layers[0])) {
-      // Its first start grows the copy to its own disk_mb (Boot); an ext4 cannot shrink.
-      const std::string disk = spec.layers[0] + "/" + kVmDiskLayer;
-      struct stat st;
-      if (::stat(disk.c_str(), &st) != 0) return ErrnoError("stat " + disk);
-      if (static_cast<uint64_t>(st.st_size) > DiskBytes(spec.limits))
-        return MakeError(Code::kFailedPrecondition,
-                         "sandbox " + spec.id + "'s disk (" + std::to_string(DiskBytes(spec.limits) >> 20) +
-                             " MiB) is smaller than its memory template's (" + std::to_string(st.st_size >> 20) +
-                             " MiB), whose files it starts on: give it a disk_mb of at least that");
-      SBX_RETURN_IF_ERROR(microvm::CopyDisk(disk, OwnDisk(spec.dir)));
+      SBX_RETURN_IF_ERROR(microvm::CopyTemplateDisk(spec.layers[0] + "/" + kVmDiskLayer, OwnDisk(spec.dir),
+                                                    DiskBytes(spec.limits), spec.id));
       return fs::WriteFileAtomic(MemoryMarker(spec.dir), spec.layers[0], 0600);
     }
     return microvm::MakeOwnDisk(OwnDisk(spec.dir), DiskBytes(spec.limits));
@@ -223,7 +223,8 @@ class MicrovmRuntime : public Runtime {
       if (shape->accel != accel)
         return MakeError(Code::kFailedPrecondition, "sandbox " + spec.id + " was saved under " + shape->accel +
                                                         " and this sbxd runs microVMs under " + accel);
-      if (shape->layers != static_cast<int>(images.size()) || shape->tap != spec.link.has_value() || !spec.binds.empty())
+      if (shape->layers != static_cast<int>(images.size()) || shape->tap != spec.link.has_value() ||
+          !spec.binds.empty() || shape->vsock != vsock_)
         return MakeError(Code::kFailedPrecondition, "sandbox " + spec.id + "'s saved VM has other devices than it has now");
     }
     SBX_ASSIGN_OR_RETURN(uid_t uid, uids_.Take(spec.id));
@@ -250,11 +251,8 @@ class MicrovmRuntime : public Runtime {
     // A disk smaller than the sandbox's disk_mb (a memory template's copy) grows: its file
     // before a boot (the guest grows a file system smaller than its disk as it mounts it),
     // through QEMU after a load.
-    struct stat own;
-    if (::stat(OwnDisk(spec.dir).c_str(), &own) != 0) return fail(ErrnoError("stat the sandbox's disk"));
-    const bool grow = static_cast<uint64_t>(own.st_size) < DiskBytes(spec.limits);
-    if (grow && !shape && ::truncate(OwnDisk(spec.dir).c_str(), static_cast<off_t>(DiskBytes(spec.limits))) != 0)
-      return fail(ErrnoError("grow the sandbox's disk"));
+    auto grow = microvm::GrowDiskFile(OwnDisk(spec.dir), DiskBytes(spec.limits), /*now=*/!shape);
+    if (!grow.ok()) return fail(grow.error());
     const std::string ctl = CtlDir(spec.dir);
     (void)fs::RemoveTree(ctl);
     if (::mkdir(ctl.c_str(), 0700) != 0) return fail(ErrnoError("mkdir " + ctl));
@@ -266,6 +264,7 @@ class MicrovmRuntime : public Runtime {
     cfg.nameserver = spec.nameserver;
     cfg.tmp_bytes = MemoryMb(spec.limits) * (1ull << 20) / 2;
     for (const auto& b : spec.binds) cfg.disks.push_back(b.target);
+    cfg.vsock = vsock_;
     microvm::VmSpec vs;
     if (spec.link) {
       if (auto st = netlink::CreateTap(*spec.link, uid); !st.ok()) return fail(st.error());
@@ -277,8 +276,10 @@ class MicrovmRuntime : public Runtime {
         cfg.gateway6 = Ipv6(spec.link->gateway6);
       }
       vs.tap = spec.link->host_if;
-      vs.mac = MacOf(*spec.link);
+      vs.mac = cfg.mac = MacOf(*spec.link);
     }
+    // The VM's uid is unique on the host while it runs, as a vsock CID must be.
+    vs.vsock_cid = vsock_ ? uid : 0;
     vs.qemu = o_.qemu;
     vs.accel = accel;
     vs.kernel = kernel_.vmlinux();
@@ -291,41 +292,21 @@ class MicrovmRuntime : public Runtime {
     vs.own_disk = OwnDisk(spec.dir);
     vs.layer_images = images;
     for (const auto& b : spec.binds) vs.shared.push_back(b.source);
-    const std::string log = vm + "/qemu.log";
-    std::vector<std::string> launch = {o_.agent_path, "--vm-launch", vm, std::to_string(uid), std::to_string(uid), log,
-                                       "--ram", std::to_string(vs.memory_mb)};
-    if (!vs.tap.empty()) launch.insert(launch.end(), {"--tap", vs.tap});
-    // QEMU's jail shows it these and its own folder, nothing else of the host's.
-    for (const std::string& f : {vs.kernel, vs.initrd}) launch.insert(launch.end(), {"--ro", f});
-    for (const auto& f : images) launch.insert(launch.end(), {"--ro", f});
-    launch.insert(launch.end(), {"--rw", vs.own_disk});
-    // Its disks: QEMU serves them with the sandboxes' ids (agent/vm_jail.h ShareIds).
-    for (const auto& d : vs.shared) launch.insert(launch.end(), {"--rw", d});
-    if (!vs.shared.empty())
-      launch.insert(launch.end(), {"--share-ids", std::to_string(o_.uid_base) + ":" + std::to_string(o_.uid_count)});
-    if (shape)
-      launch.insert(launch.end(), {"--ram-from", saved + "/" + microvm::kSavedRam, "--incoming", saved + "/" + microvm::kSavedMemory});
-    launch.emplace_back("--");
-    for (auto& a : microvm::QemuArgv(vs)) launch.push_back(std::move(a));
-    auto ran = Reaper::Get().Run(launch, "", 0, [&](pid_t pid) { return cg.AddProcess(pid); }, 10000);
+    microvm::Launch how;
+    how.agent = o_.agent_path;
+    how.vm = vm;
+    how.uid = uid;
+    if (!vs.shared.empty()) how.share_ids = std::to_string(o_.uid_base) + ":" + std::to_string(o_.uid_count);
+    if (shape) {
+      how.ram_from = saved + "/" + microvm::kSavedRam;
+      how.incoming = saved + "/" + microvm::kSavedMemory;
+    }
+    auto ran = Reaper::Get().Run(microvm::LaunchArgv(how, vs), "", 0, [&](pid_t p) { return cg.AddProcess(p); }, 10000);
     if (!ran.ok()) return fail(ran.error());
     if (ran->exit_code != 0) return fail(MakeError(Code::kInternal, "QEMU could not start: " + ran->output));
-    // QEMU writes its pid file as it starts.
-    pid_t pid = 0;
-    for (int i = 0; i < 1000 && pid <= 0; ++i) {
-      auto pid_text = fs::ReadFile(vm + "/qemu.pid", 64);
-      if (pid_text.ok()) pid = static_cast<pid_t>(std::atoi(pid_text->c_str()));
-      if (pid <= 0) {
-        if (cg.Pids().empty()) break;  // it ended
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-    }
-    if (pid <= 0) return fail(MakeError(Code::kInternal, "QEMU did not start: " + Tail(log)));
-    // The pid file is QEMU's user's to write: only a process of the sandbox's cgroup counts.
-    if (auto in = cg.Pids(); std::find(in.begin(), in.end(), pid) == in.end())
-      return fail(MakeError(Code::kInternal, "QEMU's pid file names a process outside its cgroup"));
-    auto pidfd = proc::PidfdOpen(pid);
-    if (!pidfd.ok()) return fail(MakeError(Code::kInternal, "QEMU ended at start: " + Tail(log)));
+    auto started = microvm::WaitForQemu(vm, [&] { return cg.Pids(); });
+    if (!started.ok()) return fail(started.error());
+    auto& [pid, pidfd] = *started;
     auto ram = microvm::RamIdentity(pid);
     if (!ram.ok()) return fail(ram.error());
     if (shape) {
@@ -333,13 +314,14 @@ class MicrovmRuntime : public Runtime {
       if (Status st = microvm::RunLoadedVm(vm, uid, kBootTimeoutMs); !st.ok())
         return fail(MakeError(st.error().code, st.error().message + ": " + WhatItSaid(vm)));
     }
-    auto relay = Reaper::Get().Run({o_.agent_path, "--vm-relay", vm, "agent.sock", "console.sock", "console.log",
-                                    "../ctl/relay.sock", std::to_string(uid)},
+    auto relay = Reaper::Get().Run({o_.agent_path, "--vm-relay", vm, vsock_ ? "vsock:" + std::to_string(uid) : "agent.sock",
+                                    "console.sock", "console.log", "../ctl/relay.sock", std::to_string(uid),
+                                    std::to_string(pid)},
                                    "", 0, [&](pid_t p) { return cg.AddProcess(p); }, 10000);
     if (!relay.ok()) return fail(relay.error());
     if (relay->exit_code != 0) return fail(MakeError(Code::kInternal, "the agent's relay: " + relay->output));
     Instance inst;
-    SetVm(&inst, pid, std::move(*pidfd), uid, vs.accel, vs.tap, *ram);
+    SetVm(&inst, pid, std::move(pidfd), uid, vs.accel, vs.tap, *ram);
     auto addr = DialerInFolder(ctl, "relay.sock");
     if (!addr.ok()) return fail(addr.error());
     inst.agent = *addr;
@@ -355,14 +337,10 @@ class MicrovmRuntime : public Runtime {
     // A loaded VM's clock stood still since its save, and its kernel's random state is
     // the saved one's.
     if (shape) {
-      if (Status st = microvm::RenewLoadedVm(*inst.agent, kSyncTimeoutMs, copy ? &cfg : nullptr); !st.ok())
-        return fail(st.error().Wrap("renewing the restored VM"));
-      if (Status st = agent::SyncBlocking(*inst.agent, kSyncTimeoutMs, agent::SyncMode::kThaw); !st.ok())
-        return fail(st.error().Wrap("thawing the restored VM's disk"));
-      if (grow) {
-        if (Status st = microvm::GrowLoadedDisk(vm, uid, *inst.agent, DiskBytes(spec.limits), kSyncTimeoutMs); !st.ok())
-          return fail(st.error().Wrap("growing the restored VM's disk"));
-      }
+      if (Status st = microvm::RenewLoadedVm({vm, uid, *inst.agent, copy ? &cfg : nullptr, *grow ? DiskBytes(spec.limits) : 0},
+                                             kSyncTimeoutMs);
+          !st.ok())
+        return fail(st.error());
     }
     return inst;
   }
@@ -432,6 +410,7 @@ class MicrovmRuntime : public Runtime {
     shape.memory_mb = MemoryMb(spec.limits);
     for (const auto& l : spec.layers) shape.layers += IsMemoryLayer(l) ? 0 : 1;
     shape.tap = spec.link.has_value();
+    shape.vsock = vsock_;
     return std::make_pair(running, shape);
   }
 
@@ -611,6 +590,7 @@ class MicrovmRuntime : public Runtime {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::string accel_;  // empty while the probe runs
+  bool vsock_ = false;  // the agents' channel (Init)
   std::map<std::string, agent::DialerPtr> live_;  // running VMs' agents, by sandbox id
   std::thread probe_;
 };

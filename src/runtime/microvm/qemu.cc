@@ -74,8 +74,12 @@ std::vector<std::string> QemuArgv(const VmSpec& s) {
        "-display", "none", "-no-reboot", "-kernel", s.kernel, "-initrd", s.initrd, "-append",
        KernelCmdline(s.config, s.accel)});
   add({"-chardev", "socket,id=con,path=console.sock,server=on,wait=off", "-serial", "chardev:con"});
-  add({"-device", "virtio-serial-device", "-chardev", "socket,id=agent,path=agent.sock,server=on,wait=off",
-       "-device", std::string("virtserialport,chardev=agent,name=") + agent::kVmAgentPort});
+  if (s.vsock_cid > 0)
+    add({"-device", "vhost-vsock-device,guest-cid=" + std::to_string(s.vsock_cid) +
+                        ",vhostfd=" + std::to_string(agent::kVsockFd)});
+  else
+    add({"-device", "virtio-serial-device", "-chardev", "socket,id=agent,path=agent.sock,server=on,wait=off",
+         "-device", std::string("virtserialport,chardev=agent,name=") + agent::kVmAgentPort});
   add({"-object", "rng-random,id=rng,filename=/dev/urandom", "-device", "virtio-rng-device,rng=rng"});
   add({"-drive", std::string("id=") + kOwnDrive + ",file=" + s.own_disk + ",format=raw,if=none,cache=writeback,discard=unmap",
        "-device", std::string("virtio-blk-device,drive=") + kOwnDrive + ",serial=sbx-upper"});
@@ -102,6 +106,25 @@ std::vector<std::string> QemuArgv(const VmSpec& s) {
   // QEMU's system-call filter: no new processes, no privilege changes, no scheduling or
   // resource-control calls, nothing obsolete.
   add({"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"});
+  return a;
+}
+
+std::vector<std::string> LaunchArgv(const Launch& how, const VmSpec& s) {
+  std::vector<std::string> a = {how.agent, "--vm-launch", how.vm, std::to_string(how.uid), std::to_string(how.uid),
+                                how.vm + "/qemu.log", "--ram", std::to_string(s.memory_mb)};
+  if (!s.tap.empty()) a.insert(a.end(), {"--tap", s.tap});
+  if (s.vsock_cid > 0) a.emplace_back("--vsock");
+  // QEMU's jail shows it these and its own folder, nothing else of the host's.
+  for (const std::string& f : {s.kernel, s.initrd}) a.insert(a.end(), {"--ro", f});
+  for (const auto& f : s.layer_images) a.insert(a.end(), {"--ro", f});
+  a.insert(a.end(), {"--rw", s.own_disk});
+  // Its disks: QEMU serves them with the sandboxes' ids (agent/vm_jail.h ShareIds).
+  for (const auto& d : s.shared) a.insert(a.end(), {"--rw", d});
+  if (!how.share_ids.empty()) a.insert(a.end(), {"--share-ids", how.share_ids});
+  if (!how.ram_from.empty()) a.insert(a.end(), {"--ram-from", how.ram_from});
+  if (!how.incoming.empty()) a.insert(a.end(), {"--incoming", how.incoming});
+  a.emplace_back("--");
+  for (auto& q : QemuArgv(s)) a.push_back(std::move(q));
   return a;
 }
 

@@ -29,6 +29,10 @@ struct VmSpec {
   // The sandbox's disks: host folders shared over 9p, tags agent::VmDiskTag(N). QEMU
   // serves them as the sandboxes' ids (--vm-launch --share-ids).
   std::vector<std::string> shared;
+  // The agent's channel: a vsock device with this guest CID (QEMU's descriptor
+  // agent::kVsockFd is /dev/vhost-vsock: --vm-launch --vsock), or with 0 the virtio-serial
+  // port agent::kVmAgentPort on agent.sock.
+  uint32_t vsock_cid = 0;
   std::string tap;  // the network's tap (empty: none), open as QEMU's fd 3 (--vm-launch)
   std::string mac;
   // A restore: QEMU waits for the saved VM (`-incoming defer`; RunLoadedVm loads it
@@ -40,10 +44,22 @@ struct VmSpec {
 };
 
 // The arguments (argv[0] is spec.qemu). QEMU runs in the VM's folder: its sockets there
-// are agent.sock (the agent's port), console.sock (ttyS0) and qmp.sock (its monitor:
+// are agent.sock (the agent's port, without vsock), console.sock (ttyS0) and qmp.sock (its monitor:
 // microvm/qmp.h), its pid in qemu.pid. It runs as the VM's own unprivileged user from the start (sbx-agent
 // --vm-launch), under its own system-call filter.
 std::vector<std::string> QemuArgv(const VmSpec& spec);
+
+// How `sbx-agent --vm-launch` (agent/vm_relay.h) starts QEMU for a VmSpec: `agent` is
+// sbx-agent, QEMU runs as `uid` in the VM's folder `vm` (its log there: qemu.log);
+// `share_ids` ("BASE:COUNT") when it serves disks; a saved VM's RAM and stream to load.
+struct Launch {
+  std::string agent, vm;
+  uid_t uid = 0;
+  std::string share_ids;
+  std::string ram_from, incoming;
+};
+// The whole command: sbx-agent --vm-launch ... -- QEMU's own arguments (QemuArgv).
+std::vector<std::string> LaunchArgv(const Launch& how, const VmSpec& spec);
 
 // The kernel command line for a guest config, on `accel` ("kvm" or "tcg").
 std::string KernelCmdline(const std::string& config_json, const std::string& accel);

@@ -6,13 +6,17 @@
 #include <sys/types.h>
 
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/result.h"
+#include "base/unique_fd.h"
 #include "runtime/runtime.h"
 
 namespace sbx::runtime::microvm {
@@ -26,6 +30,15 @@ std::string Tail(const std::string& path, size_t n = 800);
 // The last words of a VM that did not come up (its folder `vm`): QEMU's, and the guest's
 // console.
 std::string WhatItSaid(const std::string& vm);
+
+// The QEMU that `sbx-agent --vm-launch` started in the VM's folder `vm`: its pid (from its
+// pid file, which QEMU writes as it starts) and a pidfd. `pids` lists the processes of the
+// sandbox's cgroup: the pid file is QEMU's user's to write, so only one of those counts.
+Result<std::pair<pid_t, UniqueFd>> WaitForQemu(const std::string& vm, const std::function<std::vector<pid_t>()>& pids);
+
+// Whether VMs reach their agent over vsock, for sbxd's --microvm-channel (auto: where
+// `vhost_vsock`, the host's /dev/vhost-vsock, opens; vsock: it must; serial: never).
+Result<bool> UseVsock(const std::string& channel, const std::string& vhost_vsock);
 
 // Hands out the uids QEMU and the relay run as, one per live sandbox, so that no VM's
 // processes can signal or trace another's.

@@ -12,6 +12,7 @@
 #include "agent/vm_config.h"
 #include "base/fs.h"
 #include "base/unique_fd.h"
+#include "runtime/microvm/guest_files.h"
 #include "runtime/microvm/qemu.h"
 #include "runtime/microvm/qmp.h"
 
@@ -94,7 +95,7 @@ Result<uint64_t> SaveVm(const RunningVm& vm, const SavedShape& shape, const std:
   SavedShape s = shape;
   s.bytes = static_cast<uint64_t>(sb.st_size) + ram_bytes;
   json j = {{"accel", s.accel}, {"cpus", s.cpus}, {"memory_mb", s.memory_mb},
-            {"layers", s.layers}, {"tap", s.tap}, {"bytes", s.bytes}};
+            {"layers", s.layers}, {"tap", s.tap}, {"vsock", s.vsock}, {"bytes", s.bytes}};
   if (st.ok()) st = fs::WriteFileAtomic(out + "/" + kSavedShape, j.dump() + "\n", 0600);
   if (!st.ok()) {
     // The VM goes on as it was.
@@ -117,6 +118,7 @@ Result<SavedShape> ReadSavedShape(const std::string& dir) {
   s.memory_mb = j["memory_mb"].get<uint64_t>();
   s.layers = j["layers"].get<int>();
   s.tap = j["tap"].get<bool>();
+  s.vsock = j.value("vsock", false);
   s.bytes = j.value("bytes", uint64_t{0});
   if (!fs::Exists(dir + "/" + kSavedMemory) || !fs::Exists(dir + "/" + kSavedRam))
     return MakeError(Code::kInternal, "the saved VM in " + dir + " is not whole");
@@ -155,7 +157,8 @@ Status ContinueVm(const std::string& vm_dir, uid_t uid, int timeout_ms) {
   return OkStatus();
 }
 
-Status RenewLoadedVm(const agent::Dialer& agent, int timeout_ms, const agent::VmConfig* copy) {
+Status RenewLoadedVm(const LoadedVm& vm, int timeout_ms) {
+  const agent::VmConfig* copy = vm.copy;
   agent::Renewal r;
   r.time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
                   .count();
@@ -166,9 +169,36 @@ Status RenewLoadedVm(const agent::Dialer& agent, int timeout_ms, const agent::Vm
     r.hostname = copy->hostname;
     if (!copy->address.empty())
       r.net = json{{"address", copy->address}, {"gateway", copy->gateway}, {"prefix", copy->prefix},
-                   {"address6", copy->address6}, {"gateway6", copy->gateway6}}.dump();
+                   {"address6", copy->address6}, {"gateway6", copy->gateway6}, {"mac", copy->mac}}.dump();
   }
-  return agent::RenewBlocking(agent, timeout_ms, r);
+  if (Status st = agent::RenewBlocking(vm.agent, timeout_ms, r); !st.ok()) return st.error().Wrap("renewing the restored VM");
+  if (Status st = agent::SyncBlocking(vm.agent, timeout_ms, agent::SyncMode::kThaw); !st.ok())
+    return st.error().Wrap("thawing the restored VM's disk");
+  if (vm.grow_to == 0) return OkStatus();
+  if (Status st = GrowLoadedDisk(vm.dir, vm.uid, vm.agent, vm.grow_to, timeout_ms); !st.ok())
+    return st.error().Wrap("growing the restored VM's disk");
+  return OkStatus();
+}
+
+Result<bool> GrowDiskFile(const std::string& path, uint64_t bytes, bool now) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoError("stat " + path);
+  if (static_cast<uint64_t>(st.st_size) >= bytes) return false;
+  if (now && ::truncate(path.c_str(), static_cast<off_t>(bytes)) != 0) return ErrnoError("grow " + path);
+  return true;
+}
+
+Status CopyTemplateDisk(const std::string& from, const std::string& to, uint64_t disk_bytes, const std::string& id) {
+  struct stat st;
+  if (::stat(from.c_str(), &st) != 0) return ErrnoError("stat " + from);
+  if (static_cast<uint64_t>(st.st_size) > disk_bytes)
+    return MakeError(Code::kFailedPrecondition, "sandbox " + id + "'s disk (" + std::to_string(disk_bytes >> 20) +
+                                                    " MiB) is smaller than its memory template's (" +
+                                                    std::to_string(st.st_size >> 20) +
+                                                    " MiB), whose files it starts on: give it a disk_mb of at least that");
+  auto copied = CopyDisk(from, to);
+  if (!copied.ok()) return copied.error();
+  return OkStatus();
 }
 
 std::string WhyNotLoad(const Result<SavedShape>& shape, int cpus, uint64_t memory_mb, bool link, bool disks) {

@@ -32,6 +32,7 @@ struct SavedShape {
   uint64_t memory_mb = 0;
   int layers = 0;     // read-only disks beside the VM's own
   bool tap = false;   // whether it had a network device
+  bool vsock = false; // whether its agent's channel was a vsock device (else virtio-serial)
   uint64_t bytes = 0; // the RAM's data and the stream, on disk
 };
 
@@ -62,11 +63,28 @@ Result<SavedShape> ReadSavedShape(const std::string& dir);
 // then lets it run.
 Status RunLoadedVm(const std::string& vm_dir, uid_t uid, int timeout_ms);
 
+// A loaded VM, as RenewLoadedVm finds it: QEMU's folder `dir` served by `uid`, its agent.
+struct LoadedVm {
+  std::string dir;
+  uid_t uid = 0;
+  const agent::Dialer& agent;
+  const agent::VmConfig* copy = nullptr;  // another sandbox's VM (a template's copy): its own config
+  uint64_t grow_to = 0;                   // its disk's size, where larger than the saved VM's
+};
 // After a load: sets the guest's clock to the host's and mixes fresh host entropy into its
 // kernel's pool (the saved VM's clock stood still and its random state is the saved one's);
-// for another sandbox's VM (a template's copy, `copy` its own config) also its hostname and
-// network addresses.
-Status RenewLoadedVm(const agent::Dialer& agent, int timeout_ms, const agent::VmConfig* copy);
+// for a copy also its hostname and network addresses; thaws its disk (frozen at the save),
+// and grows it (GrowLoadedDisk).
+Status RenewLoadedVm(const LoadedVm& vm, int timeout_ms);
+
+// Whether the disk file `path` is smaller than `bytes`; with `now`, it is made that large
+// (a boot's guest then grows its file system to it: agent/init/vm_disk.h).
+Result<bool> GrowDiskFile(const std::string& path, uint64_t bytes, bool now);
+
+// A memory template's copy starts on a copy of the template's disk `from` (its files are
+// there), as `to`; its first start grows it to the copy's `disk_bytes` (an ext4 cannot
+// shrink: a smaller disk_bytes is refused, 409, for sandbox `id`).
+Status CopyTemplateDisk(const std::string& from, const std::string& to, uint64_t disk_bytes, const std::string& id);
 
 // Why a copy of a memory template whose saved VM has `shape` cannot load it, as a sandbox
 // of `cpus` vCPUs and `memory_mb` MiB, with or without a network `link` and `disks` ("":
