@@ -28,7 +28,9 @@ asio::awaitable<Response> Api::Health(Request& req) {
                                {"store", f.store},
                                {"isolation", f.isolation}}},
                  // The microVM wall's accelerator (null: no such wall, or its probe still runs).
-                 {"microvm_accel", f.microvm_accel.empty() ? json(nullptr) : json(f.microvm_accel)}};
+                 {"microvm_accel", f.microvm_accel.empty() ? json(nullptr) : json(f.microvm_accel)},
+                 // And how it reaches its guests' agents (microvm_runtime.cc: vsock or serial).
+                 {"microvm_channel", f.microvm_channel.empty() ? json(nullptr) : json(f.microvm_channel)}};
   if (f.store) {
     core::StoreStats s = manager_->StoreUse();
     health["store"] = {{"size_mb", s.size_mb},           {"free_mb", s.free_mb},

@@ -252,7 +252,10 @@ SandboxManager::Features SandboxManager::GetFeatures() const {
     if (rt->Caps().hibernate) f.hibernate_isolation.push_back(kind);
     if (rt->Caps().memory_snapshots) f.memory_isolation.push_back(kind);
     f.hibernate = f.hibernate || rt->Caps().hibernate;
-    if (kind == "microvm") f.microvm_accel = rt->Accelerator();
+    if (kind == "microvm") {
+      f.microvm_accel = rt->Accelerator();
+      f.microvm_channel = rt->AgentChannel();
+    }
   }
   return f;
 }

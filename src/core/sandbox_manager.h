@@ -189,6 +189,7 @@ class SandboxManager {
     bool store = false;                  // sandboxes' files are on the btrfs store
     std::vector<std::string> isolation;  // the kinds a create may ask for
     std::string microvm_accel;           // kvm or tcg ("" while probing, or no microVM wall)
+    std::string microvm_channel;         // vsock or serial ("": no microVM wall)
   };
   Features GetFeatures() const;
   const TypeTable& types() const { return types_; }

@@ -113,6 +113,8 @@ class Runtime {
   // The accelerator a VM wall boots its guests with ("kvm", "tcg"; empty: not a VM wall,
   // or not yet known).
   virtual std::string Accelerator() const { return ""; }
+  // How a VM wall reaches its guests' agents ("vsock", "serial"; empty: not a VM wall).
+  virtual std::string AgentChannel() const { return ""; }
   // Creates the sandbox's writable layer under spec.dir (once, at create).
   virtual Status Prepare(const StartSpec& spec) = 0;
   // Boots the sandbox on its files; returns once its agent answers.

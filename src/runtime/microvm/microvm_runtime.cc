@@ -128,6 +128,8 @@ class MicrovmRuntime : public Runtime {
     return accel_;
   }
 
+  std::string AgentChannel() const override { return vsock_ ? "vsock" : "serial"; }
+
   Capabilities Caps() const override {
     Capabilities c;
     c.freeze = true;  // the cgroup freezer holds QEMU (and with it every vCPU)
