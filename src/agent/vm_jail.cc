@@ -183,6 +183,10 @@ Status BecomeKeeping(uid_t uid, gid_t gid, uint32_t keep) {
   if (::prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) return ErrnoError("PR_SET_KEEPCAPS");
   if (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0)
     return ErrnoError("become uid " + std::to_string(uid));
+  return SetCapabilities(keep);
+}
+
+Status SetCapabilities(uint32_t keep) {
   struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
   struct __user_cap_data_struct data[2] = {};
   data[0].effective = data[0].permitted = keep;

@@ -53,5 +53,7 @@ Status TakeShareIds(const ShareIds& ids);
 // Becomes `uid` and `gid` (no supplementary groups), keeping of root's capabilities only
 // those in `keep` (bits by number, below 32) as permitted and effective, none across exec.
 Status BecomeKeeping(uid_t uid, gid_t gid, uint32_t keep);
+// Sets the permitted and effective capabilities to `keep` (none inheritable).
+Status SetCapabilities(uint32_t keep);
 
 }  // namespace sbx::agent

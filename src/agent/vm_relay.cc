@@ -196,9 +196,7 @@ int StartRelay(const RelayOptions& o) {
     lis->Reset();
     qemu.Reset();
     // The console's reader binds nothing: it keeps no capability.
-    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
-    struct __user_cap_data_struct none[2] = {};
-    if (::syscall(SYS_capset, &hdr, none) != 0) _exit(1);
+    if (!SetCapabilities(0).ok()) _exit(1);
     KeepConsole(con->get(), log.get());
   }
   con->Reset();

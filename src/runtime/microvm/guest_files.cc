@@ -139,15 +139,10 @@ Status GuestKernel::Check() const {
   return OkStatus();
 }
 
-bool GuestKernel::HasDiskModules() const {
+bool GuestKernel::HasSection(const std::string& section, const std::string& module) const {
   auto list = fs::ReadFile(dir + "/modules.list", 1 << 16);
-  return list.ok() && list->find("@disks\n") != std::string::npos && fs::Exists(dir + "/modules/9p.ko");
-}
-
-bool GuestKernel::HasVsockModules() const {
-  auto list = fs::ReadFile(dir + "/modules.list", 1 << 16);
-  return list.ok() && list->find("@vsock\n") != std::string::npos &&
-         fs::Exists(dir + "/modules/vmw_vsock_virtio_transport.ko");
+  return list.ok() && list->find("@" + section + "\n") != std::string::npos &&
+         fs::Exists(dir + "/modules/" + module + ".ko");
 }
 
 Status WriteInitramfs(const GuestKernel& kernel, const std::string& agent, const std::string& out) {

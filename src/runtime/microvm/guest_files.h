@@ -24,9 +24,11 @@ struct GuestKernel {
   // Checks the folder has what a boot needs.
   Status Check() const;
   // Whether it has what a guest with disks loads (a folder made before disks had none).
-  bool HasDiskModules() const;
+  bool HasDiskModules() const { return HasSection("disks", "9p"); }
   // Whether it has the vsock modules (the agent's channel on a host with vhost-vsock).
-  bool HasVsockModules() const;
+  bool HasVsockModules() const { return HasSection("vsock", "vmw_vsock_virtio_transport"); }
+  // Whether modules.list has the line "@section" and modules/ the section's last `module`.
+  bool HasSection(const std::string& section, const std::string& module) const;
 };
 
 // Writes the initramfs (newc cpio, uncompressed: the kernel reads it at memory speed) to
