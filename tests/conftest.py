@@ -3,6 +3,7 @@ start themselves, each on a private port, data dir and uid range, driven through
 Python SDK, the CLI and raw HTTP. Needs root (namespaces, cgroups)."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import http.client
 import io
@@ -48,8 +49,11 @@ CRIU = os.environ.get("SBX_CRIU") or os.path.join(os.environ.get("SBX_CACHE_DIR"
 # runs on one machine (a developer's beside CI's) never share sandbox or owner uids.
 _next_uid_base = [300000 + (os.getpid() % 100) * 20_000_000]  # sbxd takes bases up to 2^31
 # Two runs whose pids are equal modulo 100 would pick the same stretch: each daemon's three
-# ranges are claimed by a file holding the run's pid here (a dead run's claim is taken over).
+# ranges are claimed by an exclusive lock on a file here, held until the run ends (the
+# kernel drops a dead run's locks, so no claim outlives its run and two runs never both
+# take one over).
 UID_CLAIMS = "/run/sbx-test-uids"
+_claims = []  # the open, locked claim files: closed only by the run's exit
 
 
 def pids_with_uids(ranges):
@@ -72,27 +76,22 @@ def pids_with_uids(ranges):
 
 
 def claim_uid_base():
-    """The next base of three uid ranges that no other live test run claimed and no process
-    runs in."""
+    """The next base of three uid ranges that no other live test run holds and no process
+    runs in (a range where one does is what an interrupted run's daemons left)."""
     os.makedirs(UID_CLAIMS, exist_ok=True)
     while True:
         base = _next_uid_base[0]
         _next_uid_base[0] += 3 * 65536
-        path = os.path.join(UID_CLAIMS, str(base))
+        fd = os.open(os.path.join(UID_CLAIMS, str(base)), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                with open(path) as f:
-                    owner = int(f.read() or 0)
-            except (OSError, ValueError):
-                owner = 0
-            if owner > 0 and os.path.exists(f"/proc/{owner}"):
-                continue
-            fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
-        if not pids_with_uids([(base, base + 3 * 65536)]):  # none left by an interrupted run
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())  # for a reader: which run holds it
+        _claims.append(fd)
+        if not pids_with_uids([(base, base + 3 * 65536)]):
             return base
 
 
@@ -268,7 +267,28 @@ class Daemon:
                 return
             time.sleep(0.05)
         raise AssertionError(f"leftovers: rows={self.sandboxes()} dirs={self.sandbox_dirs()} "
-                             f"cgroups={self.cgroups()} procs={self.processes()}")
+                             f"cgroups={self.cgroups()} procs={self.processes()}\n" + self.describe_processes())
+
+    def describe_processes(self):
+        """Each process of the daemon's uid ranges: pid, parent, uids, state, pid namespace,
+        cgroups and command line (for a failure's message: which sandbox or helper a
+        leftover belongs to)."""
+        out = []
+        for pid in sorted(self.processes()):
+            try:
+                ns = os.readlink(f"/proc/{pid}/ns/pid")
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{pid}/status") as f:
+                    uids = next((l.split()[1:] for l in f if l.startswith("Uid:")), [])
+                with open(f"/proc/{pid}/cgroup") as f:
+                    cg = ";".join(l.strip() for l in f if "freezer" in l or "pids" in l or l.startswith("0::"))
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:80]
+                out.append(f"  pid {pid} ppid {fields[1]} uids {'/'.join(uids)} state {fields[0]} {ns} [{cg}] {cmd}")
+            except OSError:
+                pass
+        return "\n".join(out)
 
     def metric(self, name: str) -> float:
         status, text = self.raw("GET", "/metrics")

@@ -75,10 +75,25 @@ def pid_namespaces(d):
     return ns
 
 
+def inits(d):
+    """Host pids of the processes in the daemon's uid range that are pid 1 of their pid
+    namespace: each running sandbox's init."""
+    out = set()
+    for pid in d.processes():
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                ns_pids = next((l.split()[1:] for l in f if l.startswith("NSpid:")), [])
+        except OSError:
+            continue  # gone meanwhile
+        if ns_pids and ns_pids[-1] == "1":
+            out.add(pid)
+    return out
+
+
 def consistent(d):
     """Rows, dirs, cgroups and namespaces agree once teardowns settle: every directory has
-    a row, every running row its directory, and exactly the running sandboxes hold cgroups
-    and pid namespaces (one each). (A sandbox that failed before its files existed is an
+    a row, every running row its directory, and exactly the running sandboxes hold cgroups,
+    pid namespaces and inits (one each). (A sandbox that failed before its files existed is an
     error row without a directory.)"""
     deadline = time.time() + 30
     while time.time() < deadline:
@@ -86,30 +101,11 @@ def consistent(d):
         running = {i for i, s in rows.items() if s["state"] == "running"}
         dirs = set(d.sandbox_dirs())
         if (dirs <= set(rows) and running <= dirs and d.cgroups() == running
-                and len(pid_namespaces(d)) == len(running)):
+                and len(pid_namespaces(d)) == len(running) and len(inits(d)) == len(running)):
             return rows
         time.sleep(0.1)
     raise AssertionError(f"rows={list(rows)} dirs={d.sandbox_dirs()} cgroups={d.cgroups()} "
-                         f"pid namespaces={len(pid_namespaces(d))}\n" + describe_processes(d))
-
-
-def describe_processes(d):
-    """Each process of the daemon's uid range: pid, parent, pid namespace, cgroups, state
-    and command line (for a failure's message)."""
-    out = []
-    for pid in sorted(d.processes()):
-        try:
-            ns = os.readlink(f"/proc/{pid}/ns/pid")
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{pid}/cgroup") as f:
-                cg = ";".join(l.strip() for l in f if "freezer" in l or "pids" in l or l.startswith("0::"))
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:80]
-            out.append(f"  pid {pid} ppid {fields[1]} state {fields[0]} {ns} [{cg}] {cmd}")
-        except OSError:
-            pass
-    return "\n".join(out)
+                         f"pid namespaces={len(pid_namespaces(d))} inits={sorted(inits(d))}\n" + d.describe_processes() + "\nlog: " + d.log())
 
 
 @pytest.fixture(params=[False, True], ids=["copy", "store"])
@@ -128,6 +124,8 @@ def test_crash_during_snapshot_leaves_whole_snapshot_or_none(copy_or_store_daemo
     c = d.client()
     sb = c.create(image="busybox")
     sb.exec("head -c 5000000 /dev/urandom > /root/blob; md5sum /root/blob > /root/sum", check=True)
+    before = inits(d)
+    assert len(before) == 1, d.describe_processes()
     crash_at(d, point)
     c = d.client()
     with pytest.raises(sbx.SbxError):
@@ -150,6 +148,8 @@ def test_crash_during_snapshot_leaves_whole_snapshot_or_none(copy_or_store_daemo
     assert not [l for l in layers if l.startswith("tmp-")]
     assert len(layers) == len(names)
     consistent(d)
+    # Re-adopted, not started again: the same init, and no other.
+    assert inits(d) == before, d.describe_processes()
 
 
 @pytest.mark.parametrize("point", ["create.row_inserted", "create.started"])
@@ -181,6 +181,7 @@ def test_crash_during_fork_leaves_source_usable(copy_or_store_daemon):
     d = copy_or_store_daemon
     sb = d.client().create(image="busybox")
     sb.exec("echo x > /root/x", check=True)
+    before = inits(d)
     crash_at(d, "fork.captured")
     with pytest.raises(sbx.SbxError):
         d.client().get(sb.id).fork(count=2)
@@ -189,6 +190,7 @@ def test_crash_during_fork_leaves_source_usable(copy_or_store_daemon):
     assert c.get(sb.id).exec("cat /root/x").stdout == "x\n"
     rows = consistent(d)
     assert list(rows) == [sb.id]
+    assert inits(d) == before, d.describe_processes()
     assert os.listdir(os.path.join(d.data, "layers")) == []
 
 
@@ -198,6 +200,7 @@ def test_crash_during_pause_leaves_the_sandbox_running(copy_or_store_daemon):
     d = copy_or_store_daemon
     sb = d.client().create(image="busybox")
     sb.exec("echo p > /root/p", check=True)
+    before = inits(d)
     crash_at(d, "pause.done")
     with pytest.raises(sbx.SbxError):
         d.client().get(sb.id).pause()
@@ -206,6 +209,7 @@ def test_crash_during_pause_leaves_the_sandbox_running(copy_or_store_daemon):
     assert got.state == "running"
     assert got.exec("cat /root/p").stdout == "p\n"
     consistent(d)
+    assert inits(d) == before, d.describe_processes()
 
 
 def test_crash_after_a_checkpoint_keeps_it(copy_or_store_daemon):
