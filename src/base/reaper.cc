@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -87,7 +88,7 @@ bool BecomeOwner(uid_t euid) {
 
 Result<Reaper::RunResult> Reaper::Run(const std::vector<std::string>& argv, const std::string& cwd, uid_t euid,
                                       const std::function<Status(pid_t)>& before_exec, int64_t timeout_ms,
-                                      const std::string& output_file) {
+                                      const std::string& output_file, const RunUts& uts) {
   if (argv.empty()) return MakeError(Code::kInvalidArgument, "empty command");
   UniqueFd log;
   if (!output_file.empty()) {
@@ -111,6 +112,11 @@ Result<Reaper::RunResult> Reaper::Run(const std::vector<std::string>& argv, cons
     std::lock_guard<std::mutex> lock(g_mu);
     pid = ::fork();
     if (pid == 0) {
+      // First, while every descriptor is where the caller left it (raw system calls).
+      if (uts.join >= 0 && ::setns(uts.join, CLONE_NEWUTS) != 0) ::_exit(123);
+      if (!uts.fresh_name.empty() &&
+          (::unshare(CLONE_NEWUTS) != 0 || ::sethostname(uts.fresh_name.data(), uts.fresh_name.size()) != 0))
+        ::_exit(123);
       int null = ::open("/dev/null", O_RDONLY);
       ::dup2(null, 0);
       ::dup2(log.valid() ? log.get() : out[1], 1);

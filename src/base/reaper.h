@@ -13,6 +13,14 @@
 
 namespace sbx {
 
+// The UTS namespace (host name) a command of Reaper::Run runs in: sbxd's (the default),
+// the one open at `join` (a descriptor of /proc/PID/ns/uts), or a new one named
+// `fresh_name`. Set in the forked child before it takes its uid.
+struct RunUts {
+  int join = -1;
+  std::string fresh_name;
+};
+
 class Reaper {
  public:
   static Reaper& Get();
@@ -34,7 +42,7 @@ class Reaper {
   // `timed_out` is set.
   Result<RunResult> Run(const std::vector<std::string>& argv, const std::string& cwd = "", uid_t euid = 0,
                         const std::function<Status(pid_t)>& before_exec = nullptr, int64_t timeout_ms = 0,
-                        const std::string& output_file = "");
+                        const std::string& output_file = "", const RunUts& uts = {});
   // With `output_file`, the command's stdout and stderr are appended to that file instead
   // (`output` stays empty): for a command that leaves processes behind holding them.
 

@@ -1,12 +1,14 @@
 """Per-user kernel budgets: one sandbox using up its own leaves every other sandbox's and the
 host's whole. The kernel charges inotify instances, pending signals and message-queue bytes
 of everything in a user namespace to the namespace's owner; each sandbox's namespace has an
-owner uid of its own."""
+owner uid of its own, a sandbox restored by CRIU (resumed, or copied from memory) too."""
 import fcntl
 import os
 import subprocess
 import sys
 import textwrap
+
+from conftest import require_hibernate, require_memory
 
 INOTIFY = textwrap.dedent("""
     import ctypes, os, sys, time
@@ -85,6 +87,45 @@ def test_each_sandbox_namespace_has_an_owner_of_its_own(daemon):
         assert len(owners) == 2 and 0 not in owners, owners
         # Outside the sandboxes' own uids.
         assert all(not daemon.uid_base <= o < daemon.uid_base + 65536 for o in owners), owners
+
+
+def check_restored_owner(daemon, sb, other_owner):
+    """A sandbox that CRIU restored: its namespace has an owner of its own (not host root,
+    not a sandbox uid, not `other_owner`), its own host name, the non-root process it had,
+    and using up its inotify instances leaves host root's whole."""
+    owner = ns_owner(sandbox_pid(daemon, sb.id))
+    assert owner not in (0, other_owner) and not daemon.uid_base <= owner < daemon.uid_base + 65536, owner
+    assert sb.exec("hostname").stdout.strip() == sb.id
+    owners = sb.exec("for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sleep ] && stat -c %U $p; done").stdout
+    assert owners.split() == ["user"], owners
+    assert hold(sb, INOTIFY) > 0
+    assert int(host_run(INOTIFY)[0]) > 0
+
+
+def test_a_sandbox_resumed_from_hibernation_keeps_a_namespace_owner_of_its_own(daemon):
+    """Restored as root, a resumed sandbox could hold every inotify instance of host root."""
+    require_hibernate(daemon)
+    with daemon.client().create(image="default") as sb:
+        before = ns_owner(sandbox_pid(daemon, sb.id))
+        # A process of a non-root user: its ids are restored by a restore without root.
+        sb.exec(["sh", "-c", "sleep 600 >/dev/null 2>&1 &"], check=True)
+        sb.pause(mode="hibernate")
+        sb.resume()
+        check_restored_owner(daemon, sb, None)
+        assert before != 0
+
+
+def test_a_copy_from_a_memory_template_has_a_namespace_owner_of_its_own(daemon):
+    require_memory(daemon, "container")
+    c = daemon.client()
+    with c.create(image="default") as src:
+        src.exec(["sh", "-c", "sleep 600 >/dev/null 2>&1 &"], check=True)
+        src.snapshot("budget-mem", memory=True)
+        try:
+            with c.create(from_="budget-mem") as cp:
+                check_restored_owner(daemon, cp, ns_owner(sandbox_pid(daemon, src.id)))
+        finally:
+            daemon.raw("DELETE", "/v1/snapshots/budget-mem")
 
 
 def test_inotify_instances_used_up_in_one_sandbox_leave_others_and_the_host_theirs(daemon):

@@ -46,6 +46,16 @@ Status SetHostname(pid_t pid, const std::string& name) {
   return result;
 }
 
+// Whether CRIU's images in `images` hold a UTS namespace (a checkpoint taken before CRIU
+// ran in the sandbox's own).
+bool HoldsUtsNamespace(const std::string& images) {
+  auto names = fs::ListDir(images);
+  if (!names.ok()) return false;
+  for (const auto& n : *names)
+    if (n.rfind("utsns-", 0) == 0) return true;
+  return false;
+}
+
 }  // namespace
 
 // The mounts of a running sandbox that are binds of host files or folders, each with
@@ -84,14 +94,14 @@ Result<std::vector<Checkpointer::HostBind>> Checkpointer::HostBinds(const StartS
 // Its log and pid file go to `work` ("": the images' folder).
 Status Checkpointer::RunCriu(std::vector<std::string> args, const std::string& images, const std::string& work,
                              const std::string& log, const std::string& what, uid_t owner,
-                             const std::function<Status(pid_t)>& before_exec) {
+                             const std::function<Status(pid_t)>& before_exec, const RunUts& uts) {
   args.insert(args.begin(), o_.criu);
   args.insert(args.end(), {"-D", images, "--log-file", log, "-v2"});
   if (!work.empty()) args.insert(args.end(), {"-W", work});
   // CRIU refuses a non-zero effective uid unless told; it then checks the capabilities
   // it holds, which are sbxd's.
   if (owner != 0) args.emplace_back("--unprivileged");
-  auto r = Reaper::Get().Run(args, "", owner, before_exec);
+  auto r = Reaper::Get().Run(args, "", owner, before_exec, 0, "", uts);
   if (!r.ok()) return r.error().Wrap(what);
   if (r->exit_code == 0) return OkStatus();
   std::string msg;
@@ -162,8 +172,12 @@ Status Checkpointer::Dump(const StartSpec& spec, const Instance& inst, const std
     if (spec.link) SBX_RETURN_IF_ERROR(fs::WriteFileAtomic(images + "/network", "", 0600));
   }
   SBX_ASSIGN_OR_RETURN(uid_t owner, UserNsOwner(init.pid));
+  // CRIU runs in the sandbox's UTS namespace, so the images hold none: a restore can then
+  // run as a namespace owner (see RestoreTree).
+  UniqueFd uts(::open(("/proc/" + std::to_string(init.pid) + "/ns/uts").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!uts.valid()) return ErrnoError("open the sandbox's UTS namespace");
   Status st = RunCriu(args, images, "", "dump.log", leave_running ? "saving the sandbox's memory" : "checkpointing the sandbox",
-                      owner);
+                      owner, nullptr, {uts.get(), ""});
   if (leave_running) {
     // CRIU let the processes go on, saved or not: what it could not save is the caller's.
     if (!st.ok()) return MakeError(Code::kFailedPrecondition, st.error().message);
@@ -219,6 +233,27 @@ Result<Instance> Checkpointer::RestoreTree(const StartSpec& spec, const std::str
   std::vector<std::string> args = {"restore", "-d", "--root", root, "--pidfile", pidfile, "--tcp-established",
                                    "--file-locks"};
   args.insert(args.end(), mounts.begin(), mounts.end());
+  // As a namespace owner of the sandbox's own, as a start does: the kernel then charges
+  // its per-user budgets (inotify instances, pending signals, message-queue bytes) to that
+  // uid, not to host root's. CRIU runs in a new UTS namespace named for the sandbox,
+  // which the restored processes share: images taken in the sandbox's UTS namespace (see
+  // Dump) hold none. Images that hold one (taken before) restore as root, since CRIU
+  // writes their host name through /proc/sys, which the kernel opens for writing to host
+  // uid 0 only; such a sandbox shares root's budgets until it boots again.
+  // CRIU runs in the sandbox's cgroup, so the processes it makes are there from their
+  // first page on (a checkpoint that CRIU took as the namespace's owner records no
+  // cgroups to restore).
+  uid_t owner = 0;
+  RunUts uts;
+  if (!HoldsUtsNamespace(images)) {
+    uts.fresh_name = spec.hostname.empty() ? "sandbox" : spec.hostname;
+    if (owners_->enabled()) {
+      SBX_ASSIGN_OR_RETURN(owner, owners_->Take(spec.id));
+    }
+  }
+  ScopeExit release([&] {
+    if (owner != 0) owners_->Release(spec.id);
+  });
   // The link: sbxd makes the pair on the host; CRIU moves its inner end into the restored
   // namespace as eth0 (with the addresses and routes it had); sbxd addresses the host's end.
   const std::string peer = spec.link ? spec.link->host_if + "p" : "";
@@ -226,16 +261,9 @@ Result<Instance> Checkpointer::RestoreTree(const StartSpec& spec, const std::str
     SBX_RETURN_IF_ERROR(netlink::CreateHostPair(*spec.link, peer));
     args.push_back("--external=netdev[eth0]:" + peer);
   }
-  // As root: CRIU restores the UTS namespace's host name through /proc/sys, which the
-  // kernel opens for writing to uid 0 only. So the restored user namespace is owned by
-  // root, and the sandbox shares host root's per-user budgets until it is stopped and
-  // started again (docs/design.md).
-  // CRIU runs in the sandbox's cgroup, so the processes it makes are there from their
-  // first page on (a checkpoint that CRIU took as the namespace's owner records no
-  // cgroups to restore).
   const auto t0 = std::chrono::steady_clock::now();
-  Status restored = RunCriu(args, images, work, "restore.log", "restoring the sandbox", 0,
-                            [&](pid_t criu) { return cg.AddProcess(criu); });
+  Status restored = RunCriu(args, images, work, "restore.log", "restoring the sandbox", owner,
+                            [&](pid_t criu) { return cg.AddProcess(criu); }, uts);
   if (criu_ms)
     *criu_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
   if (!restored.ok()) {
@@ -259,6 +287,7 @@ Result<Instance> Checkpointer::RestoreTree(const StartSpec& spec, const std::str
   if (!addr.ok()) return fail(addr.error());
   inst.agent = *addr;
   if (auto st = agent::PingBlocking(*inst.agent, 5000); !st.ok()) return fail(st.error());
+  release.Release();
   return inst;
 }
 

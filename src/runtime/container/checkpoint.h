@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/reaper.h"
 #include "base/result.h"
 #include "runtime/cgroup.h"
 #include "runtime/runtime.h"
@@ -60,7 +61,7 @@ class Checkpointer {
   Result<std::vector<HostBind>> HostBinds(const StartSpec& spec, pid_t pid) const;
   Status RunCriu(std::vector<std::string> args, const std::string& images, const std::string& work,
                  const std::string& log, const std::string& what, uid_t owner,
-                 const std::function<Status(pid_t)>& before_exec = nullptr);
+                 const std::function<Status(pid_t)>& before_exec = nullptr, const RunUts& uts = {});
   Status Dump(const StartSpec& spec, const Instance& inst, const std::string& images, bool leave_running);
   // CRIU's restore of `images` into the sandbox of `spec` (its folder's overlay as the
   // root, its cgroup, its link's pair as eth0), its files in `work`; `mounts`: the
