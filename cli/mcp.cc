@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -193,7 +194,14 @@ struct HttpServer {
   std::string token;  // required as a bearer token when not empty
   std::mutex mu;
   std::set<std::string> sessions;
+  // Open connections, and those of them that have not yet sent an authenticated request:
+  // past kMaxUnknown a new connection is closed at once, so that clients without the
+  // token cannot take the slots of those with it.
+  static constexpr int kMaxConnections = 256;
+  static constexpr int kMaxUnknown = 32;
+  static constexpr int kUnknownHeaderSeconds = 10;
   std::atomic<int> connections{0};
+  std::atomic<int> unknown{0};
 
   // Compares without an early exit, so the time taken tells nothing of the token.
   static bool SameSecret(const std::string& a, const std::string& b) {
@@ -211,10 +219,13 @@ struct HttpServer {
     return false;
   }
 
-  http::response<http::string_body> Answer(const http::request<http::string_body>& req) {
+  // The refusal of a request whose header alone says it may not be served (wrong
+  // endpoint, foreign origin, no valid token), before a byte of its body is read; the
+  // connection then closes.
+  std::optional<http::response<http::string_body>> Refuse(const http::request_header<>& req) const {
     http::response<http::string_body> res{http::status::ok, req.version()};
     res.set(http::field::server, "sbx-mcp/" SBX_VERSION);
-    res.keep_alive(req.keep_alive());
+    res.keep_alive(false);
     auto fail = [&](http::status st, int code, const std::string& msg) {
       res.result(st);
       res.set(http::field::content_type, "application/json");
@@ -231,6 +242,21 @@ struct HttpServer {
       res.set(http::field::www_authenticate, "Bearer");
       return fail(http::status::unauthorized, -32000, "a valid bearer token is required");
     }
+    return std::nullopt;
+  }
+
+  // Answers a request that Refuse let through.
+  http::response<http::string_body> Answer(const http::request<http::string_body>& req) {
+    http::response<http::string_body> res{http::status::ok, req.version()};
+    res.set(http::field::server, "sbx-mcp/" SBX_VERSION);
+    res.keep_alive(req.keep_alive());
+    auto fail = [&](http::status st, int code, const std::string& msg) {
+      res.result(st);
+      res.set(http::field::content_type, "application/json");
+      res.body() = RpcError(nullptr, code, msg).dump();
+      res.prepare_payload();
+      return res;
+    };
     std::string session(req["mcp-session-id"]);
     if (req.method() == http::verb::delete_) {
       if (session.empty()) return fail(http::status::bad_request, -32000, "the Mcp-Session-Id header is required");
@@ -288,11 +314,29 @@ struct HttpServer {
   void Serve(asio::ip::tcp::socket sock) {
     // A request (from the end of the one before) must come whole within 5 minutes, and
     // its answer be taken within as long, so that no client holds a thread for ever.
+    // Until its first request is authenticated a connection counts among the few that
+    // may be unknown, and has 10 s for each header; the body is read only after it.
     TimedSocket timed{sock, {}};
     beast::flat_buffer buf;
     beast::error_code ec;
+    bool authenticated = false;
     while (true) {
-      http::request_parser<http::string_body> p;
+      http::request_parser<http::empty_body> hp;
+      hp.header_limit(16 << 10);
+      timed.deadline = std::chrono::steady_clock::now() +
+                       (authenticated ? std::chrono::seconds(300) : std::chrono::seconds(kUnknownHeaderSeconds));
+      http::read_header(timed, buf, hp, ec);
+      if (ec) break;
+      if (auto refused = Refuse(hp.get())) {
+        timed.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kUnknownHeaderSeconds);
+        http::write(timed, *refused, ec);
+        break;
+      }
+      if (!authenticated) {
+        authenticated = true;
+        --unknown;
+      }
+      http::request_parser<http::string_body> p{std::move(hp)};
       p.body_limit(16 << 20);
       timed.deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
       http::read(timed, buf, p, ec);
@@ -310,6 +354,7 @@ struct HttpServer {
       http::write(timed, res, ec);
       if (ec || !res.keep_alive()) break;
     }
+    if (!authenticated) --unknown;
     sock.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
   }
 };
@@ -356,8 +401,11 @@ int ServeHttp(const Globals& g, const std::string& listen, std::string token) {
     asio::ip::tcp::socket sock(io);
     acc.accept(sock, ec);
     if (ec) continue;
-    if (server->connections.load() >= 256) continue;  // at the cap: closed at once
+    // At a cap: closed at once.
+    if (server->connections.load() >= HttpServer::kMaxConnections || server->unknown.load() >= HttpServer::kMaxUnknown)
+      continue;
     ++server->connections;
+    ++server->unknown;
     std::thread([server, s = std::move(sock)]() mutable {
       server->Serve(std::move(s));
       --server->connections;
@@ -367,7 +415,8 @@ int ServeHttp(const Globals& g, const std::string& listen, std::string token) {
 
 struct McpCommand {
   CLI::App* cmd = nullptr;
-  std::string http_listen, token_file;
+  std::string http_listen, token_file, network;
+  bool env = false;
 
   void Add(CLI::App& app) {
     cmd = app.add_subcommand("mcp", "Serve sbx's tools over the Model Context Protocol (stdio, or HTTP with --http)");
@@ -376,6 +425,13 @@ struct McpCommand {
     cmd->add_option("--token-file", token_file,
                     "with --http: the token clients must send as a bearer token (also SBX_MCP_TOKEN; "
                     "without either, one is made and printed on stderr)");
+    cmd->add_option("--network", network,
+                    "the network of the sandboxes the tools make: none (whatever a call asks), or outbound "
+                    "(unless a call asks none); default: sbxd's default")
+        ->check(CLI::IsMember({"none", "outbound"}));
+    cmd->add_flag("--env", env,
+                  "give the sandboxes the tools make sbxd's secrets as environment variables (by default "
+                  "they are made no_env)");
     cmd->footer(
         "Example: claude mcp add sbx -- sbx mcp\n"
         "         sbx mcp --http 127.0.0.1:8931");
@@ -383,6 +439,7 @@ struct McpCommand {
 
   std::optional<int> Run(HttpClient&, const Globals& g) {
     if (!cmd->parsed()) return std::nullopt;
+    mcp::SetSandboxPolicy({env, network});
     if (http_listen.empty()) return ServeStdio(g);
     std::string token;
     if (const char* t = std::getenv("SBX_MCP_TOKEN"); t && *t) token = t;

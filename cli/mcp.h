@@ -12,6 +12,17 @@
 
 namespace sbx::cli::mcp {
 
+// What every sandbox the tools make gets, whatever a tool call asks for: the daemon's
+// secrets only with `env` (`sbx mcp --env`; by default MCP-made sandboxes are no_env), and
+// the network mode `network` (`sbx mcp --network`): "none" holds every one to none,
+// "outbound" is the mode of a call that names none, "" leaves that to the daemon's default.
+struct SandboxPolicy {
+  bool env = false;
+  std::string network;
+};
+// Set once, before the server serves (the tools read it from any thread after).
+void SetSandboxPolicy(SandboxPolicy policy);
+
 // The tools as tools/list describes them: name, title, description, inputSchema.
 nlohmann::json ToolList();
 

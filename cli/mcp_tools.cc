@@ -132,13 +132,27 @@ json Exec(Api& api, const std::string& id, const json& body) {
   return a;
 }
 
+SandboxPolicy& Policy() {
+  static SandboxPolicy policy;
+  return policy;
+}
+
+// The network mode of a sandbox a tool makes, as the server's policy allows what the call
+// asked ("" for the daemon's default).
+std::string NetworkFor(const json& args) {
+  std::string net = Str(args, "network");
+  if (Policy().network == "none") return "none";
+  return net.empty() ? Policy().network : net;
+}
+
 // A create body from the image/from/type arguments.
 json CreateBody(const json& args) {
   json body = json::object();
   if (std::string image = Str(args, "image"); !image.empty()) body["image"] = image;
   if (std::string from = Str(args, "from"); !from.empty()) body["from"] = from;
   if (std::string type = Str(args, "type"); !type.empty()) body["type"] = type;
-  if (std::string net = Str(args, "network"); !net.empty()) body["network"] = {{"mode", net}};
+  if (std::string net = NetworkFor(args); !net.empty()) body["network"] = {{"mode", net}};
+  body["no_env"] = !Policy().env;
   body["metadata"] = {{"created_by", "sbx-mcp"}};
   return body;
 }
@@ -242,6 +256,7 @@ json RunOnDisk(Api& api, const json& args) {
   json body = ExecBody(args);
   if (std::string image = Str(args, "image"); !image.empty()) body["image"] = image;
   if (std::string from = Str(args, "from"); !from.empty()) body["from"] = from;
+  if (std::string net = NetworkFor(args); !net.empty()) body["network"] = {{"mode", net}};
   int status = 0;
   // A disk is found by id or name only (not by an id prefix, as sbxd would): a name that
   // is neither is made, unless `create` is false.
@@ -349,7 +364,7 @@ const std::vector<Tool>& Tools() {
         {"name", Prop("string", "A unique name, usable wherever an id is")},
         {"type", Prop("string", "small, default or large")},
         {"ttl_seconds", Prop("integer", "Seconds until it stops (default 3600)")},
-        {"network", Prop("string", "none or outbound (default: sbxd's default)")},
+        {"network", Prop("string", "none or outbound (default: the server's --network, else sbxd's default)")},
         {"user", Prop("string", "Who its commands run as by default: root, or a user of the image (default: user "
                                 "where the image has it, else root)")}},
        json::array(),
@@ -439,6 +454,8 @@ const std::vector<Tool>& Tools() {
 }
 
 }  // namespace
+
+void SetSandboxPolicy(SandboxPolicy policy) { Policy() = std::move(policy); }
 
 json ToolList() {
   json out = json::array();

@@ -6,6 +6,7 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -216,6 +217,20 @@ void Write(int sock, FrameDecoder* in, int root, const json& req) {
   struct stat st;
   if (::fstatat(pfd->get(), base.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
     return SendError(sock, MakeError(Code::kInvalidArgument, path + " is a folder"));
+  // A declared size (an upload's Content-Length) more than the disk holds, or has room
+  // for, is refused before a byte of it comes.
+  const uint64_t declared = req.value("size", uint64_t{0});
+  if (max_bytes && declared > max_bytes)
+    return SendError(sock, MakeError(Code::kTooLarge, "the file (" + std::to_string(declared) +
+                                                          " bytes) is larger than the sandbox's disk (" +
+                                                          std::to_string(max_bytes) + " bytes)"));
+  struct statvfs vfs;
+  if (declared && ::fstatvfs(pfd->get(), &vfs) == 0 &&
+      declared > static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize)
+    return SendError(sock, MakeError(Code::kTooLarge, "the file (" + std::to_string(declared) +
+                                                          " bytes) is larger than the room left on the sandbox's disk (" +
+                                                          std::to_string(static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize) +
+                                                          " bytes)"));
   std::string tmp = kUploadPrefix + RandomSuffix();
   UniqueFd fd(::openat(pfd->get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) return SendError(sock, Errno(errno, "create " + path));

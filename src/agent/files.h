@@ -12,8 +12,11 @@
 //   {"op":"move","from","to","overwrite"} -> kResult {}
 //   {"op":"remove","path","recursive"}    -> kResult {"removed"}
 //   {"op":"read","path"}                  -> kResult entry, kData..., kDataEnd
-//   {"op":"write","path","mode","parents"}-> kResult {"ready":true}; then the client sends
-//                                            kData... kDataEnd; -> kResult {"size"}
+//   {"op":"write","path","mode","parents","max_bytes","size"} -> kResult {"ready":true};
+//                                            then the client sends kData... kDataEnd;
+//                                            -> kResult {"size"}. More than max_bytes (the
+//                                            disk) is refused as it comes, and a declared
+//                                            size more than the disk or its free room at once
 //   {"op":"archive_get","path"}           -> kResult {}, kData (a tar)..., kDataEnd
 //   {"op":"archive_put","path","max_bytes"} -> kResult {"ready":true}; kData (a tar)...
 //                                            kDataEnd; -> kResult {"files","bytes"}

@@ -8,13 +8,68 @@ using nlohmann::json;
 
 namespace {
 Error Invalid(const std::string& msg) { return MakeError(Code::kInvalidArgument, msg); }
+
+// Counts a document's values and depth without building it; stops at either bound.
+class JsonBudget final : public nlohmann::json_sax<json> {
+ public:
+  bool null() override { return Value(); }
+  bool boolean(bool) override { return Value(); }
+  bool number_integer(number_integer_t) override { return Value(); }
+  bool number_unsigned(number_unsigned_t) override { return Value(); }
+  bool number_float(number_float_t, const string_t&) override { return Value(); }
+  bool string(string_t&) override { return Value(); }
+  bool binary(binary_t&) override { return Value(); }
+  bool start_object(std::size_t) override { return Open(); }
+  bool key(string_t&) override { return Value(); }
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override { return Open(); }
+  bool end_array() override { return Close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    malformed_ = true;
+    return false;
+  }
+  bool over() const { return over_; }
+
+ private:
+  bool Value() {
+    if (++values_ <= kMaxJsonValues) return true;
+    over_ = true;
+    return false;
+  }
+  bool Open() {
+    if (++depth_ > kMaxJsonDepth) {
+      over_ = true;
+      return false;
+    }
+    return Value();
+  }
+  bool Close() {
+    --depth_;
+    return true;
+  }
+  size_t values_ = 0, depth_ = 0;
+  bool over_ = false, malformed_ = false;
+};
+
 }  // namespace
+
+Result<json> ParseJson(std::string_view text) {
+  JsonBudget budget;
+  if (!json::sax_parse(text, &budget)) {
+    if (budget.over())
+      return Invalid("the body's JSON is too large to take: at most " + std::to_string(kMaxJsonValues) +
+                     " values, nested at most " + std::to_string(kMaxJsonDepth) + " deep");
+    return Invalid("the body is not valid JSON");
+  }
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) return Invalid("the body is not valid JSON");
+  return j;
+}
 
 // Strict body parsing: an object with only known fields.
 Result<json> ParseObject(const std::string& body, const std::set<std::string>& allowed) {
   if (body.empty()) return json::object();
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded()) return MakeError(Code::kInvalidArgument, "the body is not valid JSON");
+  SBX_ASSIGN_OR_RETURN(json j, ParseJson(body));
   if (!j.is_object()) return MakeError(Code::kInvalidArgument, "the body must be a JSON object");
   for (auto& [k, _] : j.items())
     if (!allowed.count(k)) return MakeError(Code::kInvalidArgument, "unknown field \"" + k + "\"");

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,14 @@
 
 namespace sbx::api {
 
+// A request body's JSON, parsed with a bounded cost: at most kMaxJsonValues values,
+// nested at most kMaxJsonDepth deep, checked by a pass that builds nothing before the
+// document is built (so sbxd's memory for one body stays a small multiple of its size,
+// however the body is shaped). Values past either bound are kInvalidArgument, as is text
+// that is not JSON.
+constexpr size_t kMaxJsonValues = 100000;
+constexpr size_t kMaxJsonDepth = 64;
+Result<nlohmann::json> ParseJson(std::string_view text);
 // An object with only the allowed fields (an empty body is {}).
 Result<nlohmann::json> ParseObject(const std::string& body, const std::set<std::string>& allowed);
 Result<std::string> GetString(const nlohmann::json& j, const char* key, const std::string& def = "");

@@ -1,6 +1,8 @@
 // Connect-RPC's wire forms as the E2B front speaks them (JSON messages over HTTP/1.1).
 #include "api/e2b_connect.h"
 
+#include "api/decode.h"
+
 #include "api/handler_util.h"
 #include "base/base64.h"
 
@@ -26,8 +28,8 @@ Result<json> ReadEnvelope(const std::string& body) {
   for (int i = 1; i <= 4; ++i) n = (n << 8) | static_cast<uint8_t>(body[i]);
   if (body.size() != 5 + static_cast<size_t>(n))
     return MakeError(Code::kInvalidArgument, "the Connect envelope's length does not match its body");
-  json j = json::parse(body.substr(5), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return MakeError(Code::kInvalidArgument, "the message is not a JSON object");
+  SBX_ASSIGN_OR_RETURN(json j, ParseJson(std::string_view(body).substr(5)));
+  if (!j.is_object()) return MakeError(Code::kInvalidArgument, "the message is not a JSON object");
   return j;
 }
 
@@ -92,8 +94,8 @@ bool SpeaksConnectJson(const Request& req, Response* refusal) {
 }
 
 Result<json> UnaryBody(const Request& req) {
-  json j = json::parse(req.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return MakeError(Code::kInvalidArgument, "the body is not a JSON object");
+  SBX_ASSIGN_OR_RETURN(json j, ParseJson(req.body));
+  if (!j.is_object()) return MakeError(Code::kInvalidArgument, "the body is not a JSON object");
   return j;
 }
 

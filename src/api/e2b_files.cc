@@ -3,7 +3,6 @@
 // (agent/files.h), as the user the call names and with paths that are not absolute taken
 // from that user's home, as envd does. docs/e2b.md has the mapping.
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,7 +20,6 @@
 #include "api/handler_util.h"
 #include "api/handlers.h"
 #include "base/ids.h"
-#include "base/unique_fd.h"
 
 namespace sbx::api {
 
@@ -75,46 +73,6 @@ json Op(const char* op, const std::string& user) {
   if (!user.empty()) j["user"] = user;
   return j;
 }
-
-// A request body held in a file, mapped for reading (or the in-memory body).
-class BodyView {
- public:
-  BodyView(const std::string& file, const std::string& body) : text_(body) {
-    if (file.empty()) return;
-    fd_.Reset(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-    struct stat st;
-    if (!fd_.valid() || ::fstat(fd_.get(), &st) != 0) {
-      failed_ = true;
-      return;
-    }
-    size_ = static_cast<size_t>(st.st_size);
-    if (size_ == 0) {
-      text_ = {};
-      return;
-    }
-    void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_.get(), 0);
-    if (m == MAP_FAILED) {
-      failed_ = true;
-      return;
-    }
-    map_ = m;
-    text_ = std::string_view(static_cast<const char*>(m), size_);
-  }
-  ~BodyView() {
-    if (map_) ::munmap(map_, size_);
-  }
-  BodyView(const BodyView&) = delete;
-  BodyView& operator=(const BodyView&) = delete;
-  bool failed() const { return failed_; }
-  std::string_view text() const { return text_; }
-
- private:
-  UniqueFd fd_;
-  void* map_ = nullptr;
-  size_t size_ = 0;
-  bool failed_ = false;
-  std::string_view text_;
-};
 
 }  // namespace
 
@@ -308,44 +266,98 @@ asio::awaitable<Response> Api::EnvdPostFile(Request& req) {
   if (!req.Header("content-encoding").empty() && req.Header("content-encoding") != "identity")
     co_return E2bError(MakeError(Code::kInvalidArgument, "compressed uploads (Content-Encoding: " +
                                                              req.Header("content-encoding") + ") are not supported"));
+  std::string media = ctype.substr(0, ctype.find(';'));
+  for (auto& ch : media) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  while (!media.empty() && media.back() == ' ') media.pop_back();
+  const bool multipart = media == "multipart/form-data";
+  if (!multipart && path.empty()) co_return E2bError(MakeError(Code::kInvalidArgument, "path is required"));
   manager_->Touch(id);
+  // The body goes into the sandbox as it arrives (the server reads it only as this pulls
+  // it), so the sandbox's own disk holds it, never the host's: one that declares more
+  // than that disk is refused before a byte of it is read, and the agent refuses the rest
+  // at the disk's size or when the disk is full.
+  BodySource* body = req.body_source;
+  const std::optional<uint64_t> declared = body->declared();
+  auto lease = co_await manager_->AcquireAgent(id);
+  if (!lease.ok()) co_return E2bError(lease.error());
+  const uint64_t disk = (*lease)->disk_bytes();
+  lease->reset();
+  if (declared && disk && *declared > disk)
+    co_return E2bError(MakeError(Code::kTooLarge, "the upload (" + std::to_string(*declared) +
+                                                      " bytes) is larger than the sandbox's disk (" +
+                                                      std::to_string(disk) + " bytes)"));
   json written = json::array();
-  // One file: from the stored body (`file`), or from a slice of it (`data`).
-  auto write = [&](const std::string& to, const std::string& file, std::string_view data) -> asio::awaitable<Status> {
+  std::optional<FileOp> open;  // the file being written
+  auto start = [&](const std::string& to, std::optional<uint64_t> size) -> asio::awaitable<Status> {
     json op = Op("write", user);
     op["path"] = to;
     op["parents"] = true;
     op["mode"] = 0644;
+    if (size) op["size"] = *size;  // the agent refuses it at once if its disk has no room
     auto f = co_await StartFileOp(id, op);
     if (!f.ok()) co_return f.error();
-    auto done = co_await Upload(f->conn.get(), &file, data);
+    open = std::move(*f);
+    co_return OkStatus();
+  };
+  auto finish = [&](const std::string& to, Status sent) -> asio::awaitable<Status> {
+    auto done = co_await EndUpload(open->conn.get(), sent);
+    open.reset();
     if (!done.ok()) co_return done.error();
     std::string full = done->value("path", to);
     written.push_back({{"name", full.substr(full.rfind('/') + 1)}, {"type", "file"}, {"path", full}});
     co_return OkStatus();
   };
-  std::string media = ctype.substr(0, ctype.find(';'));
-  for (auto& ch : media) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  while (!media.empty() && media.back() == ' ') media.pop_back();
-  if (media != "multipart/form-data") {
-    if (path.empty()) co_return E2bError(MakeError(Code::kInvalidArgument, "path is required"));
-    std::string file = req.body_file;
-    if (Status st = co_await write(path, file, {}); !st.ok()) co_return E2bError(st.error());
+  if (!multipart) {
+    if (Status st = co_await start(path, declared); !st.ok()) co_return E2bError(st.error());
+    Status sent = OkStatus();
+    while (sent.ok()) {
+      auto piece = co_await body->Next();
+      if (!piece.ok()) sent = piece.error();
+      else if (piece->empty()) break;
+      else sent = co_await SendUploadPiece(open->conn.get(), std::move(*piece));
+    }
+    if (!sent.ok() && !body->done()) {
+      open.reset();  // the upload itself failed: the agent drops its hidden file
+      co_return E2bError(sent.error());
+    }
+    if (Status st = co_await finish(path, sent); !st.ok()) co_return E2bError(st.error());
     co_return Json(200, written);
   }
-  BodyView body(req.body_file, req.body);
-  if (body.failed()) co_return E2bError(MakeError(Code::kInternal, "cannot read the stored upload"));
-  auto parts = ParseMultipart(body.text(), HeaderParam(ctype, "boundary"));
-  if (!parts.ok()) co_return E2bError(parts.error());
-  if (parts->size() > kMaxParts)
-    co_return E2bError(MakeError(Code::kInvalidArgument, "at most " + std::to_string(kMaxParts) + " files in one upload"));
-  for (const auto& part : *parts) {
-    if (part.name != "file") continue;
-    const std::string to = path.empty() ? part.filename : path;
-    if (to.empty()) co_return E2bError(MakeError(Code::kInvalidArgument, "a file part has no file name and no path was given"));
-    // Sent straight from the mapped body (which outlives the upload).
-    Status st = co_await write(to, "", body.text().substr(part.begin, part.end - part.begin));
-    if (!st.ok()) co_return E2bError(st.error());
+  MultipartReader reader(HeaderParam(ctype, "boundary"));
+  std::vector<MultipartEvent> events;
+  std::string to;   // the file part being written ("" for a part that is not one)
+  size_t parts = 0;
+  Status sent = OkStatus();
+  while (true) {
+    auto piece = co_await body->Next();
+    if (!piece.ok()) co_return E2bError(piece.error());
+    events.clear();
+    if (piece->empty()) {
+      if (Status st = reader.Finish(); !st.ok()) co_return E2bError(st.error());
+      break;
+    }
+    if (Status st = reader.Feed(*piece, &events); !st.ok()) co_return E2bError(st.error());
+    for (auto& e : events) {
+      if (e.kind == MultipartEvent::kPart) {
+        if (++parts > kMaxParts)
+          co_return E2bError(MakeError(Code::kInvalidArgument, "at most " + std::to_string(kMaxParts) + " files in one upload"));
+        if (e.name != "file") continue;
+        to = path.empty() ? e.filename : path;
+        if (to.empty()) co_return E2bError(MakeError(Code::kInvalidArgument, "a file part has no file name and no path was given"));
+        if (Status st = co_await start(to, std::nullopt); !st.ok()) co_return E2bError(st.error());
+        sent = OkStatus();
+      } else if (!open) {
+        continue;  // the content of a part that is no file
+      } else if (e.kind == MultipartEvent::kData) {
+        if (sent.ok()) sent = co_await SendUploadPiece(open->conn.get(), std::move(e.data));
+        // A refusal (the disk is full) is the agent's answer, read at the part's end.
+        if (!sent.ok()) {
+          if (Status st = co_await finish(to, sent); !st.ok()) co_return E2bError(st.error());
+        }
+      } else {
+        if (Status st = co_await finish(to, sent); !st.ok()) co_return E2bError(st.error());
+      }
+    }
   }
   if (written.empty()) co_return E2bError(MakeError(Code::kInvalidArgument, "the multipart body has no \"file\" part"));
   co_return Json(200, written);

@@ -29,6 +29,12 @@ struct FileOp {  // NOLINT(bugprone-exception-escape)
 Response StreamData(std::shared_ptr<agent::Conn> conn, std::shared_ptr<core::AgentLease> lease,
                     const char* content_type, std::string first = "");
 
+// One piece of an upload (at most agent::kMaxPayload bytes) as a kData frame.
+boost::asio::awaitable<Status> SendUploadPiece(agent::Conn* conn, std::string piece);
+// After an upload's pieces (`sent`: how sending them went): kDataEnd, then the agent's
+// final answer (its refusal, when it stopped reading).
+boost::asio::awaitable<Result<nlohmann::json>> EndUpload(agent::Conn* conn, Status sent);
+
 // Sends the body file (or `body` when `body_file` is empty; it must outlive the call) as
 // kData frames and kDataEnd, then takes the agent's final answer.
 boost::asio::awaitable<Result<nlohmann::json>> Upload(agent::Conn* conn, const std::string* body_file,

@@ -81,6 +81,23 @@ Response StreamData(std::shared_ptr<agent::Conn> conn, std::shared_ptr<core::Age
   return r;
 }
 
+asio::awaitable<Status> SendUploadPiece(agent::Conn* conn, std::string piece) {
+  co_return co_await conn->Send(agent::FrameType::kData, std::move(piece));
+}
+
+asio::awaitable<Result<json>> EndUpload(agent::Conn* conn, Status sent) {
+  if (sent.ok()) {
+    std::string none;
+    sent = co_await conn->Send(agent::FrameType::kDataEnd, std::move(none));
+  }
+  // If the agent stopped reading (a refusal), its answer is still there to read.
+  auto r = co_await conn->RecvResult();
+  if (!r.ok()) co_return sent.ok() ? r.error() : (r.error().code == Code::kUnavailable ? sent.error() : r.error());
+  json j = json::parse(*r, nullptr, false);
+  if (j.is_discarded()) co_return MakeError(Code::kInternal, "the sandbox's agent sent a malformed answer");
+  co_return j;
+}
+
 asio::awaitable<Result<json>> Upload(agent::Conn* conn, const std::string* body_file, std::string_view body) {
   UniqueFd fd;
   if (!body_file->empty()) {
@@ -101,18 +118,9 @@ asio::awaitable<Result<json>> Upload(agent::Conn* conn, const std::string* body_
       off += chunk.size();
     }
     if (chunk.empty()) break;
-    sent = co_await conn->Send(agent::FrameType::kData, std::move(chunk));
+    sent = co_await SendUploadPiece(conn, std::move(chunk));
   }
-  if (sent.ok()) {
-    std::string none;
-    sent = co_await conn->Send(agent::FrameType::kDataEnd, std::move(none));
-  }
-  // If the agent stopped reading (a refusal), its answer is still there to read.
-  auto r = co_await conn->RecvResult();
-  if (!r.ok()) co_return sent.ok() ? r.error() : (r.error().code == Code::kUnavailable ? sent.error() : r.error());
-  json j = json::parse(*r, nullptr, false);
-  if (j.is_discarded()) co_return MakeError(Code::kInternal, "the sandbox's agent sent a malformed answer");
-  co_return j;
+  co_return co_await EndUpload(conn, sent);
 }
 
 asio::awaitable<Result<FileOp>> Api::StartFileOp(const std::string& id, json op) {

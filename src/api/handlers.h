@@ -26,9 +26,10 @@ namespace sbx::api {
 
 class Api;
 
-// What a route's body is: none, a JSON object, raw bytes in memory, or a large body that
-// the server streams to a temporary file (req.body_file) before the handler runs.
-enum class Body { kNone, kJson, kRaw, kFile };
+// What a route's body is: none, a JSON object, raw bytes in memory, a large body that
+// the server streams to a temporary file (req.body_file) before the handler runs (admin
+// routes only), or one the handler reads as it arrives (req.body_source).
+enum class Body { kNone, kJson, kRaw, kFile, kStream };
 // Who may call a route: anyone, the admin key only, or the admin key and the token of
 // the sandbox the route names ({id}).
 // kE2bSandbox: the E2B data plane's routes, matched only for requests that carry

@@ -13,6 +13,8 @@
 
 namespace sbx::api {
 
+class BodySource;  // http_types.h
+
 // Decodes %XX escapes (and '+' as a space in query strings).
 std::string PercentDecode(std::string_view s, bool plus_is_space);
 // The "name=value" pairs of a Cookie header, leading spaces trimmed, empty ones left out.
@@ -25,12 +27,16 @@ struct Request {
   std::map<std::string, std::string> headers;  // lower-case names
   std::string body;
   std::string body_file;  // for routes that take a large body: a temp file holding it
+  BodySource* body_source = nullptr;  // for routes that read their body as it comes
   int64_t arrival_us = 0;
   std::map<std::string, std::string> params;  // from the route pattern, e.g. {id}
   // Set when the request came through the in-sandbox API socket: the sandbox it came
   // from (its processes' cgroup), which is then the caller whatever the headers say.
   std::string via_sandbox;
   bool admin = false;  // the admin key came with it (set by Api::Refusal)
+  // The sandbox whose token (SBX_TOKEN, or E2B's access token) authorised it, over TCP or
+  // sbxd's socket (set by Api::Refusal): its connections count against that sandbox's cap.
+  std::string token_sandbox;
   std::string pattern;  // the route it matched (set by Api::Match)
   // Fires when the client goes away (closes its end) while the request is handled or its
   // answer streamed: work done only for it (an exec) stops. Set by the session.

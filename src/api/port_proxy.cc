@@ -43,6 +43,14 @@ bool HopByHop(const std::string& lower) {
          lower == "proxy-authenticate" || lower == "trailer" || lower == "upgrade";
 }
 
+// The credentials sbxd itself reads (the API key in either field, a sandbox's token, E2B's
+// access token and the sandbox it names): never passed on to a sandbox's server, which
+// could otherwise replay them against sbxd. (The grant cookie and a Referer that holds a
+// grant are filtered where they are read.)
+bool SbxCredential(const std::string& lower) {
+  return lower == "authorization" || lower == "x-api-key" || lower == "x-access-token" || lower == "e2b-sandbox-id";
+}
+
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -242,7 +250,7 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
       expect_continue = beast::iequals(f.value(), "100-continue");
       continue;
     }
-    if (lower == "authorization" || HopByHop(lower)) continue;
+    if (SbxCredential(lower) || HopByHop(lower)) continue;
     // A Referer that holds a grant (a page opened by a signed URL) stays out too.
     if (lower == "referer" && std::string(f.value()).find("sbx_token=") != std::string::npos) continue;
     if (lower == "cookie") {  // sbxd's own grant cookie stays out of the sandbox

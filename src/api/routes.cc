@@ -103,7 +103,7 @@ const std::vector<RouteInfo>& Routes() {
       {"POST", "/filesystem.Filesystem/Remove",             Body::kJson, Access::kE2bSandbox, &Api::EnvdFilesystem},
       {"POST", "/filesystem.Filesystem/WatchDir",           Body::kRaw, Access::kE2bSandbox, &Api::EnvdWatchDir},
       {"GET", "/files",                                     Body::kNone, Access::kE2bSandbox, &Api::EnvdGetFile},
-      {"POST", "/files",                                    Body::kFile, Access::kE2bSandbox, &Api::EnvdPostFile},
+      {"POST", "/files",                                    Body::kStream, Access::kE2bSandbox, &Api::EnvdPostFile},
   };
   return kRoutes;
 }
@@ -212,6 +212,7 @@ std::optional<Response> Api::Refusal(const RouteInfo& route, Request& req) const
     if (!manager_->Get(id).ok())
       return Json(502, {{"code", 502}, {"message", "sandbox " + id + " was not found"}, {"sandboxId", id}});
     req.params["id"] = id;
+    if (req.via_sandbox.empty()) req.token_sandbox = id;
     return std::nullopt;
   }
   auto refuse = [&](const Error& e) { return IsE2bRoute(route.pattern) ? E2bError(e) : ErrorResponse(e); };
@@ -229,6 +230,7 @@ std::optional<Response> Api::Refusal(const RouteInfo& route, Request& req) const
     // deletes nothing.
     bool own = route.access == Access::kOwnSandbox && req.params["id"] == caller.sandbox;
     if (!own) return refuse(MakeError(Code::kPermissionDenied, "a sandbox token may only read its own sandbox"));
+    if (req.via_sandbox.empty()) req.token_sandbox = caller.sandbox;
   }
   return std::nullopt;
 }

@@ -101,8 +101,10 @@ asio::awaitable<Response> Api::UpdateSandbox(Request& req) {
 
 asio::awaitable<Response> Api::SetNetwork(Request& req) {
   // The whole `network` object: it replaces the sandbox's rules.
-  auto j = json::parse(req.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) co_return Bad("the body must be a network object {mode, allow, deny}");
+  auto parsed = ParseJson(req.body);
+  if (!parsed.ok()) co_return ErrorResponse(parsed.error());
+  json j = std::move(*parsed);
+  if (!j.is_object()) co_return Bad("the body must be a network object {mode, allow, deny}");
   const std::string id = req.params["id"];
   std::function<Result<core::SandboxView>()> fn = [this, &id, &j] { return manager_->SetNetwork(id, j); };
   auto v = co_await RunBlocking(pool_, &fn);

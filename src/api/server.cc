@@ -116,6 +116,58 @@ asio::awaitable<error_code> ReadBody(Stream& stream, beast::flat_buffer& buf, Pa
   co_return ec;
 }
 
+// A body read as its handler pulls it (Body::kStream), 64 KiB at most a piece, with an
+// idle deadline between pieces. On the session's strand, for one request.
+template <typename Stream>
+class StreamBody final : public BodySource {
+ public:
+  StreamBody(Stream& stream, beast::flat_buffer& buf, http::request_parser<http::empty_body>&& hp, uint64_t limit,
+             int64_t idle_ms)
+      : stream_(stream), buf_(buf), parser_(std::move(hp)), idle_ms_(idle_ms) {
+    parser_.body_limit(limit);
+    if (auto n = parser_.content_length()) declared_ = *n;
+  }
+  std::optional<uint64_t> declared() const override { return declared_; }
+  bool done() const override { return !failed_ && parser_.is_done(); }
+  asio::awaitable<Result<std::string>> Next() override {
+    std::string piece;
+    if (failed_) co_return MakeError(Code::kInvalidArgument, "the request body could not be read");
+    if (parser_.is_done()) co_return piece;
+    auto ex = co_await asio::this_coro::executor;
+    Watchdog<Stream> dog(ex, &stream_);
+    piece.resize(kPiece);
+    while (true) {
+      auto& b = parser_.get().body();
+      b.data = piece.data();
+      b.size = piece.size();
+      dog.Arm(idle_ms_);
+      error_code ec;
+      co_await http::async_read_some(stream_, buf_, parser_, asio::redirect_error(use_awaitable, ec));
+      const size_t got = piece.size() - parser_.get().body().size;
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) {
+        failed_ = true;
+        if (ec == http::error::body_limit) co_return MakeError(Code::kTooLarge, "the request body is too large");
+        if (dog.fired()) co_return MakeError(Code::kInvalidArgument, "the request body stalled");
+        co_return MakeError(Code::kInvalidArgument, "the request body was cut off: " + ec.message());
+      }
+      if (got > 0 || parser_.is_done()) {
+        piece.resize(got);
+        co_return piece;
+      }
+    }
+  }
+
+ private:
+  static constexpr size_t kPiece = 64 << 10;
+  Stream& stream_;
+  beast::flat_buffer& buf_;
+  http::request_parser<http::buffer_body> parser_;
+  int64_t idle_ms_;
+  std::optional<uint64_t> declared_;
+  bool failed_ = false;
+};
+
 // Fires a CancelSignal when the client closes its end of `stream` while it is watched
 // (from construction to destruction, within one request). Used on the session's strand.
 template <typename Stream>
@@ -165,6 +217,10 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
   buf.reserve(64 * 1024);
   error_code ec;
   bool first = true;
+  // Held from a sandbox token's first request on this connection: the connections its
+  // tokens authorise count against that sandbox's cap, whoever the client is.
+  std::optional<ConnCounter::Slot> token_slot;
+  std::string token_slot_for;
   while (true) {
     http::request_parser<http::empty_body> hp;
     hp.header_limit(static_cast<uint32_t>(limits.header_limit));
@@ -229,11 +285,21 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       co_await Terminal(stream, hp, api, &req);
       break;
     }
+    if (!early && !req.token_sandbox.empty() && token_slot_for != req.token_sandbox) {
+      token_slot.reset();
+      if (auto taken = counter->Take("token:" + req.token_sandbox)) token_slot.emplace(std::move(*taken));
+      token_slot_for = token_slot ? req.token_sandbox : "";
+      if (!token_slot)
+        early = ErrorResponse(Code::kUnavailable, "too many open connections with sandbox " + req.token_sandbox +
+                                                      "'s token; try again");
+    }
+    // The admin's bodies may be full size; an E2B access token's JSON and Connect bodies
+    // have a limit of their own, and its uploads are held to its sandbox's disk as they
+    // stream (Body::kStream); everyone else's bodies are small.
     uint64_t limit = limits.small_body_bytes;
-    // The admin's, and an E2B access token's (checked above: it may write its sandbox's
-    // files), bodies may be full size.
-    if (route && (req.admin || route->access == Access::kE2bSandbox))
-      limit = route->large_body() ? limits.max_upload_bytes : limits.max_body_bytes;
+    if (route && req.admin) limit = route->large_body() ? limits.max_upload_bytes : limits.max_body_bytes;
+    else if (route && !req.token_sandbox.empty()) limit = limits.token_body_bytes;
+    if (route && route->body == Body::kStream) limit = limits.max_upload_bytes;
     if (!early && hp.content_length() && *hp.content_length() > limit)
       early = ErrorResponse(
           Code::kTooLarge, "the request body is too large (at most " + std::to_string(limit) + " bytes here)");
@@ -251,6 +317,19 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       co_await asio::async_write(stream, asio::buffer(kContinue),
                                  asio::redirect_error(use_awaitable, ec));
       if (ec) break;
+    }
+    if (route->body == Body::kStream) {
+      // The handler reads the body as it arrives; one it left unread (a refusal) ends
+      // the connection, as any refused body does.
+      StreamBody<Stream> source(stream, buf, std::move(hp), limit, limits.body_idle_timeout_ms);
+      req.body_source = &source;
+      Response resp = co_await api->Handle(req);
+      if (!source.done() || !keep) {
+        co_await AnswerAndClose(stream, resp);
+        break;
+      }
+      if (!co_await WriteResponse(stream, resp, keep)) break;
+      continue;
     }
     std::string tmp_file;
     if (route->large_body()) {
