@@ -7,6 +7,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +15,8 @@
 #include <condition_variable>
 #include <cstdio>
 #include <iostream>
+#include <list>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -194,14 +197,33 @@ struct HttpServer {
   std::string token;  // required as a bearer token when not empty
   std::mutex mu;
   std::set<std::string> sessions;
-  // Open connections, and those of them that have not yet sent an authenticated request:
-  // past kMaxUnknown a new connection is closed at once, so that clients without the
-  // token cannot take the slots of those with it.
+  // Open connections (past kMaxConnections a new one is closed at once), and those of
+  // them that have not yet sent an authenticated request: past kMaxUnknown the oldest of
+  // these is shut to make room, so that clients without the token can neither hold the
+  // slots of those with it nor keep them from connecting.
   static constexpr int kMaxConnections = 256;
-  static constexpr int kMaxUnknown = 32;
+  static constexpr size_t kMaxUnknown = 32;
   static constexpr int kUnknownHeaderSeconds = 10;
   std::atomic<int> connections{0};
-  std::atomic<int> unknown{0};
+  std::mutex unknown_mu;
+  std::list<std::pair<uint64_t, int>> unknown;  // (ticket, socket fd), oldest first
+  uint64_t next_ticket = 1;
+
+  // A new connection among the unknown ones (the oldest shut if they are too many).
+  uint64_t AdmitUnknown(int fd) {
+    std::lock_guard<std::mutex> lock(unknown_mu);
+    if (unknown.size() >= kMaxUnknown) {
+      ::shutdown(unknown.front().second, SHUT_RDWR);  // still open: it leaves the list first
+      unknown.pop_front();
+    }
+    unknown.emplace_back(next_ticket, fd);
+    return next_ticket++;
+  }
+  // It authenticated, or is about to be closed.
+  void LeaveUnknown(uint64_t ticket) {
+    std::lock_guard<std::mutex> lock(unknown_mu);
+    unknown.remove_if([ticket](const auto& e) { return e.first == ticket; });
+  }
 
   // Compares without an early exit, so the time taken tells nothing of the token.
   static bool SameSecret(const std::string& a, const std::string& b) {
@@ -311,7 +333,7 @@ struct HttpServer {
     return res;
   }
 
-  void Serve(asio::ip::tcp::socket sock) {
+  void Serve(asio::ip::tcp::socket sock, uint64_t ticket) {
     // A request (from the end of the one before) must come whole within 5 minutes, and
     // its answer be taken within as long, so that no client holds a thread for ever.
     // Until its first request is authenticated a connection counts among the few that
@@ -323,6 +345,9 @@ struct HttpServer {
     while (true) {
       http::request_parser<http::empty_body> hp;
       hp.header_limit(16 << 10);
+      // The body's own limit is set once its header is let in (not boost::none: Beast 1.74
+      // then takes any declared length as over the limit).
+      hp.body_limit(std::numeric_limits<std::uint64_t>::max());
       timed.deadline = std::chrono::steady_clock::now() +
                        (authenticated ? std::chrono::seconds(300) : std::chrono::seconds(kUnknownHeaderSeconds));
       http::read_header(timed, buf, hp, ec);
@@ -334,7 +359,7 @@ struct HttpServer {
       }
       if (!authenticated) {
         authenticated = true;
-        --unknown;
+        LeaveUnknown(ticket);
       }
       http::request_parser<http::string_body> p{std::move(hp)};
       p.body_limit(16 << 20);
@@ -354,7 +379,7 @@ struct HttpServer {
       http::write(timed, res, ec);
       if (ec || !res.keep_alive()) break;
     }
-    if (!authenticated) --unknown;
+    if (!authenticated) LeaveUnknown(ticket);
     sock.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
   }
 };
@@ -401,13 +426,11 @@ int ServeHttp(const Globals& g, const std::string& listen, std::string token) {
     asio::ip::tcp::socket sock(io);
     acc.accept(sock, ec);
     if (ec) continue;
-    // At a cap: closed at once.
-    if (server->connections.load() >= HttpServer::kMaxConnections || server->unknown.load() >= HttpServer::kMaxUnknown)
-      continue;
+    if (server->connections.load() >= HttpServer::kMaxConnections) continue;  // at the cap: closed at once
     ++server->connections;
-    ++server->unknown;
-    std::thread([server, s = std::move(sock)]() mutable {
-      server->Serve(std::move(s));
+    const uint64_t ticket = server->AdmitUnknown(sock.native_handle());
+    std::thread([server, ticket, s = std::move(sock)]() mutable {
+      server->Serve(std::move(s), ticket);
       --server->connections;
     }).detach();
   }

@@ -75,6 +75,7 @@ struct Flags {
   // The HTTP listener's deadlines and caps (docs/API.md, "Limits of the listener").
   int64_t http_header_timeout_ms = 10000, http_idle_timeout_ms = 120000, http_body_idle_timeout_ms = 30000;
   int64_t proxy_idle_timeout_ms = 300000, max_connections = 4096, max_sandbox_connections = 64;
+  int64_t max_unauthenticated_connections = 1024, max_unauthenticated_per_source = 256;
   int64_t small_body_limit = 64 << 10, max_body = 64 << 20, token_body_limit = 1 << 20;
   // Sandboxes' networking (docs/network.md).
   std::string default_network = "outbound";
@@ -92,6 +93,8 @@ std::map<std::string, int64_t*> LimitOptions(Flags* f) {
           {"proxy_idle_timeout_ms", &f->proxy_idle_timeout_ms},
           {"max_connections", &f->max_connections},
           {"max_sandbox_connections", &f->max_sandbox_connections},
+          {"max_unauthenticated_connections", &f->max_unauthenticated_connections},
+          {"max_unauthenticated_per_source", &f->max_unauthenticated_per_source},
           {"small_body_limit", &f->small_body_limit},
           {"token_body_limit", &f->token_body_limit},
           {"max_body", &f->max_body}};
@@ -114,6 +117,7 @@ void Usage() {
                "            [--http-header-timeout-ms MS] [--http-idle-timeout-ms MS]\n"
                "            [--http-body-idle-timeout-ms MS] [--proxy-idle-timeout-ms MS]\n"
                "            [--max-connections N] [--max-sandbox-connections N]\n"
+               "            [--max-unauthenticated-connections N] [--max-unauthenticated-per-source N]\n"
                "            [--small-body-limit BYTES] [--token-body-limit BYTES] [--max-body BYTES]\n"
                "            [--default-network none|outbound] [--net-subnet CIDR] [--dns-upstream ADDR[:PORT]]\n"
                "            [--net-subnet6 auto|none|CIDR] [--net-max-conns N]\n");
@@ -549,6 +553,8 @@ int Run(int argc, char** argv) {
   so.limits.proxy_idle_timeout_ms = f.proxy_idle_timeout_ms;
   so.limits.max_connections = static_cast<int>(f.max_connections);
   so.limits.max_sandbox_connections = static_cast<int>(f.max_sandbox_connections);
+  so.limits.max_unknown_connections = static_cast<int>(f.max_unauthenticated_connections);
+  so.limits.max_unknown_per_source = static_cast<int>(f.max_unauthenticated_per_source);
   so.limits.small_body_bytes = static_cast<uint64_t>(f.small_body_limit);
   so.limits.token_body_bytes = static_cast<uint64_t>(f.token_body_limit);
   so.limits.max_body_bytes = static_cast<uint64_t>(f.max_body);

@@ -312,14 +312,14 @@ asio::awaitable<Response> Api::EnvdPostFile(Request& req) {
     Status sent = OkStatus();
     while (sent.ok()) {
       auto piece = co_await body->Next();
-      if (!piece.ok()) sent = piece.error();
-      else if (piece->empty()) break;
-      else sent = co_await SendUploadPiece(open->conn.get(), std::move(*piece));
+      if (!piece.ok()) {
+        open.reset();  // the upload itself failed: the agent drops its hidden file
+        co_return E2bError(piece.error());
+      }
+      if (piece->empty()) break;
+      sent = co_await SendUploadPiece(open->conn.get(), std::move(*piece));
     }
-    if (!sent.ok() && !body->done()) {
-      open.reset();  // the upload itself failed: the agent drops its hidden file
-      co_return E2bError(sent.error());
-    }
+    // A piece the agent did not take: its refusal (the disk is full) is its answer.
     if (Status st = co_await finish(path, sent); !st.ok()) co_return E2bError(st.error());
     co_return Json(200, written);
   }

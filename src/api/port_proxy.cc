@@ -195,11 +195,13 @@ template <typename Stream>
 asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
                                     http::request_parser<http::empty_body>& hp, Api* api,
                                     const ProxyTarget& t, const Request& req,
-                                    const ConnLimits& limits, bool by_path) {
+                                    const ConnLimits& limits, bool by_path,
+                                    const std::function<void()>& authorized) {
   if (auto refused = api->ProxyRefusal(t, req)) {
     co_await AnswerAndClose(stream, *refused);
     co_return;
   }
+  authorized();
   const auto& m = hp.get();
   const bool chunked_in = hp.chunked();
   const auto declared = hp.content_length();
@@ -400,7 +402,7 @@ asio::awaitable<void> ProxyExchange(Stream& stream, beast::flat_buffer& buf,
 #define SBX_PROXY_INSTANTIATE(S)                                                                  \
   template asio::awaitable<void> ProxyExchange<S>(                                                \
       S&, beast::flat_buffer&, http::request_parser<http::empty_body>&, Api*, const ProxyTarget&, \
-      const Request&, const ConnLimits&, bool);
+      const Request&, const ConnLimits&, bool, const std::function<void()>&);
 SBX_PROXY_INSTANTIATE(TcpStream)
 SBX_PROXY_INSTANTIATE(UnixStream)
 #undef SBX_PROXY_INSTANTIATE

@@ -13,6 +13,7 @@
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <string>
+#include <functional>
 #include <string_view>
 
 #include "api/handlers.h"
@@ -23,11 +24,13 @@ namespace sbx::api {
 // `hp` holds the request's header (its body is still unread in `buf` and the stream).
 // `by_path` is true for /v1/sandboxes/{id}/ports/{port}/... (served from the API's own
 // origin: answers carry a CSP sandbox so that a browser gives the page an opaque origin).
+// `authorized` is called once the caller may use the port (before anything is proxied).
 template <typename Stream>
 boost::asio::awaitable<void> ProxyExchange(Stream& stream, boost::beast::flat_buffer& buf,
                                            boost::beast::http::request_parser<boost::beast::http::empty_body>& hp,
                                            Api* api, const ProxyTarget& t, const Request& req,
-                                           const ConnLimits& limits, bool by_path);
+                                           const ConnLimits& limits, bool by_path,
+                                    const std::function<void()>& authorized);
 
 // A Set-Cookie value without its Domain attribute (so the cookie stays with the one
 // sandbox's host that set it).

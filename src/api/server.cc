@@ -47,60 +47,6 @@ using boost::system::error_code;
 
 namespace {
 
-// Open connections, all together and per sandbox (in-sandbox socket and port proxy).
-// Any thread. Shared with the slots: a session's frame may outlive the server (it is
-// destroyed with the io_context).
-class ConnCounter : public std::enable_shared_from_this<ConnCounter> {
- public:
-  explicit ConnCounter(const ConnLimits& limits) : limits_(limits) {}
-  // Held while a connection is open; empty key: the global count only.
-  class Slot {
-   public:
-    Slot(std::shared_ptr<ConnCounter> c, std::string key)
-        : c_(std::move(c)), key_(std::move(key)) {}
-    Slot(Slot&& o) noexcept : c_(std::move(o.c_)), key_(std::move(o.key_)) {}
-    Slot(const Slot&) = delete;
-    Slot& operator=(const Slot&) = delete;
-    Slot& operator=(Slot&&) = delete;
-    ~Slot() {
-      if (c_) c_->Release(key_);
-    }
-
-   private:
-    std::shared_ptr<ConnCounter> c_;
-    std::string key_;
-  };
-  // A slot for one more connection, or nullopt when the cap is reached.
-  std::optional<Slot> Take(const std::string& sandbox) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (sandbox.empty()) {
-      if (limits_.max_connections > 0 && total_ >= limits_.max_connections) return std::nullopt;
-      ++total_;
-    } else {
-      int& n = per_sandbox_[sandbox];
-      if (limits_.max_sandbox_connections > 0 && n >= limits_.max_sandbox_connections)
-        return std::nullopt;
-      ++n;
-    }
-    return Slot(shared_from_this(), sandbox);
-  }
-
- private:
-  void Release(const std::string& key) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (key.empty()) {
-      --total_;
-      return;
-    }
-    auto it = per_sandbox_.find(key);
-    if (it != per_sandbox_.end() && --it->second <= 0) per_sandbox_.erase(it);
-  }
-  const ConnLimits limits_;
-  std::mutex mu_;
-  int total_ = 0;
-  std::map<std::string, int> per_sandbox_;
-};
-
 // Reads a request's body into `parser` with an idle deadline between pieces.
 template <typename Stream, typename Parser>
 asio::awaitable<error_code> ReadBody(Stream& stream, beast::flat_buffer& buf, Parser& parser,
@@ -206,9 +152,11 @@ class WatchGone {
 // deadline passes, or an answer ends the connection.
 template <typename Stream>
 asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts_ptr,
-                              ConnCounter* counter, ConnCounter::Slot slot,
-                              std::optional<ConnCounter::Slot> sandbox_slot,
-                              std::string via_sandbox) {
+                              ConnBudget* counter, ConnBudget::Slot slot,
+                              std::optional<ConnBudget::Slot> sandbox_slot,
+                              std::string via_sandbox, ConnBudget::Unknown unknown_ticket) {
+  // A local (destroyed before the stream, which evicting it shuts down).
+  ConnBudget::Unknown unknown = std::move(unknown_ticket);
   const ServerOptions& opts = *opts_ptr;
   const ConnLimits& limits = opts.limits;
   beast::flat_buffer buf;
@@ -219,13 +167,16 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
   bool first = true;
   // Held from a sandbox token's first request on this connection: the connections its
   // tokens authorise count against that sandbox's cap, whoever the client is.
-  std::optional<ConnCounter::Slot> token_slot;
+  std::optional<ConnBudget::Slot> token_slot;
   std::string token_slot_for;
   while (true) {
     http::request_parser<http::empty_body> hp;
     hp.header_limit(static_cast<uint32_t>(limits.header_limit));
+    // Until a request of the connection authenticated, it waits for the next one no
+    // longer than for a first one.
     auto hr = co_await ReadRequestHeader(
-        stream, buf, hp, limits, first ? limits.header_timeout_ms : limits.keepalive_timeout_ms);
+        stream, buf, hp, limits,
+        first || !unknown.known() ? limits.header_timeout_ms : limits.keepalive_timeout_ms);
     first = false;
     if (hr.failure == HeaderFailure::kClosed || hr.failure == HeaderFailure::kTimedOut) break;
     if (hr.failure != HeaderFailure::kNone) {
@@ -265,7 +216,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
             co_await AnswerAndClose(stream, answer);
           }
         } else {
-          co_await ProxyExchange(stream, buf, hp, api, t, req, limits, !t.by_host);
+          co_await ProxyExchange(stream, buf, hp, api, t, req, limits, !t.by_host, [&unknown] { unknown.Known(); });
         }
       }
       break;  // a proxied exchange ends the client's connection
@@ -285,6 +236,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       co_await Terminal(stream, hp, api, &req);
       break;
     }
+    if (!early && (req.admin || !req.token_sandbox.empty())) unknown.Known();
     if (!early && !req.token_sandbox.empty() && token_slot_for != req.token_sandbox) {
       token_slot.reset();
       if (auto taken = counter->Take("token:" + req.token_sandbox)) token_slot.emplace(std::move(*taken));
@@ -445,7 +397,7 @@ struct Server::Impl {
   ServerOptions opts;
   Api* api;
   asio::io_context* io;
-  std::shared_ptr<ConnCounter> counter;
+  std::shared_ptr<ConnBudget> counter;
   std::unique_ptr<asio::ip::tcp::acceptor> tcp;
   std::unique_ptr<asio::local::stream_protocol::acceptor> unix_acc;
   std::unique_ptr<asio::local::stream_protocol::acceptor> sandbox_acc;
@@ -478,7 +430,7 @@ struct Server::Impl {
       auto slot = counter->Take("");
       if (!slot) continue;  // at the cap: closed at once (the socket goes out of scope)
       std::string via;
-      std::optional<ConnCounter::Slot> sandbox_slot;
+      std::optional<ConnBudget::Slot> sandbox_slot;
       if (sandboxes) {
         // Each connection on the in-sandbox socket is the sandbox its peer process is in,
         // or is closed unanswered.
@@ -489,9 +441,18 @@ struct Server::Impl {
         sandbox_slot.emplace(std::move(*taken));
         via = *id;
       }
+      // A TCP caller is unknown until it authenticates; its oldest peers make room for
+      // it. (The admin's socket is root's, and the in-sandbox one is capped per sandbox.)
+      ConnBudget::Unknown unknown;
+      if constexpr (std::is_same_v<decltype(s), asio::ip::tcp::socket>) {
+        error_code peer_ec;
+        auto peer = s.remote_endpoint(peer_ec);
+        unknown = counter->Admit(peer_ec ? "" : peer.address().to_string(),
+                                 [fd = s.native_handle()] { ::shutdown(fd, SHUT_RDWR); });
+      }
       asio::co_spawn(asio::make_strand(*io),
                      Session(std::move(s), api, &opts, counter.get(), std::move(*slot),
-                             std::move(sandbox_slot), via),
+                             std::move(sandbox_slot), via, std::move(unknown)),
                      asio::detached);
     }
   }
@@ -515,7 +476,7 @@ struct Server::Impl {
 
 Server::Server(ServerOptions opts, Api* api, asio::io_context* io) : impl_(new Impl) {
   impl_->opts = std::move(opts);
-  impl_->counter = std::make_shared<ConnCounter>(impl_->opts.limits);
+  impl_->counter = std::make_shared<ConnBudget>(impl_->opts.limits);
   impl_->api = api;
   impl_->io = io;
 }

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 
+#include "api/conn_budget.h"
 #include "api/http_request.h"
 #include "api/http_types.h"
 
@@ -28,26 +29,6 @@ namespace sbx::api {
 using TcpStream = boost::asio::ip::tcp::socket;
 using UnixStream = boost::asio::local::stream_protocol::socket;
 
-// The HTTP listener's limits. Each is a sbxd flag; docs/API.md lists the defaults.
-struct ConnLimits {
-  uint64_t max_body_bytes = 64 << 20;       // JSON bodies of admin calls
-  uint64_t max_upload_bytes = 16ULL << 30;  // streamed uploads (files, images) of admin calls
-  // Bodies of every caller that is not the admin: unauthenticated callers, sandbox tokens
-  // and the in-sandbox socket (they may call no route that takes a body)...
-  uint64_t small_body_bytes = 64 << 10;
-  // ...but E2B's access token, whose data plane takes JSON and Connect bodies (a command,
-  // its stdin); its uploads go into the sandbox as they come, held to its disk.
-  uint64_t token_body_bytes = 1 << 20;
-  uint64_t header_limit = 64 << 10;
-  int64_t header_timeout_ms = 10000;     // from the first byte of a request to its last header
-  int64_t keepalive_timeout_ms = 120000;  // a kept-alive connection with no new request
-  int64_t body_idle_timeout_ms = 30000;   // no byte of a body for this long
-  int64_t proxy_idle_timeout_ms = 300000;  // a proxied exchange or upgraded stream with no traffic
-  int max_connections = 4096;           // all listeners together
-  // Per sandbox: its in-sandbox socket and port proxy together, and, apart, the
-  // connections its tokens authorised (SBX_TOKEN, E2B's access token).
-  int max_sandbox_connections = 64;
-};
 
 // Cancels a stream's pending operations when its deadline passes. Lives in one
 // connection's coroutine, on that connection's strand (its timer fires there too).
