@@ -15,9 +15,9 @@
 
 namespace sbx::fs {
 
-Result<std::string> ReadFile(const std::string& path, size_t max_bytes) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoError("open " + path);
+namespace {
+
+Result<std::string> ReadAll(UniqueFd fd, const std::string& path, size_t max_bytes) {
   std::string out;
   char buf[65536];
   while (true) {
@@ -31,6 +31,23 @@ Result<std::string> ReadFile(const std::string& path, size_t max_bytes) {
     if (out.size() > max_bytes) return MakeError(Code::kTooLarge, path + " is too large");
   }
   return out;
+}
+
+}  // namespace
+
+Result<std::string> ReadFile(const std::string& path, size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoError("open " + path);
+  return ReadAll(std::move(fd), path, max_bytes);
+}
+
+Result<std::string> ReadOwnedFile(const std::string& path, size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
+  if (!fd.valid()) return ErrnoError("open " + path);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError("stat " + path);
+  if (!S_ISREG(st.st_mode)) return MakeError(Code::kPermissionDenied, path + " is not a regular file");
+  return ReadAll(std::move(fd), path, max_bytes);
 }
 
 namespace {

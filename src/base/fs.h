@@ -12,6 +12,10 @@
 namespace sbx::fs {
 
 Result<std::string> ReadFile(const std::string& path, size_t max_bytes = 64 << 20);
+// ReadFile for a file that someone less trusted may have replaced (a log that QEMU writes):
+// a symlink, a FIFO, a device or anything else that is not a regular file is refused
+// (kPermissionDenied) without being followed or waited on.
+Result<std::string> ReadOwnedFile(const std::string& path, size_t max_bytes = 64 << 20);
 // Writes the whole string (O_WRONLY|O_TRUNC, creating with `mode` if `create`).
 Status WriteFile(const std::string& path, const std::string& data, bool create = true,
                  mode_t mode = 0644);

@@ -262,10 +262,9 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
   const std::string subnet = o_.subnet.ToString();
   const std::string port = std::to_string(o_.resolver_port);
   const std::string tcp_port = std::to_string(o_.resolver_tcp_port);
-  // The host's neighbours count as private: what its own networks hold (a VPC's other
-  // machines on global IPv6 addresses, say) is reached only through an `allow` CIDR.
-  std::vector<Cidr> private_ranges = PrivateRanges();
-  private_ranges.insert(private_ranges.end(), o_.host_networks.begin(), o_.host_networks.end());
+  // The host's neighbours count as private (AddHostNetworks): what its own networks hold
+  // is reached only through an `allow` CIDR.
+  const std::vector<Cidr>& private_ranges = PrivateRanges();
   std::ostringstream c;
   // Its comment names its owner, for another sbxd to tell an orphan (DropOrphans).
   const std::string owner = o_.owner + " pid " + std::to_string(::getpid());

@@ -36,9 +36,6 @@ struct FirewallOptions {
   // not a sandbox's, as before.
   bool forward_only_sandboxes = false;
   bool forward_only_sandboxes6 = false;  // the same for IPv6
-  // The networks the host is on (its on-link routes, sandboxes' links aside): treated as
-  // private ranges.
-  std::vector<Cidr> host_networks;
   // The folder holding this sbxd's state: the table's comment ("<folder> pid <pid>"), so
   // that another sbxd can tell the table is an orphan once the folder and sbxd are gone.
   std::string owner;

@@ -175,7 +175,7 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& opts) {
   fo.max_conns = o.max_conns;
   fo.forward_only_sandboxes = only4;
   fo.forward_only_sandboxes6 = only6;
-  fo.host_networks = HostNetworks();
+  AddHostNetworks(HostNetworks());  // the resolver's rebinding check judges by them too
   fo.owner = o.state_dir;
   n->firewall_ = std::make_unique<Firewall>(fo);
   if (auto gone = n->firewall_->DropOrphans(); !gone.ok()) {

@@ -116,18 +116,36 @@ std::vector<Cidr> ParseAll(std::initializer_list<const char*> texts) {
 }  // namespace
 
 const std::vector<Cidr>& ClosedRanges() {
+  // IPv6 also: the unspecified and loopback addresses within the deprecated
+  // IPv4-compatible ::/96, mapped IPv4, link-local and the deprecated site-local fec0::/10.
   static const std::vector<Cidr> ranges =
       ParseAll({"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "168.63.129.16/32", "224.0.0.0/4", "240.0.0.0/4",
-                "::/128", "::1/128",
-                "::ffff:0:0/96", "fe80::/10", "fd00:ec2::254/128", "ff00::/8"});
+                "::/96", "::ffff:0:0/96", "fe80::/10", "fec0::/10", "fd00:ec2::254/128", "ff00::/8"});
   return ranges;
 }
 
-const std::vector<Cidr>& PrivateRanges() {
-  static const std::vector<Cidr> ranges = ParseAll({"10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12", "192.0.0.0/24",
-                                                    "192.168.0.0/16", "198.18.0.0/15", "64:ff9b::/96", "64:ff9b:1::/48",
-                                                    "fc00::/7"});
+namespace {
+
+// Private and shared ranges; IPv6 also those that carry an IPv4 address inside them
+// (NAT64, 6to4's 2002::/16 and Teredo's 2001::/32), which a relay could turn into a
+// private one.
+std::vector<Cidr>& PrivateStore() {
+  static std::vector<Cidr> ranges = ParseAll({"10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12", "192.0.0.0/24",
+                                              "192.168.0.0/16", "198.18.0.0/15", "64:ff9b::/96", "64:ff9b:1::/48",
+                                              "2002::/16", "2001::/32", "fc00::/7"});
   return ranges;
+}
+
+}  // namespace
+
+const std::vector<Cidr>& PrivateRanges() { return PrivateStore(); }
+
+void AddHostNetworks(const std::vector<Cidr>& networks) {
+  auto& ranges = PrivateStore();
+  for (const auto& n : networks)
+    if (std::find_if(ranges.begin(), ranges.end(), [&](const Cidr& c) { return c.ToString() == n.ToString(); }) ==
+        ranges.end())
+      ranges.push_back(n);
 }
 
 namespace {

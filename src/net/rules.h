@@ -69,8 +69,13 @@ struct Rules {
 // metadata; Azure's 168.63.129.16 too), multicast, unspecified and reserved.
 const std::vector<Cidr>& ClosedRanges();
 // The ranges a sandbox reaches only when an `allow` CIDR names them: private and shared
-// address space (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, ...).
+// address space (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7, ...), and the host's
+// own networks once AddHostNetworks has named them. The firewall and the resolver's
+// rebinding check both judge by these.
 const std::vector<Cidr>& PrivateRanges();
+// The host's on-link networks (a VPC's other machines on global IPv6 addresses, say)
+// count as private. Called once at start, before any sandbox's rules are judged.
+void AddHostNetworks(const std::vector<Cidr>& networks);
 
 // A name as it appears in DNS: lower case, no trailing dot; nullopt if it is not a name.
 std::optional<std::string> NormalizeName(const std::string& text);

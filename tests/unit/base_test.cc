@@ -118,6 +118,23 @@ TEST(Fs, ErrnoMapsToCodes) {
   EXPECT_EQ(r.error().sys_errno, ENOENT);
 }
 
+TEST(Fs, AnOwnedFileIsReadOnlyWhenItIsARegularFile) {
+  char tmpl[] = "/tmp/sbx-owned-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_TRUE(fs::WriteFile(dir + "/log", "said").ok());
+  ASSERT_EQ(::symlink("/etc/hostname", (dir + "/link").c_str()), 0);
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  EXPECT_EQ(*fs::ReadOwnedFile(dir + "/log"), "said");
+  auto link = fs::ReadOwnedFile(dir + "/link");  // a planted link is not followed
+  ASSERT_FALSE(link.ok());
+  EXPECT_EQ(link.error().sys_errno, ELOOP);
+  auto fifo = fs::ReadOwnedFile(dir + "/fifo");  // nor a FIFO waited on
+  ASSERT_FALSE(fifo.ok());
+  EXPECT_EQ(fifo.error().code, Code::kPermissionDenied);
+  ASSERT_TRUE(fs::RemoveTree(dir).ok());
+}
+
 struct Collected : tar::Sink {
   std::vector<tar::Entry> entries;
   std::vector<std::string> data;

@@ -79,6 +79,32 @@ TEST(NetRules, VerdictsDenyWinsAndWallsStay) {
   EXPECT_EQ(none.ForAddress(A("198.51.100.1")), V::kDeny);
 }
 
+TEST(NetRules, Ipv6RangesThatCarryOrStandForOthersAreWalled) {
+  using V = Rules::Verdict;
+  auto open = Parse(json::object());
+  for (const char* a : {"::a00:1", "::7f00:1", "::", "::1", "fec0::1", "::ffff:10.0.0.1"})
+    EXPECT_EQ(open.ForAddress(A(a)), V::kDeny) << a;  // closed: no allow opens them
+  auto allowed = Parse(json{{"allow", {"::/0"}}});
+  EXPECT_EQ(allowed.ForAddress(A("fec0::1")), V::kDeny);
+  for (const char* a : {"2002:a00:1::1", "2001:0:4136:e378::1"}) {
+    EXPECT_EQ(open.ForAddress(A(a)), V::kDeny) << a;  // 6to4 and Teredo: private unless allowed
+    EXPECT_EQ(allowed.ForAddress(A(a)), V::kAllow) << a;
+  }
+  EXPECT_EQ(open.ForAddress(A("2001:db8:100::10")), V::kAllow);  // documentation space is not Teredo's
+}
+
+TEST(NetRules, TheHostsOwnNetworksArePrivateForEveryJudge) {
+  using V = Rules::Verdict;
+  auto open = Parse(json::object());
+  EXPECT_EQ(open.ForAddress(A("192.0.2.77")), V::kAllow);
+  AddHostNetworks({*Cidr::Parse("192.0.2.0/24")});
+  AddHostNetworks({*Cidr::Parse("192.0.2.0/24")});  // once only
+  EXPECT_EQ(open.ForAddress(A("192.0.2.77")), V::kDeny);  // the resolver's rebinding check sees it
+  size_t n = 0;
+  for (const auto& c : PrivateRanges()) n += c.ToString() == "192.0.2.0/24";
+  EXPECT_EQ(n, 1u);  // and the firewall's private set holds it once
+}
+
 TEST(NetRules, UpstreamFlag) {
   auto u = ParseUpstream("198.51.100.53:5353");
   ASSERT_TRUE(u.ok());

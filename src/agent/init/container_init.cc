@@ -181,6 +181,9 @@ Status LoadSeccomp(bool no_new_privs) {
       "settimeofday",  "clock_settime",  "clock_adjtime",   "adjtimex",     "vhangup",
       "nfsservctl",    "uselib",         "fanotify_init",   "create_module", "get_kernel_syms",
       "query_module",  "_sysctl",        "ustat",           "sysfs",
+      // NUMA placement: Docker allows these only with CAP_SYS_NICE, which no sandbox has
+      // (they move other processes' pages, or pin memory to the host's nodes).
+      "mbind",         "set_mempolicy",  "move_pages",      "migrate_pages",
   };
   for (const char* name : blocked) SBX_RETURN_IF_ERROR(deny(seccomp_syscall_resolve_name(name)));
   // clone3 passes its flags in memory that a filter cannot read: make it look absent so

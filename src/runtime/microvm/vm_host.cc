@@ -34,7 +34,7 @@ std::string MacOf(const NetLink& l) {
 }
 
 std::string Tail(const std::string& path, size_t n) {
-  auto text = fs::ReadFile(path, 4 << 20);
+  auto text = fs::ReadOwnedFile(path, 4 << 20);  // QEMU's: a link it planted is not followed
   if (!text.ok()) return "";
   std::string t = *text;
   while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
@@ -49,7 +49,7 @@ std::string WhatItSaid(const std::string& vm) {
 Result<std::pair<pid_t, UniqueFd>> WaitForQemu(const std::string& vm, const std::function<std::vector<pid_t>()>& pids) {
   pid_t pid = 0;
   for (int i = 0; i < 1000 && pid <= 0; ++i) {
-    auto pid_text = fs::ReadFile(vm + "/qemu.pid", 64);
+    auto pid_text = fs::ReadOwnedFile(vm + "/qemu.pid", 64);
     if (pid_text.ok()) pid = static_cast<pid_t>(std::atoi(pid_text->c_str()));
     if (pid <= 0) {
       if (pids().empty()) break;  // it ended
