@@ -84,7 +84,9 @@ asio::awaitable<Response> Api::Metrics(Request& req) {
     << "\nsbx_network_bytes{direction=\"rx\"} " << c.net_rx_bytes << "\n";
   o << "# TYPE sbx_dns_queries_total counter\nsbx_dns_queries_total " << c.dns_queries << "\n"
     << "# TYPE sbx_dns_refused_total counter\nsbx_dns_refused_total " << c.dns_refused << "\n"
-    << "# TYPE sbx_dns_rebinding_total counter\nsbx_dns_rebinding_total " << c.dns_rebinding << "\n";
+    << "# TYPE sbx_dns_rebinding_total counter\nsbx_dns_rebinding_total " << c.dns_rebinding << "\n"
+    << "# HELP sbx_dns_rate_limited_total Queries refused because their sandbox asked more than --net-dns-rate a second.\n"
+    << "# TYPE sbx_dns_rate_limited_total counter\nsbx_dns_rate_limited_total " << c.dns_rate_limited << "\n";
   o << "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes "
     << proc::SelfRssBytes() << "\n";
   o << "# HELP process_resident_memory_peak_bytes The most resident memory sbxd has had.\n"

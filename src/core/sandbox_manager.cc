@@ -294,6 +294,7 @@ SandboxManager::Counts SandboxManager::GetCounts() {
     c.dns_queries = r.queries;
     c.dns_refused = r.refused;
     c.dns_rebinding = r.rebinding;
+    c.dns_rate_limited = r.rate_limited;
   }
   return c;
 }

@@ -207,7 +207,7 @@ class SandboxManager {
     // Bytes through the links of the sandboxes there are now (sent, received), and what
     // the resolver answered since sbxd started.
     uint64_t net_tx_bytes = 0, net_rx_bytes = 0;
-    uint64_t dns_queries = 0, dns_refused = 0, dns_rebinding = 0;
+    uint64_t dns_queries = 0, dns_refused = 0, dns_rebinding = 0, dns_rate_limited = 0;
   };
   Counts GetCounts();
   struct Latencies {

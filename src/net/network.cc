@@ -161,6 +161,7 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& opts) {
         if (auto st = self->firewall_->Learn(slot, addrs, deny, kMinLearnedTtl); !st.ok())
           SBX_LOG(kWarn) << "resolver: " << st.error().message;
       });
+  n->resolver_->set_rate(o.dns_rate);
   SBX_ASSIGN_OR_RETURN(auto ports, n->resolver_->Start(o.resolver_port, o.resolver_tcp_port));
   n->resolver_port_ = ports.first;
   n->resolver_tcp_port_ = ports.second;

@@ -31,6 +31,7 @@ struct NetworkOptions {
   uint16_t resolver_port = 0;  // 0: any free port
   uint16_t resolver_tcp_port = 0;  // the same, for DNS over TCP
   int max_conns = 0;
+  int dns_rate = 0;  // DNS queries a second asked upstream per sandbox (0: no limit)
   std::string state_dir;  // where what sbxd changed on the host is remembered
 };
 

@@ -111,10 +111,31 @@ std::optional<std::string> Resolver::Decide(const std::string& query, const dns:
     ++stats_.refused;
     return dns::Refusal(query);
   }
+  // Every query asked upstream costs its sandbox a token: one sandbox cannot drive the
+  // upstream resolver (and the host's name service) as fast as it sends.
+  if (!TakeToken(client.slot)) {
+    ++stats_.rate_limited;
+    ++stats_.refused;
+    return dns::Refusal(query);
+  }
   // A name a `deny` entry names: refused once the upstream's answer has taught the
   // firewall its addresses (so a connection right after the refusal meets the block).
   *deny_only = !allowed;
   return std::nullopt;
+}
+
+bool Resolver::TakeToken(int slot) {
+  if (rate_ <= 0) return true;
+  const int64_t now = NowMs();
+  const double burst = 2.0 * rate_;
+  MutexLock lock(rate_mu_);
+  auto [it, fresh] = buckets_.try_emplace(slot, Bucket{burst, now});
+  Bucket& b = it->second;
+  if (!fresh) b.tokens = std::min(burst, b.tokens + static_cast<double>(now - b.at_ms) * rate_ / 1000.0);
+  b.at_ms = now;
+  if (b.tokens < 1.0) return false;
+  b.tokens -= 1.0;
+  return true;
 }
 
 std::string Resolver::Judge(const std::string& query, uint16_t id, std::string msg, dns::Answer a,

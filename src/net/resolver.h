@@ -48,6 +48,10 @@ class Resolver {
   Resolver(const Resolver&) = delete;
   Resolver& operator=(const Resolver&) = delete;
 
+  // At most `per_second` queries a second (with bursts of twice that) from one sandbox
+  // are asked upstream, over UDP and TCP together; past it a query is REFUSED at once and
+  // counted (Stats::rate_limited). 0: no limit. Called before Start.
+  void set_rate(int per_second) { rate_ = per_second; }
   // Binds UDP `udp_port` and TCP `tcp_port` on every IPv4 address (0: any free port) and
   // starts; returns the two ports.
   Result<std::pair<uint16_t, uint16_t>> Start(uint16_t udp_port, uint16_t tcp_port);
@@ -58,7 +62,7 @@ class Resolver {
   static constexpr int kMaxTcpPerSandbox = 8;
 
   struct Stats {
-    std::atomic<uint64_t> queries{0}, refused{0}, forwarded{0}, rebinding{0};
+    std::atomic<uint64_t> queries{0}, refused{0}, forwarded{0}, rebinding{0}, rate_limited{0};
   };
   const Stats& stats() const { return stats_; }
 
@@ -76,6 +80,9 @@ class Resolver {
   std::string Judge(const std::string& query, uint16_t id, std::string msg, dns::Answer answer,
                     const Client& client, bool deny_only, const Address& from);
 
+  // Whether the sandbox in `slot` may ask upstream now (a token of its bucket taken).
+  bool TakeToken(int slot);
+
   // TCP: the accepting thread, and one connection (on a thread of its own).
   void AcceptLoop();
   void ServeTcp(UniqueFd conn, Address peer);
@@ -91,6 +98,13 @@ class Resolver {
   UniqueFd wake_r_, wake_w_;
   std::thread thread_, accept_thread_;
   Stats stats_;
+  int rate_ = 0;
+  struct Bucket {
+    double tokens = 0;
+    int64_t at_ms = 0;
+  };
+  Mutex rate_mu_;
+  std::map<int, Bucket> buckets_ SBX_GUARDED_BY(rate_mu_);  // by sandbox slot
   // The TCP connections being served; shared with their threads, which outlive Stop's
   // wait by the few instructions after their count goes down.
   struct TcpCount {
