@@ -84,6 +84,7 @@ struct Flags {
   std::string dns_upstream;  // empty: the first IPv4 nameserver of /etc/resolv.conf
   int64_t net_max_conns = 1024;
   int64_t net_dns_rate = 100;  // DNS queries a second asked upstream per sandbox (0: no limit)
+  int64_t net_conn_rate = 100;  // new connections a second per sandbox (0: no limit)
 };
 
 // The integer options that are plain limits (0 turns a deadline or a cap off).
@@ -121,7 +122,8 @@ void Usage() {
                "            [--max-unauthenticated-connections N] [--max-unauthenticated-per-source N]\n"
                "            [--small-body-limit BYTES] [--token-body-limit BYTES] [--max-body BYTES]\n"
                "            [--default-network none|outbound] [--net-subnet CIDR] [--dns-upstream ADDR[:PORT]]\n"
-               "            [--net-subnet6 auto|none|CIDR] [--net-max-conns N] [--net-dns-rate N]\n");
+               "            [--net-subnet6 auto|none|CIDR] [--net-max-conns N] [--net-dns-rate N]\n"
+               "            [--net-conn-rate N]\n");
 }
 
 Result<std::unique_ptr<net::Network>> OpenNetwork(const Flags& f, const std::string& instance,
@@ -143,6 +145,7 @@ Result<std::unique_ptr<net::Network>> OpenNetwork(const Flags& f, const std::str
   o.upstream_port = upstream.second;
   o.max_conns = static_cast<int>(f.net_max_conns);
   o.dns_rate = static_cast<int>(f.net_dns_rate);
+  o.conn_rate = static_cast<int>(f.net_conn_rate);
   o.state_dir = data_dir + "/network";
   // The resolver keeps its ports across restarts: the firewall sends DNS there until the
   // new table replaces the old.
@@ -255,6 +258,7 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
       else if (k == "dns_upstream") f->dns_upstream = v;
       else if (k == "net_max_conns") f->net_max_conns = std::stoll(v);
       else if (k == "net_dns_rate") f->net_dns_rate = std::stoll(v);
+      else if (k == "net_conn_rate") f->net_conn_rate = std::stoll(v);
       else if (k == "uid_base") f->uid_base = std::stoll(v);
       else if (k == "owner_uid_base") f->owner_uid_base = std::stoll(v);
       else if (k == "sandbox_max_open_files") f->sandbox_max_open_files = std::stoll(v);
@@ -298,6 +302,8 @@ Status ParseFlags(int argc, char** argv, Flags* f) {
     return MakeError(Code::kInvalidArgument, "net_max_conns must be 0 (no cap) to 1000000");
   if (f->net_dns_rate < 0 || f->net_dns_rate > 1000000)
     return MakeError(Code::kInvalidArgument, "net_dns_rate must be 0 (no limit) to 1000000");
+  if (f->net_conn_rate < 0 || f->net_conn_rate > 1000000)
+    return MakeError(Code::kInvalidArgument, "net_conn_rate must be 0 (no limit) to 1000000");
   if (f->max_sandboxes < 0 || f->max_sandboxes > 1000000 || f->max_memory_mb < 0 || f->max_disk_mb < 0)
     return MakeError(Code::kInvalidArgument, "quotas must be 0 (none) or positive");
   return OkStatus();

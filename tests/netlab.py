@@ -144,6 +144,7 @@ class Lab:
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # a sandbox's burst of connections waits in the backlog, not in SYN retries
 
     def server_bind(self):
         # Not HTTPServer's: it looks its own name up in DNS.

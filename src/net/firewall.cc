@@ -1,5 +1,7 @@
 #include "net/firewall.h"
 
+#include "base/log.h"
+
 #include <nftables/libnftables.h>
 
 #include <algorithm>
@@ -25,6 +27,12 @@ namespace {
 constexpr int kDnsConns = 512;
 // DNS connections over TCP a link may have open at once (the resolver serves 64 in all).
 constexpr int kDnsTcpConns = 8;
+// How long the host's conntrack keeps a sandbox's TCP connection once it is closed
+// (TIME_WAIT, CLOSE), instead of the kernel's 120 s: a late segment then finds no entry
+// and is dropped, which its ends' own TIME_WAIT makes harmless.
+constexpr int kClosedSeconds = 2;
+// The table's timeout policy for that.
+constexpr const char* kClosedPolicy = "closed";
 
 std::string Elements(const std::vector<Cidr>& cidrs, bool v6) {
   std::string out;
@@ -171,6 +179,10 @@ std::string Firewall::LinkCommands(const LinkRules& l) const {
     both("deny", "goto refuse");
     both("refused", "goto refuse");
     if (o_.max_conns > 0) rule("ct state new ct count over " + std::to_string(o_.max_conns) + " goto refuse");
+    if (o_.conn_rate > 0)
+      rule("ct state new limit rate over " + std::to_string(o_.conn_rate) + "/second burst " +
+           std::to_string(2 * o_.conn_rate) + " packets goto refuse");
+    if (ct_timeouts_) rule(std::string("ct state new ct timeout set \"") + kClosedPolicy + "\"");
     both("allow", "accept");
     both("@private", "goto refuse");
     if (l.rules.has_allow()) {
@@ -270,8 +282,15 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
   const std::string owner = o_.owner + " pid " + std::to_string(::getpid());
   c << "add table " << t << "\ndelete table " << t << "\nadd table " << t;
   if (Commentable(owner)) c << " { comment " << Quoted(owner) << "; }";
-  c << "\n"
-    << "add set " << t << " links { type ifname; }\n"
+  c << "\n";
+  {
+    MutexLock lock(mu_);
+    ct_timeouts_ = ProbeCtTimeouts();
+  }
+  if (ct_timeouts_)
+    c << "add ct timeout " << t << " " << kClosedPolicy << " { protocol tcp; l3proto inet; policy = { time_wait: "
+      << kClosedSeconds << ", close: " << kClosedSeconds << " }; }\n";
+  c << "add set " << t << " links { type ifname; }\n"
     << "add map " << t << " out { type ifname : verdict; }\n"
     << "add map " << t << " in { type ifname : verdict; }\n"
     << "add map " << t << " marks { type ifname : mark; }\n"
@@ -385,10 +404,26 @@ Status Firewall::Install(const std::vector<LinkRules>& links) {
   return st;
 }
 
+bool Firewall::ProbeCtTimeouts() {
+  const std::string probe = "inet " + o_.table + "_probe";
+  const bool ok = Run("add table " + probe + "\nadd ct timeout " + probe + " p { protocol tcp; l3proto inet; policy = { time_wait: " +
+                      std::to_string(kClosedSeconds) + " }; }\n")
+                      .ok();
+  (void)Run("delete table " + probe + "\n");
+  if (!ok) SBX_LOG(kWarn) << "this kernel has no conntrack timeout policies: sandboxes' closed connections stay in "
+                             "its conntrack table for its own timeouts (only --net-conn-rate bounds them)";
+  return ok;
+}
+
 Status Firewall::InstallIfAbsent() {
   {
     MutexLock lock(mu_);
-    if (Run("list table inet " + o_.table + "\n").ok()) return OkStatus();
+    if (Run("list table inet " + o_.table + "\n").ok()) {
+      // An earlier sbxd's table: its links keep their rules, and new links use its
+      // timeout policy where it made one.
+      ct_timeouts_ = Run("list ct timeout inet " + o_.table + " " + kClosedPolicy + "\n").ok();
+      return OkStatus();
+    }
   }
   return Install({});
 }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <atomic>
 #include <optional>
 #include <string>
 #include <utility>
@@ -32,6 +33,12 @@ struct FirewallOptions {
   uint16_t resolver_port = 0;  // where sbxd's resolver listens (any address of the host)
   uint16_t resolver_tcp_port = 0;  // and for DNS over TCP
   int max_conns = 0;   // concurrent connections a sandbox may open (0: no cap)
+  // New connections a second a sandbox may open (bursts of twice that; 0: no limit). With
+  // the short conntrack timeouts of its closed TCP connections (kClosedSeconds, where the
+  // kernel has timeout policies), this bounds what one sandbox holds in the host's
+  // conntrack table in any state: max_conns open, about 2 x conn_rate x kClosedSeconds
+  // closed, instead of 120 s of TIME_WAIT for every connection it ever closed.
+  int conn_rate = 0;
   // The host forwarded nothing before sbxd turned forwarding on: forward nothing that is
   // not a sandbox's, as before.
   bool forward_only_sandboxes = false;
@@ -93,7 +100,11 @@ class Firewall {
   // Run, and what nft printed.
   Result<std::string> Output(const std::string& cmds) SBX_REQUIRES(mu_);
 
+  // Whether this kernel takes conntrack timeout policies (probed by Install).
+  bool ProbeCtTimeouts() SBX_REQUIRES(mu_);
+
   FirewallOptions o_;
+  std::atomic<bool> ct_timeouts_{false};
   Mutex mu_;
   nft_ctx* ctx_ SBX_GUARDED_BY(mu_) = nullptr;
 };

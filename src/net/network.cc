@@ -174,6 +174,7 @@ Result<std::unique_ptr<Network>> Network::Open(const NetworkOptions& opts) {
   fo.resolver_port = n->resolver_port_;
   fo.resolver_tcp_port = n->resolver_tcp_port_;
   fo.max_conns = o.max_conns;
+  fo.conn_rate = o.conn_rate;
   fo.forward_only_sandboxes = only4;
   fo.forward_only_sandboxes6 = only6;
   AddHostNetworks(HostNetworks());  // the resolver's rebinding check judges by them too

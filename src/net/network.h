@@ -32,6 +32,7 @@ struct NetworkOptions {
   uint16_t resolver_tcp_port = 0;  // the same, for DNS over TCP
   int max_conns = 0;
   int dns_rate = 0;  // DNS queries a second asked upstream per sandbox (0: no limit)
+  int conn_rate = 0;  // new connections a second per sandbox (FirewallOptions::conn_rate)
   std::string state_dir;  // where what sbxd changed on the host is remembered
 };
 
