@@ -87,6 +87,14 @@ class ConnBudget : public std::enable_shared_from_this<ConnBudget> {
     // It authenticated (or is gone): it leaves the unknown ones. Idempotent.
     void Known();
     bool known() const { return !c_; }
+    // Moves the ticket out (for a coroutine that keeps it in a local rather than in its
+    // parameter copy, whose destruction order against the stream's is not the locals').
+    Unknown Take() {
+      Unknown u;
+      u.c_ = std::move(c_);
+      u.seq_ = seq_;
+      return u;
+    }
 
    private:
     friend class ConnBudget;

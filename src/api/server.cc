@@ -156,7 +156,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
                               std::optional<ConnBudget::Slot> sandbox_slot,
                               std::string via_sandbox, ConnBudget::Unknown unknown_ticket) {
   // A local (destroyed before the stream, which evicting it shuts down).
-  ConnBudget::Unknown unknown = std::move(unknown_ticket);
+  ConnBudget::Unknown unknown = unknown_ticket.Take();
   const ServerOptions& opts = *opts_ptr;
   const ConnLimits& limits = opts.limits;
   beast::flat_buffer buf;
