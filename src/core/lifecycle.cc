@@ -234,7 +234,12 @@ Status SandboxManager::ResumeLocked(const EntryPtr& e) {
     if (hibernated && st.ok()) (void)rt.Stop(id, restored);
     return MakeError(Code::kNotFound, "sandbox " + id + " was deleted");
   }
-  if (!st.ok()) return st.error().Wrap("resuming " + id);
+  if (!st.ok()) {
+    Error err = st.error().Wrap("resuming " + id);
+    // Its checkpoint and files are kept: a stop drops the one, a start boots the other.
+    if (hibernated) err.message += " (it stays hibernated; a stop and a start boot it on its files)";
+    return err;
+  }
   if (hibernated) {
     e->inst = restored;
     e->rec.runtime_state = restored.saved_state;

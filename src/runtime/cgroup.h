@@ -59,6 +59,9 @@ class CgroupDir {
   // CPU time used by the group's processes so far, in nanoseconds (0 if unknown).
   uint64_t CpuUsageNs() const;
   const std::string& group() const { return group_; }
+  // The folder of the freezer (v1's freezer hierarchy, or the v2 group): CRIU's
+  // --freeze-cgroup.
+  std::string FreezerDir() const { return Dir(mode_ == CgroupMode::kV1 ? "freezer" : ""); }
 
  private:
   std::vector<std::string> Dirs() const;

@@ -143,8 +143,10 @@ Status Checkpointer::DropCheckpoint(const std::string& dir) {
 
 // `leave_running`: the processes go on after the save (a memory template's), and an
 // established TCP connection is a refusal rather than part of it (a copy must not take
-// over its source's connections).
-Status Checkpointer::Dump(const StartSpec& spec, const Instance& inst, const std::string& images, bool leave_running) {
+// over its source's connections). `frozen_cgroup`: the freezer folder of a sandbox frozen
+// before the dump, which CRIU then seizes as it is and leaves frozen.
+Status Checkpointer::Dump(const StartSpec& spec, const Instance& inst, const std::string& images, bool leave_running,
+                          const std::string& frozen_cgroup) {
   const ProcessHandle& init = *ProcessOf(inst);
   // It holds the sandbox's memory: owned by host root, readable by the sandbox's root
   // group, closed to everyone else. CRIU reads images from tasks it is turning into the
@@ -157,6 +159,7 @@ Status Checkpointer::Dump(const StartSpec& spec, const Instance& inst, const std
   SBX_ASSIGN_OR_RETURN(auto binds, HostBinds(spec, init.pid));
   std::vector<std::string> args = {"dump", "-t", std::to_string(init.pid), "--file-locks",
                                    leave_running ? "--leave-running" : "--tcp-established"};
+  if (!frozen_cgroup.empty()) args.insert(args.end(), {"--freeze-cgroup", frozen_cgroup});
   // The restore binds the same sources again: they are kept beside the images (and, for
   // a copy, where each is inside: its own sources go there).
   std::string table, places;
@@ -191,7 +194,8 @@ Status Checkpointer::Dump(const StartSpec& spec, const Instance& inst, const std
 }
 
 Status Checkpointer::SaveRunning(const StartSpec& spec, const Instance& inst, const std::string& memory) {
-  return Dump(spec, inst, memory, /*leave_running=*/true);
+  const CgroupDir cg(mode_, CgroupName(o_, spec.id), o_.cgroup_root);
+  return Dump(spec, inst, memory, /*leave_running=*/true, cg.FreezerDir());
 }
 
 Result<Instance> Checkpointer::Restore(const StartSpec& spec, const std::string& images) {

@@ -47,7 +47,9 @@ class Checkpointer {
   // A memory template's save: the running sandbox's process tree into `memory` (CRIU's
   // images; `mounts`, the external mounts by their place inside; `network` if it had a
   // link), and it runs on. An established TCP connection, or anything else CRIU cannot
-  // save, is a refusal (kFailedPrecondition) with CRIU's reason.
+  // save, is a refusal (kFailedPrecondition) with CRIU's reason. The sandbox is frozen
+  // (the caller froze it, and captures its files before it thaws): CRIU dumps the frozen
+  // tasks and leaves them so.
   Status SaveRunning(const StartSpec& spec, const Instance& inst, const std::string& memory);
   // A new sandbox from such a save: the processes restored into its own root, cgroup and
   // namespaces, with its own link, addresses and hostname. An error leaves nothing running.
@@ -62,7 +64,8 @@ class Checkpointer {
   Status RunCriu(std::vector<std::string> args, const std::string& images, const std::string& work,
                  const std::string& log, const std::string& what, uid_t owner,
                  const std::function<Status(pid_t)>& before_exec = nullptr, const RunUts& uts = {});
-  Status Dump(const StartSpec& spec, const Instance& inst, const std::string& images, bool leave_running);
+  Status Dump(const StartSpec& spec, const Instance& inst, const std::string& images, bool leave_running,
+              const std::string& frozen_cgroup = "");
   // CRIU's restore of `images` into the sandbox of `spec` (its folder's overlay as the
   // root, its cgroup, its link's pair as eth0), its files in `work`; `mounts`: the
   // --external arguments of the host binds. `criu_ms`: how long CRIU itself ran.

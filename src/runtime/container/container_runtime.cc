@@ -352,18 +352,18 @@ class ContainerRuntime : public Runtime {
     return checkpoints_.Restore(spec, dir);
   }
 
-  // A memory template: the sandbox's processes saved by CRIU, which lets them go on; then its
-  // files captured beside, held still by the freezer. What the processes change in the
-  // moment between is in the files and not in the memory (as on the gVisor wall).
+  // A memory template: the sandbox frozen, then its processes saved by CRIU and its files
+  // captured beside, in the same frozen moment; then it runs on. No process can change a
+  // file between the two (such as swapping a file it holds open for a link to another).
   Result<Captured> CaptureMemory(const StartSpec& spec, const Instance& inst, const std::string& dst) override {
     if (o_.criu.empty()) return Runtime::CaptureMemory(spec, inst, dst);
     if (!Alive(inst)) return MakeError(Code::kUnavailable, "the sandbox's init is not running");
     if (::mkdir(dst.c_str(), 0755) != 0) return ErrnoError("mkdir " + dst);
     const std::string memory = dst + "/" + kCapturedMemory;
-    SBX_RETURN_IF_ERROR(checkpoints_.SaveRunning(spec, inst, memory));
-    SBX_RETURN_IF_ERROR(WriteMemoryWall(memory, Kind()));
     SBX_RETURN_IF_ERROR(Freeze(spec.id));
-    auto files = files_.CaptureBesideMemory(spec.dir, dst);
+    Status saved = checkpoints_.SaveRunning(spec, inst, memory);
+    if (saved.ok()) saved = WriteMemoryWall(memory, Kind());
+    auto files = saved.ok() ? files_.CaptureBesideMemory(spec.dir, dst) : Result<Captured>(saved.error());
     Status thawed = Thaw(spec.id);
     if (!files.ok()) return files.error();
     if (!thawed.ok()) return thawed.error();
