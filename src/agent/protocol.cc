@@ -76,6 +76,7 @@ std::string ExecRequest::ToJson() const {
             {"stderr_cap", stderr_cap}, {"stdin_open", stdin_open}, {"keepalive_ms", keepalive_ms}};
   if (report_pid) j["report_pid"] = true;
   if (!user.empty()) j["user"] = user;
+  if (!self_env.empty()) j["self_env"] = self_env;
   if (tty) {
     j["tty"] = true;
     j["cols"] = cols;
@@ -104,6 +105,7 @@ Result<ExecRequest> ExecRequest::FromJson(std::string_view s) {
     r.keepalive_ms = j.value("keepalive_ms", int64_t{15000});
     r.report_pid = j.value("report_pid", false);
     r.user = j.value("user", std::string());
+    r.self_env = j.value("self_env", std::string());
     r.tty = j.value("tty", false);
     r.cols = j.value("cols", 80);
     r.rows = j.value("rows", 24);
@@ -155,7 +157,8 @@ int64_t MonoMs() {
   return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
 }
 
-const char* const kAgentFeatures[] = {"exec", "tty", "files", "archive", "ports", "warm", "procs", "sync", "renew", "grow_disk", nullptr};
+const char* const kAgentFeatures[] = {"exec",  "tty",  "files", "archive",   "ports",    "warm",
+                                     "procs", "sync", "renew", "grow_disk", "self_env", nullptr};
 
 AgentInfo ThisAgent() {
   AgentInfo a;
@@ -241,6 +244,13 @@ Status RenewBlocking(const Dialer& a, int timeout_ms, const Renewal& r) {
   if (!r.hostname.empty()) renew["hostname"] = r.hostname;
   if (!r.net.empty()) renew["net"] = nlohmann::json::parse(r.net, nullptr, false);
   auto done = RoundTrip(a, FrameType::kSync, FrameType::kSyncDone, timeout_ms, nlohmann::json{{"renew", renew}}.dump());
+  if (!done.ok()) return done.error();
+  return OkStatus();
+}
+
+Status SelfEnvBlocking(const Dialer& a, int timeout_ms, const std::string& content) {
+  auto done = RoundTrip(a, FrameType::kSync, FrameType::kSyncDone, timeout_ms,
+                        nlohmann::json{{"self_env", content}}.dump());
   if (!done.ok()) return done.error();
   return OkStatus();
 }

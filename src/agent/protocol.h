@@ -126,6 +126,9 @@ struct ExecRequest {
   // numeric uid. Its uid, gid and supplementary groups, no capabilities; HOME, USER and
   // LOGNAME are set from /etc/passwd where `env` lacks them, and an empty cwd is its home.
   std::string user;
+  // The content of the sandbox's /run/sbx.env (self_env.h), written before the command
+  // starts where it differs; empty: left as it is.
+  std::string self_env;
   std::string ToJson() const;
   static Result<ExecRequest> FromJson(std::string_view s);
 };
@@ -170,7 +173,8 @@ struct AgentInfo {
 // This build's features: "exec" (kExec), "tty" (kExec with tty, kResize), "files"
 // (kFileOp), "archive" (the tar operations of kFileOp), "ports" (kPortOpen), "warm"
 // (kWarm), "procs" (kProcStart, kProcAttach, kProcList, kProcRelease), "sync" (kSync),
-// "renew" (kSync's renew), "grow_disk" (kSync's grow_disk).
+// "renew" (kSync's renew), "grow_disk" (kSync's grow_disk), "self_env" (kSync's self_env,
+// ExecRequest's self_env).
 // Append; never rename
 // or reuse a name.
 extern const char* const kAgentFeatures[];
@@ -214,6 +218,9 @@ struct Renewal {
   std::string net;
 };
 Status RenewBlocking(const Dialer& a, int timeout_ms, const Renewal& r);
+// Writes `content` to the sandbox's /run/sbx.env (self_env.h): kSync {"self_env": "..."}.
+// An agent from before "self_env" takes it for a plain sync.
+Status SelfEnvBlocking(const Dialer& a, int timeout_ms, const std::string& content);
 // A VM's own disk grew to `bytes` (QEMU's block_resize): its file system follows.
 Status GrowDiskBlocking(const Dialer& a, int timeout_ms, uint64_t bytes);
 

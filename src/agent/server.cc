@@ -31,6 +31,7 @@
 #include "agent/port_relay.h"
 #include "agent/process_keeper.h"
 #include "agent/protocol.h"
+#include "agent/self_env.h"
 #include "base/base64.h"
 #include "base/unique_fd.h"
 
@@ -80,7 +81,8 @@ std::string Renew(const nlohmann::json& r) {
 // (its journal flushed and marked clean: an image of the disk is then whole), and
 // {"thaw": true} thaws it. Freezing what is frozen, or thawing what is not, is no error.
 // {"renew": {...}} renews a restored VM (Renew). {"grow_disk": BYTES} grows the own
-// disk's file system once the disk is that large (vm_disk.h).
+// disk's file system once the disk is that large (vm_disk.h). {"self_env": "..."}
+// rewrites /run/sbx.env (self_env.h).
 void ServeSync(int sock, const std::string& payload) {
   auto j = nlohmann::json::parse(payload.empty() ? "{}" : payload, nullptr, false);
   if (j.is_object() && j.contains("renew")) {
@@ -88,6 +90,16 @@ void ServeSync(int sock, const std::string& payload) {
     std::string err = g_own_fs < 0 ? "this sandbox has no kernel of its own to renew" : Renew(j["renew"]);
     if (!err.empty()) {
       SendErrorMessage(sock, "renew the sandbox: " + err);
+      return;
+    }
+    WriteAllBlocking(sock, EncodeFrame(FrameType::kSyncDone, "{}"));
+    return;
+  }
+  if (j.is_object() && j.contains("self_env")) {
+    Status st = j["self_env"].is_string() ? SyncSelfEnv(j["self_env"].get<std::string>())
+                                          : MakeError(Code::kInvalidArgument, "self_env wants the file's content");
+    if (!st.ok()) {
+      SendErrorMessage(sock, "write the sandbox's " + std::string(kSelfEnvPath) + ": " + st.error().message);
       return;
     }
     WriteAllBlocking(sock, EncodeFrame(FrameType::kSyncDone, "{}"));
@@ -275,6 +287,7 @@ void SetRelisten(Result<UniqueFd> (*relisten)(), void (*closed)()) {
 Status Serve(int given_fd, bool is_init, bool outside_peers_only, pid_t only_peer) {
   constexpr size_t kSpares = 2;
   g_is_init = is_init;
+  EnableSelfEnv(is_init);
   g_only_peer = only_peer;
   g_outside_only = is_init && outside_peers_only;
   SetKeeperScope(getpid());

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/self_env.h"
 #include "agent/users.h"
 
 namespace sbx::agent {
@@ -182,6 +183,9 @@ bool HasVar(const std::vector<std::string>& env, const char* name) {
 }  // namespace
 
 Result<Spawned> SpawnCommand(const ExecRequest& req) {
+  // Current before the command can read it; a file that cannot be written (the sandbox's
+  // root made /run/sbx.env a folder) leaves the command its environment's.
+  if (!req.self_env.empty()) (void)SyncSelfEnv(req.self_env);
   // A command for another user: who that is, from the sandbox's own files, and the
   // variables and working directory that follow from it.
   std::optional<Identity> as;

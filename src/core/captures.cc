@@ -124,6 +124,23 @@ Result<std::vector<std::string>> SandboxManager::Capture(const std::string& id, 
     (void)rt->RemoveLayer(tmp);
     return OnDataDir(captured.error().Wrap("capturing " + id));
   }
+  if (memory) {
+    // The saved memory holds this sandbox's token (its processes' environments, its
+    // /run/sbx.env): a new generation kills that token everywhere, in every copy of the
+    // capture too. The sandbox's own file is renewed now; its next commands get the new one.
+    Status bumped = OkStatus();
+    {
+      Lock lock(table_.mu);
+      ++e->rec.token_gen;
+      bumped = table_.Persist(*e);
+      if (!bumped.ok()) --e->rec.token_gen;
+    }
+    if (!bumped.ok()) {
+      (void)rt->RemoveLayer(tmp);
+      return bumped.error().Wrap("capturing " + id);
+    }
+    RenewSelfEnv(id);
+  }
   std::string dir = base + "/l-" + RandomHex(8);
   if (::rename(tmp.c_str(), dir.c_str()) != 0) {
     Error err = ErrnoError("rename " + tmp);

@@ -367,6 +367,22 @@ def renew_if_copied(kernel):
         kernel.reseed()
 
 
+def self_env():
+    """The sandbox this process runs in now, with its live token: sbx keeps them in
+    $SBX_ENV_FILE. This process may have come with a memory template's copy, whose
+    environment names the template's source, with a token the capture killed."""
+    out = {}
+    try:
+        with open(os.environ.get("SBX_ENV_FILE", "/run/sbx.env")) as f:
+            for line in f:
+                k, sep, v = line.rstrip("\n").partition("=")
+                if sep and k in ("SBX_SANDBOX_ID", "SBX_TOKEN"):
+                    out[k] = v
+    except OSError:
+        pass
+    return out
+
+
 def main():
     caps = start_captures()
     global _cell
@@ -386,6 +402,7 @@ def main():
             continue
         count += 1
         renew_if_copied(kernel)
+        env = {**self_env(), **env}
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         _cell = n

@@ -6,9 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/self_env.h"
 #include "base/fault.h"
 #include "base/run_blocking.h"
 #include "base/ids.h"
+#include "base/log.h"
 #include "core/layer_files.h"
 #include "core/sandbox_manager.h"
 
@@ -37,7 +39,8 @@ std::vector<std::string> SandboxManager::ExecEnv(const Entry& e, const std::map<
   std::map<std::string, std::string> env = opts_.base_env;
   if (!as_root) env.erase("HOME");
   env["SBX_SANDBOX_ID"] = e.rec.id;
-  if (secrets_.enabled()) env["SBX_TOKEN"] = secrets_.TokenFor(e.rec.id);
+  if (secrets_.enabled()) env["SBX_TOKEN"] = secrets_.TokenFor(e.rec.id, e.rec.token_gen);
+  env["SBX_ENV_FILE"] = agent::kSelfEnvPath;
   if (!e.rec.no_env) secrets_.AddTo(env);
   auto senv = json::parse(e.rec.env_json, nullptr, false);
   if (senv.is_object())
@@ -47,6 +50,30 @@ std::vector<std::string> SandboxManager::ExecEnv(const Entry& e, const std::map<
   std::vector<std::string> out;
   for (const auto& [k, v] : env) out.push_back(k + "=" + v);
   return out;
+}
+
+// How long a renewal of /run/sbx.env may take (an agent round trip).
+constexpr int kSelfEnvMs = 5000;
+
+std::string SandboxManager::SelfEnv(const Entry& e) const {
+  std::string out = "SBX_SANDBOX_ID=" + e.rec.id + "\n";
+  if (secrets_.enabled()) out += "SBX_TOKEN=" + secrets_.TokenFor(e.rec.id, e.rec.token_gen) + "\n";
+  return out;
+}
+
+void SandboxManager::RenewSelfEnv(const std::string& id) {
+  std::string content;
+  agent::DialerPtr addr;
+  {
+    Lock lock(table_.mu);
+    EntryPtr e = table_.Get(id);
+    if (!e || !e->is(State::kRunning) || !e->inst.agent) return;  // its next command writes it
+    content = SelfEnv(*e);
+    addr = e->inst.agent;
+  }
+  if (Status st = agent::SelfEnvBlocking(*addr, kSelfEnvMs, content); !st.ok())
+    SBX_LOG(kWarn) << "sandbox " << id << ": its " << agent::kSelfEnvPath
+                   << " stays as it was until its next command: " << st.error().message;
 }
 
 Status SandboxManager::CheckExecRequest(const ExecRequest& req) const {
@@ -106,6 +133,7 @@ asio::awaitable<Result<PreparedProcess>> SandboxManager::PrepareProcess(const st
   if (!found.ok()) co_return found.error();
   if (req.user.empty()) req.user = (*found)->rec.user;  // the sandbox's default
   p.req.env = ExecEnv(**found, req.env, req.as_root());
+  p.req.self_env = SelfEnv(**found);
   p.req.argv = req.argv;
   p.req.cwd = !req.cwd.empty() ? req.cwd : req.as_root() ? opts_.default_cwd : "";
   if (!req.as_root()) p.req.user = req.user;
@@ -141,6 +169,7 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
     if (auto st = RunnableLocked(*e); !st.ok()) co_return st.error();
     if (req.user.empty()) req.user = e->rec.user;  // the sandbox's default
     areq.env = ExecEnv(*e, req.env, req.as_root());
+    areq.self_env = SelfEnv(*e);
     areq.argv = req.argv;
     areq.cwd = !req.cwd.empty() ? req.cwd : req.as_root() ? opts_.default_cwd : "";
     if (!req.as_root()) areq.user = req.user;

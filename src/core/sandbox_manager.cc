@@ -232,10 +232,12 @@ std::optional<std::string> SandboxManager::SandboxOfPeer(int fd) const {
 }
 
 std::optional<std::string> SandboxManager::SandboxOfToken(const std::string& token) {
-  auto id = secrets_.IdOfToken(token);
+  auto id = Secrets::IdOfToken(token);
   if (!id) return std::nullopt;
   Lock lock(table_.mu);
-  if (!table_.Get(*id)) return std::nullopt;  // deleted: its token is dead
+  EntryPtr e = table_.Get(*id);
+  // Deleted: its token is dead; an earlier generation's (held by a memory capture) too.
+  if (!e || !secrets_.CheckToken(token, *id, e->rec.token_gen)) return std::nullopt;
   return id;
 }
 

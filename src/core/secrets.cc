@@ -68,23 +68,27 @@ bool Secrets::Any() const {
   return !values_.empty();
 }
 
-std::string Secrets::TokenFor(const std::string& id) const {
+std::string Secrets::TokenFor(const std::string& id, int64_t gen) const {
   if (key_.empty()) return "";
-  return "sbt_" + id + "_" + HmacSha256Hex(key_, "sandbox-token:" + id).substr(0, 48);
+  const std::string what = "sandbox-token:" + id + (gen == 0 ? "" : ":" + std::to_string(gen));
+  return "sbt_" + id + "_" + HmacSha256Hex(key_, what).substr(0, 48);
 }
 
-std::optional<std::string> Secrets::IdOfToken(const std::string& token) const {
-  if (key_.empty() || token.rfind("sbt_", 0) != 0) return std::nullopt;
+std::optional<std::string> Secrets::IdOfToken(const std::string& token) {
+  if (token.rfind("sbt_", 0) != 0) return std::nullopt;
   auto sep = token.rfind('_');
   if (sep <= 4) return std::nullopt;
   std::string id = token.substr(4, sep - 4);
   if (!ValidName(id)) return std::nullopt;
-  std::string want = TokenFor(id);
-  if (want.size() != token.size()) return std::nullopt;
+  return id;
+}
+
+bool Secrets::CheckToken(const std::string& token, const std::string& id, int64_t gen) const {
+  std::string want = TokenFor(id, gen);
+  if (want.empty() || want.size() != token.size()) return false;
   unsigned char diff = 0;  // constant time
   for (size_t i = 0; i < want.size(); ++i) diff |= want[i] ^ token[i];
-  if (diff) return std::nullopt;
-  return id;
+  return diff == 0;
 }
 
 std::string Secrets::AccessTokenFor(const std::string& id) const {

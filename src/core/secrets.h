@@ -35,11 +35,13 @@ class Secrets {
   // Whether any secret is set.
   bool Any() const;
 
-  // A sandbox's scoped token ("" when off).
-  std::string TokenFor(const std::string& id) const;
-  // The sandbox id a token names, if it is genuine (whether that sandbox still exists is
-  // the caller's question).
-  std::optional<std::string> IdOfToken(const std::string& token) const;
+  // A sandbox's scoped token of generation `gen` ("" when off). Generation 0's is the
+  // token of sandboxes from before generations.
+  std::string TokenFor(const std::string& id, int64_t gen) const;
+  // The sandbox id a token names, if it has the form of one (not yet checked).
+  static std::optional<std::string> IdOfToken(const std::string& token);
+  // True if `token` is TokenFor(id, gen) (compared in constant time).
+  bool CheckToken(const std::string& token, const std::string& id, int64_t gen) const;
   // The access token of sandbox `id` that the E2B-compatible front hands out
   // (envdAccessToken): it may run commands and use files in that sandbox only. Never in
   // the sandbox's environment ("" when off).

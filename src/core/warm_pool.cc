@@ -135,9 +135,11 @@ Result<SandboxView> SandboxManager::Claim(EntryPtr e, const CreateRequest& req, 
 }
 
 void SandboxManager::FollowLoadedProcesses(const runtime::Instance& inst, const std::string& id) {
-  if (!inst.loaded_memory || !processes_) return;
+  if (!inst.loaded_memory) return;
   table_.mu.Unlock();
-  processes_->Reattach(id, true);
+  // Its processes came with the memory of another sandbox: /run/sbx.env names this one.
+  RenewSelfEnv(id);
+  if (processes_) processes_->Reattach(id, true);
   table_.mu.Lock();
 }
 

@@ -107,13 +107,16 @@ ALTER TABLE snapshots ADD COLUMN memory TEXT NOT NULL DEFAULT '';
     R"sql(
 ALTER TABLE snapshots ADD COLUMN memory_secrets INTEGER NOT NULL DEFAULT 0;
 )sql",
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN token_gen INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 const char* kSandboxCols =
     "id, name, state, type, isolation, image, layers_json, cpus, memory_mb, disk_mb, pids, ttl_seconds, "
     "ttl_action, idle_timeout_seconds, no_env, env_json, metadata_json, network_json, "
     "created_ms, started_ms, expires_ms, billed_ms, pid, pid_start, error, from_snapshot, disks_json, "
-    "pause_mode, paused_ms, auto_resume, billing, public_ports, runtime_state, no_new_privs, default_user";
+    "pause_mode, paused_ms, auto_resume, billing, public_ports, runtime_state, no_new_privs, default_user, token_gen";
 
 std::vector<Value> SandboxValues(const SandboxRecord& r) {
   return {r.id,         r.name,        r.state,          r.type,
@@ -123,7 +126,7 @@ std::vector<Value> SandboxValues(const SandboxRecord& r) {
           r.network_json, r.created_ms, r.started_ms,    r.expires_ms,
           r.billed_ms,  int64_t{0},    int64_t{0},       r.error, r.from_snapshot, r.disks_json,
           r.pause_mode, r.paused_ms, int64_t{r.auto_resume}, r.billing, int64_t{r.public_ports},
-          r.runtime_state, int64_t{r.no_new_privs}, r.user};
+          r.runtime_state, int64_t{r.no_new_privs}, r.user, r.token_gen};
 }
 
 SandboxRecord SandboxFromRow(const Row& w) {
@@ -163,6 +166,7 @@ SandboxRecord SandboxFromRow(const Row& w) {
   r.runtime_state = w.Text(i++);
   r.no_new_privs = w.Int(i++) != 0;
   r.user = w.Text(i++);
+  r.token_gen = w.Int(i++);
   return r;
 }
 
@@ -196,7 +200,7 @@ Status Store::Migrate() {
 
 Status Store::InsertSandbox(const SandboxRecord& r) {
   return db_->Query(std::string("INSERT INTO sandboxes (") + kSandboxCols +
-                        ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     SandboxValues(r));
 }
 
@@ -208,7 +212,7 @@ Status Store::UpdateSandbox(const SandboxRecord& r) {
       "memory_mb=?, disk_mb=?, pids=?, ttl_seconds=?, ttl_action=?, idle_timeout_seconds=?, "
       "no_env=?, env_json=?, metadata_json=?, network_json=?, created_ms=?, started_ms=?, "
       "expires_ms=?, billed_ms=?, pid=?, pid_start=?, error=?, from_snapshot=?, disks_json=?, pause_mode=?, paused_ms=?, "
-      "auto_resume=?, billing=?, public_ports=?, runtime_state=?, no_new_privs=?, default_user=? WHERE id=?",
+      "auto_resume=?, billing=?, public_ports=?, runtime_state=?, no_new_privs=?, default_user=?, token_gen=? WHERE id=?",
       v);
 }
 

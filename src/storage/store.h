@@ -49,6 +49,9 @@ struct SandboxRecord {
   // column) is root.
   std::string user;
   std::string billing = "time";  // "time": per second; "call": a serverless call's sandbox
+  // The generation of its SBX_TOKEN: raised by each capture of its memory, which kills
+  // the tokens that the saved memory holds (a copy's processes must not reach it).
+  int64_t token_gen = 0;
 };
 
 // A billing period: a sandbox running from start_ms to end_ms (0: still running), with
