@@ -218,7 +218,9 @@ struct Renewal {
   std::string net;
 };
 Status RenewBlocking(const Dialer& a, int timeout_ms, const Renewal& r);
-// Writes `content` to the sandbox's /run/sbx.env (self_env.h): kSync {"self_env": "..."}.
+// The sandbox's file of its id and live token (self_env.h), $SBX_ENV_FILE in every command.
+inline constexpr const char* kSelfEnvPath = "/run/sbx.env";
+// Writes `content` to the sandbox's kSelfEnvPath (self_env.h): kSync {"self_env": "..."}.
 // An agent from before "self_env" takes it for a plain sync.
 Status SelfEnvBlocking(const Dialer& a, int timeout_ms, const std::string& content);
 // A VM's own disk grew to `bytes` (QEMU's block_resize): its file system follows.

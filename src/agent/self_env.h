@@ -9,11 +9,10 @@
 
 #include <string>
 
+#include "agent/protocol.h"  // kSelfEnvPath
 #include "base/result.h"
 
 namespace sbx::agent {
-
-inline constexpr const char* kSelfEnvPath = "/run/sbx.env";
 
 // Only an agent inside a sandbox writes the file (one serving outside, in development,
 // would write the host's /run).

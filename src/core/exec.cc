@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agent/self_env.h"
+#include "agent/protocol.h"
 #include "base/fault.h"
 #include "base/run_blocking.h"
 #include "base/ids.h"
