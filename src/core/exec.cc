@@ -34,13 +34,20 @@ Status SandboxManager::RunnableLocked(const Entry& e) {
   return OkStatus();
 }
 
+// The content of /run/sbx.env for sandbox `id` and its token ("" when tokens are off).
+static std::string SelfEnvOf(const std::string& id, const std::string& token) {
+  return "SBX_SANDBOX_ID=" + id + "\n" + (token.empty() ? "" : "SBX_TOKEN=" + token + "\n");
+}
+
 std::vector<std::string> SandboxManager::ExecEnv(const Entry& e, const std::map<std::string, std::string>& extra,
-                                                 bool as_root) const {
+                                                 bool as_root, std::string* self_env) const {
   std::map<std::string, std::string> env = opts_.base_env;
   if (!as_root) env.erase("HOME");
   env["SBX_SANDBOX_ID"] = e.rec.id;
-  if (secrets_.enabled()) env["SBX_TOKEN"] = secrets_.TokenFor(e.rec.id, e.rec.token_gen);
+  const std::string token = secrets_.TokenFor(e.rec.id, e.rec.token_gen);
+  if (!token.empty()) env["SBX_TOKEN"] = token;
   env["SBX_ENV_FILE"] = agent::kSelfEnvPath;
+  if (self_env) *self_env = SelfEnvOf(e.rec.id, token);
   if (!e.rec.no_env) secrets_.AddTo(env);
   auto senv = json::parse(e.rec.env_json, nullptr, false);
   if (senv.is_object())
@@ -55,12 +62,6 @@ std::vector<std::string> SandboxManager::ExecEnv(const Entry& e, const std::map<
 // How long a renewal of /run/sbx.env may take (an agent round trip).
 constexpr int kSelfEnvMs = 5000;
 
-std::string SandboxManager::SelfEnv(const Entry& e) const {
-  std::string out = "SBX_SANDBOX_ID=" + e.rec.id + "\n";
-  if (secrets_.enabled()) out += "SBX_TOKEN=" + secrets_.TokenFor(e.rec.id, e.rec.token_gen) + "\n";
-  return out;
-}
-
 void SandboxManager::RenewSelfEnv(const std::string& id) {
   std::string content;
   agent::DialerPtr addr;
@@ -68,7 +69,7 @@ void SandboxManager::RenewSelfEnv(const std::string& id) {
     Lock lock(table_.mu);
     EntryPtr e = table_.Get(id);
     if (!e || !e->is(State::kRunning) || !e->inst.agent) return;  // its next command writes it
-    content = SelfEnv(*e);
+    content = SelfEnvOf(id, secrets_.TokenFor(id, e->rec.token_gen));
     addr = e->inst.agent;
   }
   if (Status st = agent::SelfEnvBlocking(*addr, kSelfEnvMs, content); !st.ok())
@@ -132,8 +133,7 @@ asio::awaitable<Result<PreparedProcess>> SandboxManager::PrepareProcess(const st
   auto found = table_.Find(id);
   if (!found.ok()) co_return found.error();
   if (req.user.empty()) req.user = (*found)->rec.user;  // the sandbox's default
-  p.req.env = ExecEnv(**found, req.env, req.as_root());
-  p.req.self_env = SelfEnv(**found);
+  p.req.env = ExecEnv(**found, req.env, req.as_root(), &p.req.self_env);
   p.req.argv = req.argv;
   p.req.cwd = !req.cwd.empty() ? req.cwd : req.as_root() ? opts_.default_cwd : "";
   if (!req.as_root()) p.req.user = req.user;
@@ -168,8 +168,7 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
     e = *found;
     if (auto st = RunnableLocked(*e); !st.ok()) co_return st.error();
     if (req.user.empty()) req.user = e->rec.user;  // the sandbox's default
-    areq.env = ExecEnv(*e, req.env, req.as_root());
-    areq.self_env = SelfEnv(*e);
+    areq.env = ExecEnv(*e, req.env, req.as_root(), &areq.self_env);
     areq.argv = req.argv;
     areq.cwd = !req.cwd.empty() ? req.cwd : req.as_root() ? opts_.default_cwd : "";
     if (!req.as_root()) areq.user = req.user;

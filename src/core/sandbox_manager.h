@@ -311,17 +311,17 @@ class SandboxManager {
   boost::asio::awaitable<Status> Wake(const std::string& id);
   // OK if commands can run in it now.
   Status RunnableLocked(const Entry& e) SBX_REQUIRES(table_.mu);
-  // The content of the sandbox's /run/sbx.env (agent/self_env.h): its id and live token.
-  std::string SelfEnv(const Entry& e) const SBX_REQUIRES(table_.mu);
-  // Writes it into a running sandbox now (after a capture of its memory killed its token,
-  // and into a sandbox whose processes came with a saved memory). Blocking, without the
-  // table's lock; a failure is logged (the sandbox's next command writes it).
+  // Writes the sandbox's /run/sbx.env (agent/self_env.h: its id and live token) into it
+  // now, if it runs: after a capture of its memory killed its token, and where its
+  // processes came with a saved memory. Blocking, without the table's lock; a failure is
+  // logged (the sandbox's next command writes it).
   void RenewSelfEnv(const std::string& id) SBX_EXCLUDES(table_.mu);
   // The environment of an exec or process: base, id and token, secrets (unless no_env),
   // the sandbox's env, then the request's.
-  // `as_root` false: without the base HOME (the agent sets the user's own).
+  // `as_root` false: without the base HOME (the agent sets the user's own). `self_env`,
+  // if given, gets the content of the sandbox's /run/sbx.env (the same id and token).
   std::vector<std::string> ExecEnv(const Entry& e, const std::map<std::string, std::string>& extra,
-                                   bool as_root) const;
+                                   bool as_root, std::string* self_env = nullptr) const;
 
   // serverless.cc: the shell that string commands of serverless calls run with: bash
   // where the sandbox's root has it, else /bin/sh.

@@ -83,12 +83,16 @@ std::optional<std::string> Secrets::IdOfToken(const std::string& token) {
   return id;
 }
 
-bool Secrets::CheckToken(const std::string& token, const std::string& id, int64_t gen) const {
-  std::string want = TokenFor(id, gen);
-  if (want.empty() || want.size() != token.size()) return false;
-  unsigned char diff = 0;  // constant time
-  for (size_t i = 0; i < want.size(); ++i) diff |= want[i] ^ token[i];
+// True if `got` is `want` (not empty), compared in constant time.
+static bool SameSecret(const std::string& want, const std::string& got) {
+  if (want.empty() || want.size() != got.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) diff |= want[i] ^ got[i];
   return diff == 0;
+}
+
+bool Secrets::CheckToken(const std::string& token, const std::string& id, int64_t gen) const {
+  return SameSecret(TokenFor(id, gen), token);
 }
 
 std::string Secrets::AccessTokenFor(const std::string& id) const {
@@ -97,11 +101,7 @@ std::string Secrets::AccessTokenFor(const std::string& id) const {
 }
 
 bool Secrets::CheckAccessToken(const std::string& id, const std::string& token) const {
-  std::string want = AccessTokenFor(id);
-  if (want.empty() || want.size() != token.size()) return false;
-  unsigned char diff = 0;  // constant time
-  for (size_t i = 0; i < want.size(); ++i) diff |= want[i] ^ token[i];
-  return diff == 0;
+  return SameSecret(AccessTokenFor(id), token);
 }
 
 std::string Secrets::PortGrant(const std::string& id, int port, int64_t expires) const {
