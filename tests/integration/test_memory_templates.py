@@ -236,3 +236,40 @@ def test_a_container_save_refuses_what_criu_cannot_take_and_changes_nothing(clie
         assert os.listdir(os.path.join(daemon.data, "layers")) == layers
         assert server.pid in {p.pid for p in sb.processes.list()}
         assert "ESTABLISHED" in sb.exec("netstat -tn").stdout
+
+
+# A child subreaper that took in an orphan whose session leader has ended: CRIU saves such
+# a tree and could never restore it (a session is inherited from the parent, or made by the
+# leader itself).
+SUBREAPER = ("import ctypes, subprocess, time; ctypes.CDLL(None).prctl(36, 1); "
+             "subprocess.run(['setsid', 'sh', '-c', 'sleep 600 >/dev/null 2>&1 &']); time.sleep(600)")
+SLEEPS = "for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sleep ] && echo $p; done; true"
+
+
+def test_a_container_save_refuses_a_tree_criu_could_not_restore_and_waits_out_an_answered_command(client, daemon):
+    """A command's handler in the agent is a child subreaper: its orphans (`sleep ... &`)
+    are its children until it ends, a moment after the command answered. A save in that
+    moment gave a template whose every copy failed to restore (and booted on its files): a
+    save waits it out. A tree that stays so is refused (409 naming the process) by a memory
+    template and by a hibernate, and the sandbox runs on with its processes."""
+    require_memory(daemon, "container")
+    with client.create(image="default", isolation="container") as sb:
+        for i in range(6):
+            sb.exec(["sh", "-c", "sleep 600 >/dev/null 2>&1 &"], check=True)
+            sb.snapshot(f"answered-{sb.id}-{i}", memory=True)
+            with client.create(from_=f"answered-{sb.id}-{i}", isolation="container") as cp:
+                assert len(cp.exec(SLEEPS).stdout.split()) == i + 1, daemon.log()
+        sb.exec(["sh", "-c", f"python3 -c \"{SUBREAPER}\" >/dev/null 2>&1 &"], check=True)
+        deadline = time.time() + 10
+        while len(sb.exec(SLEEPS).stdout.split()) < 7:  # and the orphan of the subreaper
+            assert time.time() < deadline, sb.exec(SLEEPS).stdout
+            time.sleep(0.1)
+        layers = os.listdir(os.path.join(daemon.data, "layers"))
+        status, body = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/snapshot", body={"name": f"orphan-{sb.id}", "memory": True})
+        assert status == 409 and "(sleep) is in a session whose leader has ended" in body["error"]["message"], body
+        assert daemon.raw("GET", f"/v1/snapshots/orphan-{sb.id}")[0] == 404
+        assert os.listdir(os.path.join(daemon.data, "layers")) == layers
+        status, body = daemon.raw("POST", f"/v1/sandboxes/{sb.id}/pause", body={"mode": "hibernate"})
+        assert status == 409 and "whose leader has ended" in body["error"]["message"], body
+        assert sb.refresh().state == "running"
+        assert len(sb.exec(SLEEPS).stdout.split()) == 7

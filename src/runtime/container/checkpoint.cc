@@ -22,6 +22,7 @@
 #include "base/reaper.h"
 #include "base/scope_exit.h"
 #include "base/unique_fd.h"
+#include "runtime/container/process_tree.h"
 #include "runtime/container/user_ns.h"
 #include "runtime/netlink.h"
 #include "runtime/process_handle.h"
@@ -141,6 +142,19 @@ Status Checkpointer::DropCheckpoint(const std::string& dir) {
   return fs::RemoveTree(dir);
 }
 
+Status Checkpointer::AwaitRestorableTree(const StartSpec& spec, pid_t init, bool frozen) {
+  CgroupDir cg(mode_, CgroupName(o_, spec.id), o_.cgroup_root);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (true) {
+    auto why = UnrestorableProcess(init);
+    if (!why) return OkStatus();
+    if (std::chrono::steady_clock::now() >= deadline) return MakeError(Code::kFailedPrecondition, *why);
+    if (frozen) SBX_RETURN_IF_ERROR(cg.Thaw());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (frozen) SBX_RETURN_IF_ERROR(cg.Freeze());
+  }
+}
+
 // `leave_running`: the processes go on after the save (a memory template's), and an
 // established TCP connection is a refusal rather than part of it (a copy must not take
 // over its source's connections). `frozen_cgroup`: the freezer folder of a sandbox frozen
@@ -156,6 +170,10 @@ Status Checkpointer::Dump(const StartSpec& spec, const Instance& inst, const std
   if (::mkdir(images.c_str(), 0750) != 0 && errno != EEXIST) return ErrnoError("mkdir " + images);
   if (::chown(images.c_str(), 0, o_.uid_base) != 0 || ::chmod(images.c_str(), 0750) != 0)
     return ErrnoError("chown " + images);
+  // What CRIU would save and never restore is refused; the usual such tree is gone in a
+  // moment (the handler of a command that has just answered, still holding its orphans).
+  if (Status t = AwaitRestorableTree(spec, init.pid, !frozen_cgroup.empty()); !t.ok())
+    return t.error().Wrap(leave_running ? "saving the sandbox's memory" : "checkpointing the sandbox");
   SBX_ASSIGN_OR_RETURN(auto binds, HostBinds(spec, init.pid));
   std::vector<std::string> args = {"dump", "-t", std::to_string(init.pid), "--file-locks",
                                    leave_running ? "--leave-running" : "--tcp-established"};

@@ -64,6 +64,10 @@ class Checkpointer {
   Status RunCriu(std::vector<std::string> args, const std::string& images, const std::string& work,
                  const std::string& log, const std::string& what, uid_t owner,
                  const std::function<Status(pid_t)>& before_exec = nullptr, const RunUts& uts = {});
+  // Waits (up to two seconds) until CRIU could restore the tree under `init` (see
+  // process_tree.h), thawing a `frozen` sandbox for a moment between looks; then a
+  // refusal (kFailedPrecondition) that names the process.
+  Status AwaitRestorableTree(const StartSpec& spec, pid_t init, bool frozen);
   Status Dump(const StartSpec& spec, const Instance& inst, const std::string& images, bool leave_running,
               const std::string& frozen_cgroup = "");
   // CRIU's restore of `images` into the sandbox of `spec` (its folder's overlay as the
