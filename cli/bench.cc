@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/fs.h"
+#include "bench_burst.h"
 #include "cli.h"
 #include "stats.h"
 
@@ -271,6 +272,36 @@ int RunBench(const Globals& g, int runs, const std::string& image, const std::st
     if (!e || !call("DELETE", "/v1/sandboxes/" + sid, nullptr, nullptr)) return 1;
     cycle.ms.push_back(Ms(t0, Clock::now()));
   }
+  // Creates at once: 20 (each answered; the slowest against one alone), then 100 (each
+  // answered, or refused at once with 429 by sbxd's limit on creates in flight).
+  Row burst20{"sbx 20 creates at once: the slowest answer", {}, "true", ""};
+  Row burst100{"sbx 100 creates at once: the slowest answer or refusal", {}, "true", ""};
+  std::string burst_note;
+  std::fprintf(stderr, "measuring creates at once...\n");
+  for (int rep = 0; rep < 3; ++rep) {
+    Burst b = BurstCreates(g, create_body, 20);
+    if (b.failed || !b.refused_ms.empty()) {
+      burst20.note = std::to_string(b.failed) + " failed, " + std::to_string(b.refused_ms.size()) + " refused" +
+                     (b.failure.empty() ? "" : ": " + b.failure);
+      break;
+    }
+    burst20.ms.push_back(*std::max_element(b.answered_ms.begin(), b.answered_ms.end()));
+  }
+  {
+    Burst b = BurstCreates(g, create_body, 100);
+    std::vector<double> all = b.answered_ms;
+    all.insert(all.end(), b.refused_ms.begin(), b.refused_ms.end());
+    if (!all.empty()) burst100.ms.push_back(*std::max_element(all.begin(), all.end()));
+    char line[256];
+    std::snprintf(line, sizeof line, "100 creates at once: %zu made (slowest %.1f ms), %zu refused with 429 (slowest "
+                  "refusal %.1f ms), %d failed otherwise%s%s", b.answered_ms.size(),
+                  b.answered_ms.empty() ? 0.0 : *std::max_element(b.answered_ms.begin(), b.answered_ms.end()),
+                  b.refused_ms.size(), b.refused_ms.empty() ? 0.0 : *std::max_element(b.refused_ms.begin(), b.refused_ms.end()),
+                  b.failed, b.failure.empty() ? "" : ": ", b.failure.substr(0, 80).c_str());
+    burst_note = line;
+  }
+  Row from_memory{"sbx create from a memory template to ready (no pool)", {}, "true", ""};
+  from_memory.ms = MemoryTemplateCreates(g, isolation, runs, &from_memory.note);
   // Templates: snapshot, create from it (from the warm pool when sbxd has one), fork.
   Row snap{"sbx snapshot (sandbox with a 1 MB file)", {}, "true", ""};
   Row from{"sbx create from template to ready", {}, "true", ""};
@@ -410,7 +441,10 @@ int RunBench(const Globals& g, int runs, const std::string& image, const std::st
     call("DELETE", "/v1/sandboxes/" + sid, nullptr, nullptr);
   }
   rows.push_back(create);
+  rows.push_back(burst20);
+  rows.push_back(burst100);
   rows.push_back(from);
+  rows.push_back(from_memory);
   rows.push_back(snap);
   rows.push_back(fork);
   rows.push_back(pause);
@@ -428,8 +462,14 @@ int RunBench(const Globals& g, int runs, const std::string& image, const std::st
   rows.push_back(flood);
 
   double floor = Pctl(rows.front().ms, 0.5);
+  // Every create is compared with bubblewrap's whole run (a new sandbox running /bin/true).
+  double bwrap = 0;
+  for (const auto& r : rows)
+    if (r.name.rfind("bubblewrap", 0) == 0 && !r.ms.empty()) bwrap = Pctl(r.ms, 0.5);
   json out = json::array();
-  if (!g.json) std::printf("| operation | n | min ms | median ms | p99 ms | x floor |\n|---|--:|--:|--:|--:|--:|\n");
+  if (!g.json)
+    std::printf("| operation | n | min ms | median ms | p99 ms | x floor | x bubblewrap |\n"
+                "|---|--:|--:|--:|--:|--:|--:|\n");
   for (const auto& r : rows) {
     if (r.ms.empty()) {
       if (!g.json)
@@ -440,10 +480,22 @@ int RunBench(const Globals& g, int runs, const std::string& image, const std::st
     double mn = *std::min_element(r.ms.begin(), r.ms.end()), med = Pctl(r.ms, 0.5), p99 = Pctl(r.ms, 0.99);
     if (g.json)
       out.push_back({{"operation", r.name}, {"n", r.ms.size()}, {"min_ms", mn}, {"median_ms", med}, {"p99_ms", p99},
-                     {"x_floor", floor > 0 ? med / floor : 0}});
+                     {"x_floor", floor > 0 ? med / floor : 0}, {"x_bubblewrap", bwrap > 0 ? med / bwrap : 0}});
+    else if (bwrap > 0)
+      std::printf("| %s | %zu | %.2f | %.2f | %.2f | %.1f | %.2f |\n", r.name.c_str(), r.ms.size(), mn, med, p99,
+                  floor > 0 ? med / floor : 0, med / bwrap);
     else
-      std::printf("| %s | %zu | %.2f | %.2f | %.2f | %.1f |\n", r.name.c_str(), r.ms.size(), mn, med, p99,
+      std::printf("| %s | %zu | %.2f | %.2f | %.2f | %.1f | - |\n", r.name.c_str(), r.ms.size(), mn, med, p99,
                   floor > 0 ? med / floor : 0);
+  }
+  if (!g.json) {
+    const double one = Pctl(create.ms, 0.5);
+    if (!burst20.ms.empty() && one > 0)
+      std::printf("\n20 creates at once: the slowest answer is %.1fx one create alone (median of %zu bursts)\n",
+                  Pctl(burst20.ms, 0.5) / one, burst20.ms.size());
+    std::printf("%s\n", burst_note.c_str());
+  } else {
+    out.push_back({{"operation", "100 creates at once"}, {"summary", burst_note}});
   }
   if (g.json) {
     out.push_back({{"operation", "sbxd peak memory above rest, for the control-byte exec"}, {"mb", flood_mb}});

@@ -77,6 +77,7 @@ struct Flags {
   int64_t proxy_idle_timeout_ms = 300000, max_connections = 4096, max_sandbox_connections = 64;
   int64_t max_unauthenticated_connections = 1024, max_unauthenticated_per_source = 256;
   int64_t small_body_limit = 64 << 10, max_body = 64 << 20, token_body_limit = 1 << 20;
+  int64_t max_creates_in_flight = 32;  // more at once are refused with 429 (0: no limit)
   // Sandboxes' networking (docs/network.md).
   std::string default_network = "outbound";
   std::string net_subnet = "10.250.0.0/16";
@@ -95,6 +96,7 @@ std::map<std::string, int64_t*> LimitOptions(Flags* f) {
           {"proxy_idle_timeout_ms", &f->proxy_idle_timeout_ms},
           {"max_connections", &f->max_connections},
           {"max_sandbox_connections", &f->max_sandbox_connections},
+          {"max_creates_in_flight", &f->max_creates_in_flight},
           {"max_unauthenticated_connections", &f->max_unauthenticated_connections},
           {"max_unauthenticated_per_source", &f->max_unauthenticated_per_source},
           {"small_body_limit", &f->small_body_limit},
@@ -118,7 +120,7 @@ void Usage() {
                "            [--default-isolation container|gvisor|microvm]\n"
                "            [--http-header-timeout-ms MS] [--http-idle-timeout-ms MS]\n"
                "            [--http-body-idle-timeout-ms MS] [--proxy-idle-timeout-ms MS]\n"
-               "            [--max-connections N] [--max-sandbox-connections N]\n"
+               "            [--max-connections N] [--max-sandbox-connections N] [--max-creates-in-flight N]\n"
                "            [--max-unauthenticated-connections N] [--max-unauthenticated-per-source N]\n"
                "            [--small-body-limit BYTES] [--token-body-limit BYTES] [--max-body BYTES]\n"
                "            [--default-network none|outbound] [--net-subnet CIDR] [--dns-upstream ADDR[:PORT]]\n"
@@ -471,6 +473,7 @@ int Run(int argc, char** argv) {
   if (f.keepalive_ms < 10 || f.keepalive_ms > 3600000)
     return fail(MakeError(Code::kInvalidArgument, "--keepalive-ms must be between 10 and 3600000"));
   mo.keepalive_ms = f.keepalive_ms;
+  mo.max_creates_in_flight = static_cast<int>(std::min<int64_t>(f.max_creates_in_flight, 1 << 20));
   mo.output_cap = static_cast<uint64_t>(f.output_cap);
   mo.pool_size = static_cast<int>(f.pool_size);
   mo.quotas.max_sandboxes = static_cast<int>(f.max_sandboxes);

@@ -133,9 +133,8 @@ asio::awaitable<Result<ExitInfo>> Exec(asio::any_io_executor ex, DialerPtr addr,
         break;
       case FrameType::kExit:
         co_return ExitInfo::FromJson(payload);
-      case FrameType::kError: {
-        co_return MakeError(Code::kInvalidArgument, "the sandbox's agent refused the command: " + payload);
-      }
+      case FrameType::kError:
+        co_return ErrorOfFrame(payload, Code::kInvalidArgument).Wrap("the sandbox's agent refused the command");
       case FrameType::kKeepalive:
         co_await on_output(type, payload);
         break;
@@ -218,12 +217,7 @@ asio::awaitable<Result<Frame>> Conn::Recv(int64_t timeout_ms) {
     }
   }
   deadline_->Disarm();
-  if (f.type == FrameType::kError) {
-    auto j = nlohmann::json::parse(f.payload, nullptr, false);
-    std::string msg = j.is_object() && j.contains("message") && j["message"].is_string() ? j["message"].get<std::string>() : f.payload;
-    std::string code = j.is_object() && j.contains("code") && j["code"].is_string() ? j["code"].get<std::string>() : "";
-    co_return MakeError(ErrorCodeFromAgent(code), msg);
-  }
+  if (f.type == FrameType::kError) co_return ErrorOfFrame(f.payload);
   co_return f;
 }
 

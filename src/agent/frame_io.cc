@@ -13,19 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-const char* ApiCode(Code c) {
-  switch (c) {
-    case Code::kInvalidArgument: return "invalid_request";
-    case Code::kNotFound: return "not_found";
-    case Code::kAlreadyExists:
-    case Code::kFailedPrecondition: return "conflict";
-    case Code::kPermissionDenied: return "forbidden";
-    case Code::kTooLarge: return "too_large";
-    case Code::kUnavailable: return "unavailable";
-    default: return "internal";
-  }
-}
-
 }  // namespace
 
 bool WriteAllBlocking(int fd, const std::string& s) {
@@ -83,7 +70,7 @@ bool NextFrame(int sock, FrameDecoder* in, Frame* f) {
 }
 
 void SendError(int sock, const Error& e) {
-  json j = {{"message", e.message}, {"code", ApiCode(e.code)}};
+  json j = {{"message", e.message}, {"code", CodeName(e.code)}};
   Send(sock, FrameType::kError, j.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 

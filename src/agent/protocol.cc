@@ -60,14 +60,12 @@ Result<std::optional<Frame>> FrameDecoder::Next() {
   return std::optional<Frame>(std::move(f));
 }
 
-Code ErrorCodeFromAgent(std::string_view code) {
-  if (code == "invalid_request") return Code::kInvalidArgument;
-  if (code == "not_found") return Code::kNotFound;
-  if (code == "conflict") return Code::kFailedPrecondition;
-  if (code == "forbidden") return Code::kPermissionDenied;
-  if (code == "too_large") return Code::kTooLarge;
-  if (code == "unavailable") return Code::kUnavailable;
-  return Code::kInternal;
+Error ErrorOfFrame(const std::string& payload, Code if_none) {
+  auto j = json::parse(payload, nullptr, false);
+  if (!j.is_object()) return MakeError(if_none, payload);
+  auto message = j.find("message"), code = j.find("code");
+  return MakeError(code != j.end() && code->is_string() ? CodeOfName(code->get<std::string>()) : if_none,
+                   message != j.end() && message->is_string() ? message->get<std::string>() : payload);
 }
 
 std::string ExecRequest::ToJson() const {
@@ -222,10 +220,7 @@ static Result<std::string> RoundTrip(const Dialer& a, FrameType req, FrameType w
     auto f = dec.Next();
     if (!f.ok()) return f.error();
     if (f->has_value()) {
-      if ((*f)->type == FrameType::kError) {
-        auto e = nlohmann::json::parse((*f)->payload, nullptr, false);
-        return MakeError(Code::kInternal, e.is_object() ? e.value("message", std::string("the agent refused")) : "the agent refused");
-      }
+      if ((*f)->type == FrameType::kError) return ErrorOfFrame((*f)->payload);
       if ((*f)->type != want) return MakeError(Code::kInternal, "agent answered with an unexpected frame");
       return (*f)->payload;
     }

@@ -80,9 +80,9 @@ enum class FrameType : uint8_t {
 };
 constexpr FrameType kLastFrameType = FrameType::kSyncDone;
 
-// The error codes a kError frame's "code" may carry (the API's codes); anything else is
-// read as "internal".
-Code ErrorCodeFromAgent(std::string_view code);
+// The error a kError frame carries: its "message", and its "code" (CodeOfName), or
+// `if_none` for a frame that names none (a command's spawn failure).
+Error ErrorOfFrame(const std::string& payload, Code if_none = Code::kInternal);
 
 struct Frame {
   FrameType type;

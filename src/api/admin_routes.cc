@@ -52,12 +52,7 @@ asio::awaitable<Response> Api::Metrics(Request& req) {
   auto c = manager_->GetCounts();
   std::ostringstream o;
   o << "# HELP sbx_sandboxes Sandboxes by state.\n# TYPE sbx_sandboxes gauge\n";
-  // Every state and wall, zeros included, so a series never vanishes.
-  auto by = c.by_state;
-  for (const char* state : {"creating", "running", "paused", "stopped", "error"})
-    for (const char* wall : {"container", "gvisor", "microvm"}) by[{state, wall}] += 0;
-  by[{"deleting", "container"}] += c.deleting;
-  for (const auto& [k, n] : by)
+  for (const auto& [k, n] : c.by_state)
     o << "sbx_sandboxes{state=\"" << k.first << "\",isolation=\"" << k.second << "\"} " << n << "\n";
   o << "# TYPE sbx_creates_total counter\nsbx_creates_total " << c.creates << "\n";
   o << "# TYPE sbx_execs_total counter\nsbx_execs_total " << c.execs << "\n";

@@ -214,7 +214,6 @@ asio::awaitable<Response> Api::EnvdStart(Request& req) {
   auto timeout = TimeoutMs(req);
   if (!timeout.ok()) co_return StreamError(timeout.error());
   const int64_t deadline_ms = *timeout;
-  manager_->Touch(id);
   auto ex = co_await asio::this_coro::executor;
   auto started = co_await processes_->Start(ex, id, std::move(e));
   if (!started.ok()) co_return StreamError(started.error());
@@ -238,7 +237,6 @@ asio::awaitable<Response> Api::EnvdSignal(Request& req) {
   if (s == "SIGNAL_SIGKILL" || s == 9) sig = SIGKILL;
   else if (s == "SIGNAL_SIGTERM" || s == 15) sig = SIGTERM;
   else co_return ConnectError(MakeError(Code::kInvalidArgument, "signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM"));
-  manager_->Touch(id);
   if (Status st = RequireRunning(processes_.get(), id, n); !st.ok()) co_return ConnectError(st.error());
   if (auto st = processes_->Signal(id, n, sig); !st.ok()) co_return ConnectError(st.error());
   co_return Json(200, json::object());
@@ -275,7 +273,6 @@ asio::awaitable<Response> Api::EnvdConnect(Request& req) {
   if (!timeout.ok()) co_return StreamError(timeout.error());
   auto info = processes_->Get(id, *pid);
   if (!info.ok()) co_return StreamError(MakeError(Code::kNotFound, "no process " + std::to_string(*pid)));
-  manager_->Touch(id);
   co_return CommandStream(processes_.get(), id, *pid, manager_->keepalive_ms(), *timeout, info->next_seq, false);
 }
 
@@ -300,7 +297,6 @@ asio::awaitable<Response> Api::EnvdInput(Request& req) {
     if (!bytes.ok()) co_return ConnectError(MakeError(Code::kInvalidArgument, std::string("input.") + key + " is not base64"));
     data = std::move(*bytes);
   }
-  manager_->Touch(id);
   if (Status st = RequireRunning(processes_.get(), id, *pid); !st.ok()) co_return ConnectError(st.error());
   if (auto st = processes_->Stdin(id, *pid, data, close); !st.ok()) co_return ConnectError(st.error());
   co_return Json(200, json::object());
@@ -317,7 +313,6 @@ asio::awaitable<Response> Api::EnvdUpdate(Request& req) {
   if (!j.contains("pty") || j["pty"].is_null()) co_return Json(200, json::object());  // nothing to change
   auto size = PtySize(j["pty"]);
   if (!size.ok()) co_return ConnectError(size.error());
-  manager_->Touch(id);
   if (Status st = RequireRunning(processes_.get(), id, *pid); !st.ok()) co_return ConnectError(st.error());
   if (auto st = processes_->Resize(id, *pid, size->first, size->second); !st.ok()) co_return ConnectError(st.error());
   co_return Json(200, json::object());

@@ -85,7 +85,6 @@ asio::awaitable<Response> Api::EnvdFilesystem(Request& req) {
   if (!body.ok()) co_return ConnectError(body.error());
   auto user = BasicUser(req.Header("authorization"));
   if (!user.ok()) co_return ConnectError(user.error());
-  manager_->Touch(id);
   auto stat = [&](const std::string& path) -> asio::awaitable<Result<json>> {
     json op = Op("stat", *user);
     op["path"] = path;
@@ -171,7 +170,6 @@ asio::awaitable<Response> Api::EnvdWatchDir(Request& req) {
     co_return fail(MakeError(Code::kInvalidArgument, "recursive must be true or false"));
   op["recursive"] = msg->value("recursive", false);
   op["keepalive_ms"] = manager_->keepalive_ms();
-  manager_->Touch(id);
   auto f = co_await StartFileOp(id, op);
   if (!f.ok()) co_return fail(f.error());
   std::shared_ptr<agent::Conn> conn = f->conn;
@@ -248,7 +246,6 @@ asio::awaitable<Response> Api::EnvdGetFile(Request& req) {
   auto u = req.query.find("username");
   json op = Op("read", u == req.query.end() ? "" : u->second);
   op["path"] = p->second;
-  manager_->Touch(id);
   auto f = co_await StartFileOp(id, op);
   if (!f.ok()) co_return E2bError(f.error());
   co_return StreamData(f->conn, f->lease, "application/octet-stream");
@@ -271,7 +268,6 @@ asio::awaitable<Response> Api::EnvdPostFile(Request& req) {
   while (!media.empty() && media.back() == ' ') media.pop_back();
   const bool multipart = media == "multipart/form-data";
   if (!multipart && path.empty()) co_return E2bError(MakeError(Code::kInvalidArgument, "path is required"));
-  manager_->Touch(id);
   // The body goes into the sandbox as it arrives (the server reads it only as this pulls
   // it), so the sandbox's own disk holds it, never the host's: one that declares more
   // than that disk is refused before a byte of it is read, and the agent refuses the rest

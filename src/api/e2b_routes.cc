@@ -170,7 +170,9 @@ Result<core::CreateRequest> DecodeE2bCreate(const std::string& body, bool* is_sn
 }  // namespace
 
 Response E2bError(const Error& e) {
-  return Json(HttpStatus(e.code), {{"code", HttpStatus(e.code)}, {"message", e.message}});
+  Response r = Json(HttpStatus(e.code), {{"code", HttpStatus(e.code)}, {"message", e.message}});
+  if (e.retry_after_s > 0) r.headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
+  return r;
 }
 
 bool IsE2bRoute(std::string_view pattern) {
@@ -193,9 +195,7 @@ asio::awaitable<Response> Api::E2bCreate(Request& req) {
   auto decoded = DecodeE2bCreate(req.body, &from_snapshot,
                                  [this](const std::string& n) { return manager_->GetSnapshot(n).ok(); });
   if (!decoded.ok()) co_return E2bError(decoded.error());
-  core::CreateRequest c = std::move(*decoded);
-  std::function<Result<core::SandboxView>()> fn = [this, &c] { return manager_->Create(c); };
-  auto v = co_await RunBlocking(pool_, &fn);
+  auto v = co_await manager_->CreateCall(std::move(*decoded));
   if (!v.ok()) co_return E2bError(v.error());
   co_return Json(201, E2bSandboxJson(*v));
 }
@@ -269,7 +269,6 @@ asio::awaitable<Response> Api::E2bKill(Request& req) {
   const std::string& id = req.params["id"];
   auto st = manager_->Delete(id);
   if (!st.ok()) co_return E2bError(st.error());
-  processes_->Forget(id);
   co_return NoContent();
 }
 

@@ -48,6 +48,10 @@ Response ErrorResponse(Code code, const std::string& message) {
   return r;
 }
 
-Response ErrorResponse(const Error& e) { return ErrorResponse(e.code, e.message); }
+Response ErrorResponse(const Error& e) {
+  Response r = ErrorResponse(e.code, e.message);
+  if (e.retry_after_s > 0) r.headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
+  return r;
+}
 
 }  // namespace sbx::api

@@ -86,13 +86,15 @@ class Api {
 
   // The sandbox whose process is the peer of the unix socket `fd` (in-sandbox API).
   std::optional<std::string> SandboxOfPeer(int fd) const;
-  // Finds the route for a method and path; fills req.params. nullptr if none.
+  // A request goes through these once each, in this order: Match finds the route for a
+  // method and path and fills req.params (nullptr if none); Refusal gives the 401 or 403
+  // answer if the request's credentials may not call `route` at all (checked before a
+  // body is read, so that nobody unauthorised makes the daemon hold one), resolves the
+  // names in its path to ids and marks a sandbox it names active; it sets req.admin and
+  // req.token_sandbox. Handle then calls the route's handler.
   const RouteInfo* Match(Request& req) const;
-  boost::asio::awaitable<Response> Handle(Request& req);
-  // The 401 or 403 answer if the request's credentials may not call `route` at all:
-  // checked before a body is read, so that nobody unauthorised makes the daemon hold
-  // one. Sets req.admin.
   std::optional<Response> Refusal(const RouteInfo& route, Request& req) const;
+  boost::asio::awaitable<Response> Handle(const RouteInfo& route, Request& req);
   const std::string& tmp_dir() const { return tmp_dir_; }
 
   // The port proxy. A request is for it if its path is /v1/sandboxes/{id}/ports/{port}/...

@@ -186,8 +186,8 @@ boost::asio::awaitable<Response> Api::CreatePortUrl(Request& req) {
 }
 
 boost::asio::awaitable<Result<std::shared_ptr<core::AgentLease>>> Api::ProxyLease(const std::string& id) {
-  // Port traffic counts as activity for the idle policy, and wakes a paused sandbox.
-  manager_->Touch(id);
+  // Port traffic counts as activity for the idle policy (the lease marks it), and wakes
+  // a paused sandbox.
   co_return co_await manager_->AcquireAgent(id);
 }
 

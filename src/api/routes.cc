@@ -180,15 +180,17 @@ Status Api::ResolveRefs(Request& req, const Caller& caller) const {
   auto ref = req.params.find("id");
   if (ref == req.params.end()) return OkStatus();
   Result<std::string> id = MakeError(Code::kNotFound, "");
+  // Any API call on a sandbox is activity for its idle policy (not a stats reading:
+  // `sbx stats` polls every sandbox each second).
+  const bool on_sandbox = req.pattern.rfind("/v1/sandboxes/{id}", 0) == 0;
+  const bool active = on_sandbox && req.pattern != "/v1/sandboxes/{id}/stats";
   if (caller.kind == Caller::kSandbox) {
-    // A sandbox's token names its own sandbox by id or name only: a prefix would tell it
-    // whether other ids share one.
-    auto own = manager_->Get(caller.sandbox);
-    if (own.ok() && !own->rec.name.empty() && ref->second == own->rec.name) ref->second = caller.sandbox;
+    // A sandbox's token names its own sandbox by id or name only.
+    ref->second = manager_->ResolveOwnSandbox(caller.sandbox, ref->second, active);
     return OkStatus();
   }
-  if (req.pattern.rfind("/v1/sandboxes/{id}", 0) == 0 || IsE2bRoute(req.pattern))
-    id = manager_->ResolveSandbox(ref->second);
+  if (on_sandbox || IsE2bRoute(req.pattern))
+    id = manager_->ResolveSandbox(ref->second, active);
   else if (req.pattern.rfind("/v1/disks/{id}", 0) == 0 && disks_ != nullptr) id = disks_->Resolve(ref->second);
   else return OkStatus();
   if (id.ok()) {
@@ -209,7 +211,7 @@ std::optional<Response> Api::Refusal(const RouteInfo& route, Request& req) const
     if (!ValidName(id) || !manager_->secrets().CheckAccessToken(id, req.Header("x-access-token")))
       return E2bError(MakeError(Code::kUnauthenticated, "a valid X-Access-Token for sandbox " +
                                                             (ValidName(id) ? id : std::string("?")) + " is required"));
-    if (!manager_->Get(id).ok())
+    if (!manager_->MarkActive(id))  // the call is activity for its idle policy
       return Json(502, {{"code", 502}, {"message", "sandbox " + id + " was not found"}, {"sandboxId", id}});
     req.params["id"] = id;
     if (req.via_sandbox.empty()) req.token_sandbox = id;
@@ -235,14 +237,8 @@ std::optional<Response> Api::Refusal(const RouteInfo& route, Request& req) const
   return std::nullopt;
 }
 
-asio::awaitable<Response> Api::Handle(Request& req) {
-  const RouteInfo* route = Match(req);
-  if (!route) {
-    std::string shown = req.path.size() > 200 ? req.path.substr(0, 200) + "..." : req.path;
-    co_return ErrorResponse(Code::kNotFound, "no route for " + req.method + " " + shown);
-  }
-  std::string pat = route->pattern;
-  if (auto refused = Refusal(*route, req)) co_return std::move(*refused);
+asio::awaitable<Response> Api::Handle(const RouteInfo& route, Request& req) {
+  const std::string& pat = route.pattern;
   for (const auto& [k, v] : req.params) {
     if (pat.rfind("/v1/secrets/", 0) == 0) continue;  // environment names; checked by the manager
     if (!ValidName(v)) {
@@ -250,11 +246,8 @@ asio::awaitable<Response> Api::Handle(Request& req) {
       co_return IsE2bRoute(pat) ? E2bError(e) : ErrorResponse(e);
     }
   }
-  // Any API call on a sandbox is activity for its idle policy.
-  // (Not a stats reading: `sbx stats` polls every sandbox each second.)
-  if (pat.rfind("/v1/sandboxes/{id}", 0) == 0 && pat != "/v1/sandboxes/{id}/stats") manager_->Touch(req.params["id"]);
   try {
-    co_return co_await (this->*route->handler)(req);
+    co_return co_await (this->*route.handler)(req);
   } catch (const std::exception& e) {
     SBX_LOG(kError) << "handler for " << req.method << " " << req.path << " threw: " << e.what();
     auto internal = MakeError(Code::kInternal, "internal error");

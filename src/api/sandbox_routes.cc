@@ -18,12 +18,8 @@ using nlohmann::json;
 asio::awaitable<Response> Api::CreateSandbox(Request& req) {
   auto decoded = DecodeCreate(req.body);
   if (!decoded.ok()) co_return ErrorResponse(decoded.error());
-  core::CreateRequest c = std::move(*decoded);
-  std::function<Result<core::SandboxView>()> fn = [this, &c] { return manager_->Create(c); };
-  int64_t t0 = NowUs();
-  auto v = co_await RunBlocking(pool_, &fn);
+  auto v = co_await manager_->CreateCall(std::move(*decoded));
   if (!v.ok()) co_return ErrorResponse(v.error());
-  manager_->latencies().create.ObserveMs((NowUs() - t0) / 1000.0);
   co_return Json(201, SandboxJson(*v));
 }
 
@@ -116,7 +112,6 @@ asio::awaitable<Response> Api::DeleteSandbox(Request& req) {
   const std::string& id = req.params["id"];
   auto st = manager_->Delete(id);
   if (!st.ok()) co_return ErrorResponse(st.error());
-  processes_->Forget(id);
   co_return Json(200, {{"type", "sandbox.deleted"}, {"id", id}});
 }
 

@@ -275,7 +275,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
       // the connection, as any refused body does.
       StreamBody<Stream> source(stream, buf, std::move(hp), limit, limits.body_idle_timeout_ms);
       req.body_source = &source;
-      Response resp = co_await api->Handle(req);
+      Response resp = co_await api->Handle(*route, req);
       if (!source.done() || !keep) {
         co_await AnswerAndClose(stream, resp);
         break;
@@ -336,7 +336,7 @@ asio::awaitable<void> Session(Stream stream, Api* api, const ServerOptions* opts
     auto strand = co_await asio::this_coro::executor;
     WatchGone<Stream> watch(stream, stops_with_client && buf.size() == 0, strand);
     req.client_gone = watch.signal();
-    Response resp = co_await api->Handle(req);
+    Response resp = co_await api->Handle(*route, req);
     if (!tmp_file.empty()) ::unlink(tmp_file.c_str());
     if (!resp.stream) {
       if (!co_await WriteResponse(stream, resp, keep)) break;

@@ -22,6 +22,15 @@ const char* CodeName(Code c) {
   return "internal";
 }
 
+Code CodeOfName(std::string_view name) {
+  if (name == "invalid_request") return Code::kInvalidArgument;
+  if (name == "conflict") return Code::kFailedPrecondition;
+  if (name == "forbidden") return Code::kPermissionDenied;
+  for (int c = static_cast<int>(Code::kOk); c <= static_cast<int>(Code::kInternal); ++c)
+    if (name == CodeName(static_cast<Code>(c))) return static_cast<Code>(c);
+  return Code::kInternal;
+}
+
 std::string Error::ToString() const { return std::string(CodeName(code)) + ": " + message; }
 
 Code CodeOfErrno(int err) {

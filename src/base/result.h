@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -23,16 +24,23 @@ enum class Code {
   kInternal,
 };
 
+// A code's name ("invalid_argument", ...): also the word an agent's error frame carries.
 const char* CodeName(Code c);
+// The code a name stands for: CodeName's, or the API's words that agents before it sent
+// ("invalid_request", "conflict", "forbidden"); anything else is kInternal.
+Code CodeOfName(std::string_view name);
 
 struct Error {
   Code code = Code::kInternal;
   int sys_errno = 0;
   std::string message;
+  // A refusal that may pass later (a limit on work in flight): in how many seconds to
+  // try again (0: no hint). The API sends it as Retry-After.
+  int retry_after_s = 0;
 
   // Prepends context: "mounting overlay: <message>".
   Error Wrap(const std::string& context) const {
-    return Error{code, sys_errno, context + ": " + message};
+    return Error{code, sys_errno, context + ": " + message, retry_after_s};
   }
   std::string ToString() const;
 };

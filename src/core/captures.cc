@@ -346,6 +346,7 @@ Status SandboxManager::DeleteImage(const std::string& name) {
     }
   }
   if (!used) {
+    for (const auto& [_, rt] : runtimes_->all()) rt->ForgetLayer(img->path);
     std::string dir = img->path.substr(0, img->path.rfind('/'));
     if (Status st = fs::RemoveTree(dir); !st.ok()) SBX_LOG(kWarn) << "removing image folder " << dir << ": " << st.error().message;
   }
@@ -399,6 +400,7 @@ void SandboxManager::CollectLayers() {
     auto at = used.lower_bound(path);
     if (at != used.end() && (*at == path || at->rfind(path + "/", 0) == 0)) continue;
     SBX_LOG(kDebug) << "removing unused layer " << d;
+    for (const auto& [_, rt] : runtimes_->all()) rt->ForgetLayer(path);
     (void)runtimes_->layers()->RemoveLayer(path);
   }
 }

@@ -7,10 +7,14 @@
 #include "base/fault.h"
 #include "base/ids.h"
 #include "base/log.h"
+#include "base/run_blocking.h"
+#include "base/scope_exit.h"
 #include "core/layer_files.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
+
+namespace asio = boost::asio;
 
 using nlohmann::json;
 using storage::SandboxRecord;
@@ -110,7 +114,31 @@ Status SandboxManager::ValidateCreate(const CreateRequest& req) const {
   return OkStatus();
 }
 
-Result<SandboxView> SandboxManager::Create(const CreateRequest& asked) {
+Result<SandboxView> SandboxManager::Create(const CreateRequest& req) {
+  const int64_t t0 = SteadyUs();
+  auto v = CreateNow(req);
+  if (v.ok()) lat_.create.ObserveMs((SteadyUs() - t0) / 1000.0);
+  return v;
+}
+
+asio::awaitable<Result<SandboxView>> SandboxManager::CreateCall(CreateRequest req) {
+  const int max = opts_.max_creates_in_flight;
+  if (max > 0 && creates_in_flight_.fetch_add(1) >= max) {
+    --creates_in_flight_;
+    Error busy = MakeError(Code::kResourceExhausted, std::to_string(max) +
+                                                         " creates are under way (sbxd's --max-creates-in-flight); "
+                                                         "try again in a moment");
+    busy.retry_after_s = 1;
+    co_return busy;
+  }
+  ScopeExit done([&] {
+    if (max > 0) --creates_in_flight_;
+  });
+  std::function<Result<SandboxView>()> fn = [this, &req] { return Create(req); };
+  co_return co_await RunBlocking(&blocking_, &fn);
+}
+
+Result<SandboxView> SandboxManager::CreateNow(const CreateRequest& asked) {
   CreateRequest req = asked;
   if (req.isolation.empty()) req.isolation = opts_.default_isolation;
   SBX_RETURN_IF_ERROR(ValidateCreate(req));

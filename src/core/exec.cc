@@ -28,6 +28,9 @@ Status SandboxManager::RunnableLocked(const Entry& e) {
   if (!e.is(State::kRunning) || e.busy)
     return MakeError(Code::kFailedPrecondition,
                      "sandbox " + id + " is " + (e.busy ? std::string("changing state") : e.rec.state) + ", not running");
+  if (!runtimes_->Find(e.rec.isolation))
+    return MakeError(Code::kFailedPrecondition, "sandbox " + id + " is of isolation " + e.rec.isolation +
+                                                    ", which this sbxd does not have (start sbxd with that wall)");
   if (!Rt(e.rec).Alive(e.inst))
     return MakeError(Code::kUnavailable,
                      "sandbox " + id + " has stopped unexpectedly (its init exited); it will be marked error");
@@ -89,51 +92,71 @@ Status SandboxManager::CheckExecRequest(const ExecRequest& req) const {
   return OkStatus();
 }
 
+Result<EntryPtr> SandboxManager::CallableLocked(const std::string& id, bool may_wake, bool* wake) {
+  SBX_ASSIGN_OR_RETURN(EntryPtr e, table_.Find(id));
+  *wake = may_wake && e->is(State::kPaused) && e->rec.auto_resume;
+  if (!*wake) SBX_RETURN_IF_ERROR(RunnableLocked(*e));
+  return e;
+}
+
 asio::awaitable<Status> SandboxManager::Wake(const std::string& id) {
-  bool wanted;
-  {
-    Lock lock(table_.mu);
-    EntryPtr e = table_.Get(id);
-    wanted = e && e->is(State::kPaused) && e->rec.auto_resume;
-  }
-  if (!wanted) co_return OkStatus();
-  // auto_resume: a paused sandbox wakes for the call (a resume that another call started
-  // first answers kFailedPrecondition; the call then finds it running, or says why not).
+  // A resume that another call started first answers kFailedPrecondition; the call then
+  // finds it running, or says why not.
   std::function<Result<SandboxView>()> fn = [this, &id] { return Resume(id); };
   auto v = co_await RunBlocking(&blocking_, &fn);
   if (!v.ok() && v.error().code != Code::kFailedPrecondition) co_return v.error();
   co_return OkStatus();
 }
 
-Result<std::shared_ptr<AgentLease>> SandboxManager::LeaseAgent(const std::string& id) {
-  Lock lock(table_.mu);
-  SBX_ASSIGN_OR_RETURN(EntryPtr e, table_.Find(id));
-  SBX_RETURN_IF_ERROR(RunnableLocked(*e));
+std::shared_ptr<AgentLease> SandboxManager::LeaseLocked(const EntryPtr& e) {
   ++e->active_execs;
   e->last_active_ms = Now();
+  // Its end takes no lock: the counters are atomic.
   return std::make_shared<AgentLease>(e->inst.agent, static_cast<uint64_t>(e->rec.disk_mb) << 20, e->rec.user, [this, e] {
-    Lock lock(table_.mu);
     --e->active_execs;
     e->last_active_ms = Now();
   });
 }
 
+Result<std::shared_ptr<AgentLease>> SandboxManager::LeaseAgent(const std::string& id) {
+  Lock lock(table_.mu);
+  bool wake;
+  SBX_ASSIGN_OR_RETURN(EntryPtr e, CallableLocked(id, false, &wake));
+  return LeaseLocked(e);
+}
+
 asio::awaitable<Result<std::shared_ptr<AgentLease>>> SandboxManager::AcquireAgent(const std::string& id) {
-  if (Status st = co_await Wake(id); !st.ok()) co_return st.error();
-  co_return LeaseAgent(id);
+  for (bool may_wake = true;; may_wake = false) {
+    {
+      Lock lock(table_.mu);
+      bool wake;
+      auto e = CallableLocked(id, may_wake, &wake);
+      if (!e.ok()) co_return e.error();
+      if (!wake) co_return LeaseLocked(*e);
+    }
+    if (Status st = co_await Wake(id); !st.ok()) co_return st.error();
+  }
 }
 
 asio::awaitable<Result<PreparedProcess>> SandboxManager::PrepareProcess(const std::string& id, ExecRequest req) {
   if (Status st = CheckExecRequest(req); !st.ok()) co_return st.error();
-  auto lease = co_await AcquireAgent(id);
-  if (!lease.ok()) co_return lease.error();
   PreparedProcess p;
-  p.lease = *lease;
-  Lock lock(table_.mu);
-  auto found = table_.Find(id);
-  if (!found.ok()) co_return found.error();
-  if (req.user.empty()) req.user = (*found)->rec.user;  // the sandbox's default
-  p.req.env = ExecEnv(**found, req.env, req.as_root(), &p.req.self_env);
+  for (bool may_wake = true; !p.lease; may_wake = false) {
+    {
+      Lock lock(table_.mu);
+      bool wake;
+      auto e = CallableLocked(id, may_wake, &wake);
+      if (!e.ok()) co_return e.error();
+      if (!wake) {
+        if (req.user.empty()) req.user = (*e)->rec.user;  // the sandbox's default
+        p.req.env = ExecEnv(**e, req.env, req.as_root(), &p.req.self_env);
+        p.lease = LeaseLocked(*e);
+        ++execs_;
+      }
+    }
+    if (!p.lease)
+      if (Status st = co_await Wake(id); !st.ok()) co_return st.error();
+  }
   p.req.argv = req.argv;
   p.req.cwd = !req.cwd.empty() ? req.cwd : req.as_root() ? opts_.default_cwd : "";
   if (!req.as_root()) p.req.user = req.user;
@@ -145,7 +168,6 @@ asio::awaitable<Result<PreparedProcess>> SandboxManager::PrepareProcess(const st
   p.req.cols = req.cols;
   p.req.rows = req.rows;
   p.req.keepalive_ms = opts_.keepalive_ms;
-  ++execs_;
   co_return p;
 }
 
@@ -155,45 +177,47 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
   if (req.timeout_seconds < 1 || req.timeout_seconds > opts_.max_exec_timeout_seconds)
     co_return MakeError(Code::kInvalidArgument,
                         "timeout_seconds must be between 1 and " + std::to_string(opts_.max_exec_timeout_seconds));
-  if (Status st = co_await Wake(id); !st.ok()) co_return st.error();
-
   agent::ExecRequest areq;
   agent::DialerPtr addr;
   EntryPtr e;
   double usd_per_hour = 0;
-  {
-    Lock lock(table_.mu);
-    auto found = table_.Find(id);
-    if (!found.ok()) co_return found.error();
-    e = *found;
-    if (auto st = RunnableLocked(*e); !st.ok()) co_return st.error();
-    if (req.user.empty()) req.user = e->rec.user;  // the sandbox's default
-    areq.env = ExecEnv(*e, req.env, req.as_root(), &areq.self_env);
-    areq.argv = req.argv;
-    areq.cwd = !req.cwd.empty() ? req.cwd : req.as_root() ? opts_.default_cwd : "";
-    if (!req.as_root()) areq.user = req.user;
-    areq.timeout_ms = req.timeout_seconds * 1000;
-    areq.stdout_cap = areq.stderr_cap = opts_.output_cap;
-    areq.keepalive_ms = opts_.keepalive_ms;
-    areq.stdin_open = req.stdin_data.has_value();
-    addr = e->inst.agent;
-    ++e->active_execs;
-    ++execs_;
-    e->last_active_ms = Now();
-    auto t = types_.Find(e->rec.type);
-    if (t.ok()) usd_per_hour = t->usd_per_hour;
+  // One look at the table (two for a paused sandbox that wakes for the call).
+  for (bool may_wake = true; !e; may_wake = false) {
+    {
+      Lock lock(table_.mu);
+      bool wake;
+      auto found = CallableLocked(id, may_wake, &wake);
+      if (!found.ok()) co_return found.error();
+      if (!wake) {
+        e = *found;
+        if (req.user.empty()) req.user = e->rec.user;  // the sandbox's default
+        areq.env = ExecEnv(*e, req.env, req.as_root(), &areq.self_env);
+        addr = e->inst.agent;
+        ++e->active_execs;
+        ++execs_;
+        e->last_active_ms = Now();
+        auto t = types_.Find(e->rec.type);
+        if (t.ok()) usd_per_hour = t->usd_per_hour;
+      }
+    }
+    if (!e)
+      if (Status st = co_await Wake(id); !st.ok()) co_return st.error();
   }
+  areq.argv = req.argv;
+  areq.cwd = !req.cwd.empty() ? req.cwd : req.as_root() ? opts_.default_cwd : "";
+  if (!req.as_root()) areq.user = req.user;
+  areq.timeout_ms = req.timeout_seconds * 1000;
+  areq.stdout_cap = areq.stderr_cap = opts_.output_cap;
+  areq.keepalive_ms = opts_.keepalive_ms;
+  areq.stdin_open = req.stdin_data.has_value();
   FaultPoint("exec.started");
   // Arguments are named locals: g++ 12 may destroy a temporary made inside a co_await
   // expression twice.
   std::string stdin_data = req.stdin_data.value_or("");
   std::shared_ptr<CancelSignal> cancel = req.cancel;
   auto res = co_await agent::Exec(ex, addr, std::move(areq), std::move(stdin_data), on_output, 10000, cancel);
-  {
-    Lock lock(table_.mu);
-    --e->active_execs;
-    e->last_active_ms = Now();
-  }
+  --e->active_execs;  // atomic: no lock
+  e->last_active_ms = Now();
   if (!res.ok()) co_return res.error().Wrap("exec in " + id);
   ExecResult out;
   out.exit = *res;

@@ -22,6 +22,9 @@ struct ManagerOptions {
   int64_t max_ttl_seconds = 30 * 24 * 3600;
   int64_t max_exec_timeout_seconds = 24 * 3600;
   int teardown_threads = 2;
+  // Creates under way at once (CreateCall); more are refused at once with 429 and a retry
+  // hint rather than queued (0: no limit).
+  int max_creates_in_flight = 32;
   std::string default_cwd = "/root";  // empty: the agent's own working directory
   std::map<std::string, std::string> base_env = {
       {"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},

@@ -1,12 +1,16 @@
 // Policy, applied about once a second (Tick): sandboxes whose init died are marked error,
 // those past their TTL are stopped, paused or deleted, and idle ones are paused.
 #include "base/log.h"
+#include "base/scope_exit.h"
 #include "core/processes.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
 
 void SandboxManager::Tick() {
+  // One at a time: a tick that outlasts a second (a slow stop) is not joined by the next.
+  if (ticking_.exchange(true)) return;
+  ScopeExit done([this] { ticking_ = false; });
   std::vector<std::string> expired, idle;
   struct Died {
     std::string id;
@@ -14,11 +18,20 @@ void SandboxManager::Tick() {
     runtime::Runtime* rt;
   };
   std::vector<Died> died;
+  // Sandboxes with an idle policy: their CPU use is read after the lock goes.
+  struct Sampled {
+    EntryPtr e;
+    runtime::Instance inst;
+    runtime::Runtime* rt;
+    uint64_t cpu = 0;
+  };
+  std::vector<Sampled> sampled;
+  const int64_t now = Now();
   {
     Lock lock(table_.mu);
-    int64_t now = Now();
     for (const auto& [id, e] : table_.live()) {
       if (!e->is(State::kRunning) || e->busy) continue;
+      if (!runtimes_->Find(e->rec.isolation)) continue;  // kept as it is (recovery.cc)
       if (!Rt(e->rec).Alive(e->inst)) {
         // Its init ended (killed from outside, or the whole sandbox was OOM-killed).
         metering_.Close(e->rec);
@@ -36,11 +49,17 @@ void SandboxManager::Tick() {
         expired.push_back(id);
         continue;
       }
-      if (e->rec.idle_timeout_seconds <= 0) continue;
+      if (e->rec.idle_timeout_seconds > 0) sampled.push_back({e, e->inst, &Rt(e->rec)});
+    }
+  }
+  for (auto& s : sampled) s.cpu = s.rt->CpuUsageNs(s.e->rec.id, s.inst);  // cgroup reads
+  {
+    Lock lock(table_.mu);
+    for (const auto& [e, inst, rt, cpu] : sampled) {
+      if (!e->is(State::kRunning) || e->busy) continue;
       // Idle policy: an exec or a capture in flight is activity, and so is CPU use above
       // the threshold since the last sample (a build started in the background).
       if (e->active_execs > 0 || e->captures > 0) e->last_active_ms = now;
-      uint64_t cpu = Rt(e->rec).CpuUsageNs(id, e->inst);
       if (e->cpu_sample_ms > 0 && now > e->cpu_sample_ms && cpu >= e->cpu_ns) {
         double share = static_cast<double>(cpu - e->cpu_ns) / (static_cast<double>(now - e->cpu_sample_ms) * 1e6);
         if (share > opts_.idle_cpu_threshold) e->last_active_ms = now;
@@ -49,7 +68,7 @@ void SandboxManager::Tick() {
         e->cpu_ns = cpu;
         e->cpu_sample_ms = now;
       }
-      if (now - e->last_active_ms >= e->rec.idle_timeout_seconds * 1000) idle.push_back(id);
+      if (now - e->last_active_ms >= e->rec.idle_timeout_seconds * 1000) idle.push_back(e->rec.id);
     }
   }
   // What the dead sandboxes left (other processes, cgroups) goes; their files stay.
@@ -81,7 +100,6 @@ void SandboxManager::Tick() {
     Status st = Delete(id, /*only_if_expired=*/true);
     if (st.ok()) {
       SBX_LOG(kInfo) << "sandbox " << id << " reached its TTL; deleting it";
-      if (processes_) processes_->Forget(id);
     } else if (st.error().code != Code::kNotFound && st.error().code != Code::kFailedPrecondition) {
       SBX_LOG(kError) << st.error().message;
     }

@@ -53,7 +53,6 @@ void ProcessTable::Remember(const std::string& sandbox, const std::shared_ptr<Pr
 
 asio::awaitable<Result<ProcessInfo>> ProcessTable::Start(asio::any_io_executor ex, std::string sandbox,
                                                          ExecRequest req) {
-  PruneGone();
   {
     std::lock_guard<std::mutex> lock(mu_);
     int running = 0;
@@ -379,18 +378,6 @@ Result<OutputRead> ProcessTable::Read(const std::string& sandbox, int64_t pid, u
     out.chunks.push_back(c);
   }
   return out;
-}
-
-void ProcessTable::PruneGone() {
-  std::vector<std::string> known;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [sid, _] : procs_) known.push_back(sid);
-  }
-  for (const auto& sid : known) {
-    auto v = manager_->Get(sid);
-    if (!v.ok() && v.error().code == Code::kNotFound) Forget(sid);
-  }
 }
 
 void ProcessTable::Forget(const std::string& sandbox) {

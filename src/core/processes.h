@@ -97,11 +97,10 @@ class ProcessTable {
   // The sandbox stopped: kept processes sbxd does not follow now (let go of around a
   // hibernate) end with `reason`. Never blocks; safe under the sandbox table's lock.
   void EndDetached(const std::string& sandbox, const std::string& reason);
-  // Drops what is remembered of a deleted sandbox's processes.
+  // Drops what is remembered of a deleted sandbox's processes (SandboxManager::Delete
+  // calls it for every delete: the API's, E2B's, a TTL's). Never blocks on the sandbox
+  // table's lock.
   void Forget(const std::string& sandbox);
-  // Forgets the processes of every sandbox that no longer exists (deleted by its TTL, say,
-  // rather than through the API). Called on each start, so rings never pile up.
-  void PruneGone();
   size_t ring_bytes() const { return ring_bytes_; }
 
  private:

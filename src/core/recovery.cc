@@ -22,7 +22,9 @@ std::map<std::string, Result<runtime::Instance>> SandboxManager::AdoptAll(
   std::vector<const storage::SandboxRecord*> todo;
   for (const auto& r : rows) {
     bool hibernated = ParseState(r.state) == State::kPaused && r.pause_mode == "hibernate";
-    if ((ParseState(r.state) == State::kRunning || ParseState(r.state) == State::kPaused) && !hibernated && r.billing != "call") todo.push_back(&r);
+    if ((ParseState(r.state) == State::kRunning || ParseState(r.state) == State::kPaused) && !hibernated &&
+        r.billing != "call" && runtimes_->Find(r.isolation))
+      todo.push_back(&r);
   }
   for (size_t at = 0; at < todo.size(); at += kParallel) {
     std::vector<std::pair<std::string, std::future<Result<runtime::Instance>>>> batch;
@@ -69,6 +71,18 @@ Status SandboxManager::Recover() {
     }
     auto e = std::make_shared<Entry>();
     e->last_active_ms = Now();
+    if (!runtimes_->Find(r.isolation)) {
+      // Its wall is missing from this sbxd (started without it this time): the row stays
+      // as it was, its kernel objects too, and every call on it is refused naming the
+      // wall (runtime/missing_wall.h); an sbxd with that wall adopts it again.
+      SBX_LOG(kWarn) << "sandbox " << r.id << " is of isolation " << r.isolation
+                     << ", which this sbxd does not have: it is kept as it is";
+      live_ids.insert(r.id);
+      e->rec = r;
+      Lock lock(table_.mu);
+      table_.Add(e);
+      continue;
+    }
     const bool frozen = ParseState(r.state) == State::kPaused;
     const bool checkpointed = Rt(r).HasCheckpoint(CheckpointDir(r.id));
     if (frozen && r.pause_mode == "hibernate") {

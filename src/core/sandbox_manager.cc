@@ -88,17 +88,27 @@ runtime::StartSpec SandboxManager::SpecOf(const SandboxRecord& r) const {
 }
 
 SandboxView SandboxManager::View(const Entry& e) const {
+  SandboxView v = ViewLocked(e);
+  AddHostFacts(&v);
+  return v;
+}
+
+SandboxView SandboxManager::ViewLocked(const Entry& e) const {
   SandboxView v;
   v.rec = e.rec;
   std::tie(v.billed_seconds, v.cost_usd) = metering_.Billed(e.rec);
-  std::tie(v.tx_bytes, v.rx_bytes) = NetworkBytes(e);
   if (auto link = LinkOfRow(e.rec)) {
     v.address = net::Address::V4(link->sandbox).ToString();
     if (link->has_v6) v.address6 = net::Address{true, link->sandbox6}.ToString();
   }
   v.network_mbps = MbpsOf(e.rec);
-  if (runtime::Runtime* rt = runtimes_->Find(e.rec.isolation)) v.accel = rt->Accelerator();
   return v;
+}
+
+void SandboxManager::AddHostFacts(SandboxView* v) const {
+  std::tie(v->tx_bytes, v->rx_bytes) = RowNetworkBytes(v->rec, v->rec.state == StateName(State::kRunning) ||
+                                                                    v->rec.state == StateName(State::kPaused));
+  if (runtime::Runtime* rt = runtimes_->Find(v->rec.isolation)) v->accel = rt->Accelerator();
 }
 
 Result<SandboxStats> SandboxManager::Stats(const std::string& id) {
@@ -131,35 +141,62 @@ Result<SandboxStats> SandboxManager::Stats(const std::string& id) {
   return out;
 }
 
-Result<std::string> SandboxManager::ResolveSandbox(const std::string& ref) {
+Result<std::string> SandboxManager::ResolveSandbox(const std::string& ref, bool active) {
   Lock lock(table_.mu);
-  return table_.Resolve(ref);
+  SBX_ASSIGN_OR_RETURN(std::string id, table_.Resolve(ref));
+  if (EntryPtr e = active ? table_.Get(id) : nullptr) e->last_active_ms = Now();
+  return id;
+}
+
+std::string SandboxManager::ResolveOwnSandbox(const std::string& own, const std::string& ref, bool active) {
+  Lock lock(table_.mu);
+  EntryPtr e = table_.Get(own);
+  if (!e || e->is(State::kPooled) || (ref != own && (e->rec.name.empty() || ref != e->rec.name))) return ref;
+  if (active) e->last_active_ms = Now();
+  return own;
+}
+
+bool SandboxManager::MarkActive(const std::string& id) {
+  Lock lock(table_.mu);
+  EntryPtr e = table_.Get(id);
+  if (!e || e->is(State::kPooled)) return false;
+  e->last_active_ms = Now();
+  return true;
 }
 
 Result<SandboxView> SandboxManager::Get(const std::string& id) {
-  Lock lock(table_.mu);
-  SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));
-  return View(*e);
+  SandboxView v;
+  {
+    Lock lock(table_.mu);
+    SBX_ASSIGN_OR_RETURN(auto e, table_.Find(id));
+    v = ViewLocked(*e);
+  }
+  AddHostFacts(&v);
+  return v;
 }
 
 Result<std::vector<SandboxView>> SandboxManager::List(const ListFilter& f) {
   if (!f.state.empty() && (f.state != StateName(ParseState(f.state)) || f.state == StateName(State::kPooled)))
     return MakeError(Code::kInvalidArgument, "unknown state \"" + f.state +
                                                  "\": one of creating, running, paused, stopped, error, deleting");
-  Lock lock(table_.mu);
   std::vector<SandboxView> out;
-  for (const auto& [_, e] : table_.live()) {
-    if (!f.name.empty() && e->rec.name != f.name) continue;
-    if (!f.state.empty() && e->rec.state != f.state) continue;
-    if (!f.metadata.empty()) {
-      auto md = json::parse(e->rec.metadata_json, nullptr, false);
-      bool match = md.is_object();
-      for (const auto& [k, v] : f.metadata)
-        if (!match || !md.contains(k) || !md[k].is_string() || md[k].get<std::string>() != v) match = false;
-      if (!match) continue;
+  {
+    Lock lock(table_.mu);
+    for (const auto& [_, e] : table_.live()) {
+      if (!f.name.empty() && e->rec.name != f.name) continue;
+      if (!f.state.empty() && e->rec.state != f.state) continue;
+      if (!f.metadata.empty()) {
+        auto md = json::parse(e->rec.metadata_json, nullptr, false);
+        bool match = md.is_object();
+        for (const auto& [k, v] : f.metadata)
+          if (!match || !md.contains(k) || !md[k].is_string() || md[k].get<std::string>() != v) match = false;
+        if (!match) continue;
+      }
+      out.push_back(ViewLocked(*e));
     }
-    out.push_back(View(*e));
   }
+  // What the host says of each (sysfs reads), without the lock.
+  for (auto& v : out) AddHostFacts(&v);
   std::sort(out.begin(), out.end(), [](const SandboxView& a, const SandboxView& b) {
     return a.rec.created_ms != b.rec.created_ms ? a.rec.created_ms < b.rec.created_ms : a.rec.id < b.rec.id;
   });
@@ -193,10 +230,6 @@ Result<SandboxView> SandboxManager::Update(const std::string& id, const UpdateRe
   return View(*e);
 }
 
-void SandboxManager::Touch(const std::string& id) {
-  Lock lock(table_.mu);
-  if (auto e = table_.Get(id)) e->last_active_ms = Now();
-}
 
 bool SandboxManager::PortsArePublic(const std::string& id) {
   Lock lock(table_.mu);
@@ -264,33 +297,46 @@ SandboxManager::Features SandboxManager::GetFeatures() const {
 
 SandboxManager::Counts SandboxManager::GetCounts() {
   Counts c;
-  c.deleting = teardowns_->pending();
-  Lock lock(table_.mu);
-  for (const auto& [_, e] : table_.live()) {
-    ++c.by_state[{e->rec.state, e->rec.isolation}];
-    if (!e->is(State::kPooled)) {
-      auto [tx, rx] = NetworkBytes(*e);
-      c.net_tx_bytes += tx;
-      c.net_rx_bytes += rx;
+  std::vector<std::pair<SandboxRecord, bool>> counted;  // whose bytes to add up, linked or not
+  for (const auto& [kind, _] : runtimes_->all())
+    for (State s : {State::kCreating, State::kRunning, State::kPaused, State::kStopped, State::kError,
+                    State::kDeleting})
+      c.by_state[{StateName(s), kind}] = 0;
+  {
+    Lock lock(table_.mu);
+    for (const auto& [_, e] : table_.deleting()) {
+      ++c.by_state[{StateName(State::kDeleting), e->rec.isolation}];
+      ++c.deleting;
     }
-    switch (e->state()) {
-      case State::kRunning: ++c.running; break;
-      case State::kPaused: ++c.paused; break;
-      case State::kStopped: ++c.stopped; break;
-      case State::kError: ++c.error; break;
-      case State::kCreating: ++c.creating; break;
-      default: break;
+    for (const auto& [_, e] : table_.live()) {
+      ++c.by_state[{e->rec.state, e->rec.isolation}];
+      if (!e->is(State::kPooled))
+        counted.emplace_back(e->rec, e->is(State::kRunning) || e->is(State::kPaused));
+      switch (e->state()) {
+        case State::kRunning: ++c.running; break;
+        case State::kPaused: ++c.paused; break;
+        case State::kStopped: ++c.stopped; break;
+        case State::kError: ++c.error; break;
+        case State::kCreating: ++c.creating; break;
+        default: break;
+      }
     }
+    c.creates = creates_;
+    c.execs = execs_;
+    c.deletes = deletes_;
+    c.snapshots = snapshots_;
+    c.forks = forks_;
+    c.pauses = pauses_;
+    c.resumes = resumes_;
+    for (const auto& [_, q] : pool_) c.pooled += static_cast<int>(q.size());
+    c.pool_claims = pool_claims_;
   }
-  c.creates = creates_;
-  c.execs = execs_;
-  c.deletes = deletes_;
-  c.snapshots = snapshots_;
-  c.forks = forks_;
-  c.pauses = pauses_;
-  c.resumes = resumes_;
-  for (const auto& [_, q] : pool_) c.pooled += static_cast<int>(q.size());
-  c.pool_claims = pool_claims_;
+  // The links' counters (sysfs reads), without the lock.
+  for (const auto& [r, linked] : counted) {
+    auto [tx, rx] = RowNetworkBytes(r, linked);
+    c.net_tx_bytes += tx;
+    c.net_rx_bytes += rx;
+  }
   if (network_) {
     const auto& r = network_->resolver_stats();
     c.dns_queries = r.queries;

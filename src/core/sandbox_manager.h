@@ -23,6 +23,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -79,14 +80,24 @@ class SandboxManager {
   // deletes, marks the rest `error`, and removes orphaned cgroups and directories.
   Status Recover();  // recovery.cc
 
-  // create.cc
+  // create.cc. Create blocks; CreateCall is a create from the API (sbx's and E2B's): run
+  // on core's blocking pool, refused at once (kResourceExhausted with a retry hint) while
+  // max_creates_in_flight are under way. Both record the create's latency.
   Result<SandboxView> Create(const CreateRequest& req);
+  boost::asio::awaitable<Result<SandboxView>> CreateCall(CreateRequest req);
   Result<SandboxView> Get(const std::string& id);
   // What a running or paused (frozen) sandbox uses now (409 otherwise).
   Result<SandboxStats> Stats(const std::string& id);
   // The id of the sandbox that `ref` names (an id, a name, or a unique prefix of an id);
-  // see SandboxTable::Resolve.
-  Result<std::string> ResolveSandbox(const std::string& ref);
+  // see SandboxTable::Resolve. With `active`, the call is activity for its idle policy
+  // (any API call on a sandbox is, but a stats reading), in the same look at the table.
+  Result<std::string> ResolveSandbox(const std::string& ref, bool active = false);
+  // What `ref` names for a holder of sandbox `own`'s token: `own` if it is its id or its
+  // name (and then, with `active`, activity), else `ref` as it is (never a prefix, which
+  // would tell whether other ids share one).
+  std::string ResolveOwnSandbox(const std::string& own, const std::string& ref, bool active);
+  // Whether sandbox `id` exists (not pooled, not deleting); if so, the call is activity.
+  bool MarkActive(const std::string& id);
   Result<std::vector<SandboxView>> List(const ListFilter& filter);
   Result<SandboxView> Update(const std::string& id, const UpdateRequest& req);
 
@@ -153,8 +164,6 @@ class SandboxManager {
   Result<SandboxView> SetNetwork(const std::string& id, const nlohmann::json& network);
   // At sbxd's start, after recovery: every sandbox's rules into the firewall at once.
   Status InstallNetwork();
-  // An API call on the sandbox: activity for its idle policy.
-  void Touch(const std::string& id);
 
   // serverless.cc. One command in a fresh sandbox with the disk at /mnt/disk (a string
   // command runs with the image's bash, else sh); the sandbox goes when it ends.
@@ -200,7 +209,9 @@ class SandboxManager {
 
   struct Counts {
     int running = 0, stopped = 0, error = 0, creating = 0, deleting = 0, paused = 0;
-    std::map<std::pair<std::string, std::string>, int> by_state;  // (state, isolation)
+    // (state, isolation): every wall of this sbxd with every state shown (zeros included,
+    // so that a series never vanishes), the sandboxes being torn down under "deleting".
+    std::map<std::pair<std::string, std::string>, int> by_state;
     int64_t creates = 0, execs = 0, deletes = 0, snapshots = 0, forks = 0, pauses = 0, resumes = 0;
     int pooled = 0;           // ready in the warm pool
     int64_t pool_claims = 0;  // creates served from the pool
@@ -219,6 +230,7 @@ class SandboxManager {
   using Lock = MutexLock;
 
   // create.cc
+  Result<SandboxView> CreateNow(const CreateRequest& req);  // Create, unmeasured
   Status ValidateCreate(const CreateRequest& req) const;
   // use_pool: claim from (and teach) the warm pool; forks' one-off layers do not.
   Result<SandboxView> CreateOn(const CreateRequest& req, const std::string& image,
@@ -251,16 +263,20 @@ class SandboxManager {
   std::pair<uint64_t, uint64_t> NetworkBytes(const Entry& e) const;  // sent, received
   // The same from a record alone: `linked` says its link (if its rules give it one) is up.
   std::pair<uint64_t, uint64_t> RowNetworkBytes(const storage::SandboxRecord& r, bool linked) const;
+  // A sandbox as the API shows it, with what the host says of it (its link's counters
+  // from sysfs, a VM wall's accelerator). ViewLocked is the part read from the entry;
+  // AddHostFacts the rest, from the view's own copy of the record, without the lock
+  // (Get, List and GetCounts do so; a transition's answer still reads them with it).
   SandboxView View(const Entry& e) const;
+  SandboxView ViewLocked(const Entry& e) const;
+  void AddHostFacts(SandboxView* v) const;
   std::string DirOf(const std::string& id) const { return opts_.data_dir + "/sandboxes/" + id; }
   // Where a hibernated sandbox's checkpoint is kept.
   std::string CheckpointDir(const std::string& id) const { return opts_.data_dir + "/hibernated/" + id; }
   int64_t Now() const { return opts_.now_ms(); }
   // The runtime of a sandbox (by its isolation kind).
-  runtime::Runtime& Rt(const storage::SandboxRecord& r) const {
-    runtime::Runtime* rt = runtimes_->Find(r.isolation);
-    return rt ? *rt : *runtimes_->layers();
-  }
+  // A kind this sbxd lacks gets a wall that refuses everything (runtime/missing_wall.h).
+  runtime::Runtime& Rt(const storage::SandboxRecord& r) const { return runtimes_->Of(r.isolation); }
 
   // lifecycle.cc: each drops the table's lock around the runtime's work.
   Status StopLocked(const EntryPtr& e, const std::string& reason) SBX_REQUIRES(table_.mu);
@@ -307,10 +323,16 @@ class SandboxManager {
 
   // exec.cc
   Status CheckExecRequest(const ExecRequest& req) const;
-  // Resumes the sandbox if it is paused with auto_resume on.
+  // Resumes a sandbox that CallableLocked asked to wake (paused, auto_resume on).
   boost::asio::awaitable<Status> Wake(const std::string& id);
   // OK if commands can run in it now.
   Status RunnableLocked(const Entry& e) SBX_REQUIRES(table_.mu);
+  // The one look at the table of a call that needs a running sandbox: its entry if
+  // commands can run in it now; with `may_wake`, one paused with auto_resume on sets
+  // `*wake` instead (the caller wakes it, then looks once more without `may_wake`).
+  Result<EntryPtr> CallableLocked(const std::string& id, bool may_wake, bool* wake) SBX_REQUIRES(table_.mu);
+  // A lease on `e`'s agent: one more connection open, and activity, until it ends.
+  std::shared_ptr<AgentLease> LeaseLocked(const EntryPtr& e) SBX_REQUIRES(table_.mu);
   // Writes the sandbox's /run/sbx.env (agent/self_env.h: its id and live token) into it
   // now, if it runs: after a capture of its memory killed its token, and where its
   // processes came with a saved memory. Blocking, without the table's lock; a failure is
@@ -343,6 +365,8 @@ class SandboxManager {
   Admission admission_;
   Metering metering_;
   Secrets secrets_;
+  std::atomic<bool> ticking_{false};  // a Tick runs
+  std::atomic<int> creates_in_flight_{0};  // CreateCall's
   int64_t creates_ SBX_GUARDED_BY(table_.mu) = 0;
   int64_t execs_ SBX_GUARDED_BY(table_.mu) = 0;
   int64_t deletes_ SBX_GUARDED_BY(table_.mu) = 0;

@@ -5,6 +5,7 @@
 // works on entries through it, with its lock held (checked by clang, see base/sync.h).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <initializer_list>
 #include <map>
@@ -28,12 +29,14 @@ State ParseState(const std::string& s);  // an unknown name reads as kError
 struct Entry {
   storage::SandboxRecord rec;  // what is persisted (rec.state is StateName(state()))
   runtime::Instance inst;
-  int active_execs = 0;    // exec, file, port or process connections open
+  // Exec, file, port or process connections open, and the last activity (for the idle
+  // policy): an exec ends without the table's lock, so these two are atomic.
+  std::atomic<int> active_execs{0};
+  std::atomic<int64_t> last_active_ms{0};
   bool busy = false;       // a blocking transition (start/stop/pause/resume) is in progress
   bool restoring = false;  // that transition is a restore from hibernation (a delete cancels it)
   int captures = 0;        // snapshots or forks copying its files
-  // Idle policy: last activity, and the last CPU sample.
-  int64_t last_active_ms = 0;
+  // Idle policy: the last CPU sample.
   uint64_t cpu_ns = 0;
   int64_t cpu_sample_ms = 0;
 

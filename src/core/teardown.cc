@@ -3,6 +3,7 @@
 // and collects the layers nothing uses any more.
 #include "base/fault.h"
 #include "base/log.h"
+#include "core/processes.h"
 #include "core/sandbox_manager.h"
 
 namespace sbx::core {
@@ -26,6 +27,8 @@ Status SandboxManager::Delete(const std::string& id, bool only_if_expired) {
     ++deletes_;
   }
   FaultPoint("delete.marked");
+  // Its background processes go with it (their readers close; the teardown ends them).
+  if (processes_) processes_->Forget(id);
   teardowns_->Enqueue(id);
   return OkStatus();
 }

@@ -143,6 +143,9 @@ class Runtime {
   }
   // Removes a layer folder made by CaptureFiles (or a half-made one), with all it holds.
   virtual Status RemoveLayer(const std::string& path) = 0;
+  // A layer (a capture's or an image's) is gone: what this wall made from it goes too (a
+  // VM wall's disk image of it). Core tells every wall, whichever made the layer.
+  virtual void ForgetLayer(const std::string& path) { (void)path; }
   // Checkpoints every process of the running sandbox into the folder `dir` (the runtime
   // owns it whole: it clears what an earlier attempt left, and marks the checkpoint whole
   // last), then ends them: their memory is freed, their files and kernel objects stay. On

@@ -1,6 +1,9 @@
 """Lifecycle and money on real sandboxes: pause/resume (freeze), TTL and idle policy,
 usage that survives restarts, quotas, and the metrics that show it all."""
+import http.client
+import json
 import os
+import threading
 import time
 
 import pytest
@@ -228,6 +231,46 @@ def test_kill_9_while_paused_then_restart_then_resume(fresh_daemon):
     t2 = int(again.exec("cat /tmp/tick", check=True).stdout)
     assert t2 > t1  # its background loop runs again
     assert again.exec("cat /root/n", check=True).stdout == "41\n"
+
+
+def test_creates_beyond_the_limit_in_flight_are_refused_at_once_with_a_retry_hint():
+    """Sixteen creates at once against --max-creates-in-flight 2: each is answered, made
+    (201) or refused at once (429 quota_exceeded with Retry-After), and nothing refused is
+    left half made. A create through E2B's front is measured as sbx's are."""
+    d = Daemon("inflight", extra_args=["--max-creates-in-flight", "2"])
+    try:
+        results, go = [], threading.Barrier(16)
+
+        def one():
+            c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=120)
+            c.connect()
+            go.wait()
+            c.request("POST", "/v1/sandboxes", body=json.dumps({"image": "busybox"}),
+                      headers={"Authorization": "Bearer " + d.key, "Content-Type": "application/json"})
+            r = c.getresponse()
+            results.append((r.status, r.getheader("Retry-After"), json.loads(r.read())))
+            c.close()
+
+        threads = [threading.Thread(target=one) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        made = [b["id"] for status, _, b in results if status == 201]
+        refused = [(hint, b) for status, hint, b in results if status == 429]
+        assert len(made) + len(refused) == 16 and made and refused, results
+        for hint, b in refused:
+            assert hint == "1" and b["error"]["code"] == "quota_exceeded", (hint, b)
+            assert "--max-creates-in-flight" in b["error"]["message"], b
+        assert sorted(x["id"] for x in d.sandboxes()) == sorted(made)
+        measured = d.metric("sbx_create_seconds_count")
+        assert measured == len(made)
+        status, body = d.raw("POST", "/v2/sandboxes", body={"templateID": "busybox"},
+                             headers={"X-API-KEY": d.key}, auth=False)
+        assert status == 201, body
+        assert d.metric("sbx_create_seconds_count") == measured + 1
+    finally:
+        d.destroy()
 
 
 def test_quota_429_changes_nothing():

@@ -208,9 +208,17 @@ def test_the_network_goes_through_a_tap_under_the_sandboxs_rules(client, daemon)
         assert "REFUSED" in sb.exec("nslookup example.com").stdout
 
 
+def vm_layer_images(daemon):
+    d = os.path.join(daemon.data, "microvm", "images")
+    return {n for n in os.listdir(d) if n.endswith(".ext4")} if os.path.isdir(d) else set()
+
+
 def test_templates_and_forks_of_a_vm_hold_its_disk(client, daemon):
     # A container's template serves a microVM; a microVM's snapshot (its disk's image,
-    # frozen for the copy) serves microVMs, running or stopped, and forks.
+    # frozen for the copy) serves microVMs, running or stopped, and forks. The disk image
+    # a VM's boot made of a template's layer goes with the layer.
+    with client.create(image="busybox", isolation="microvm"):
+        images_before = vm_layer_images(daemon)  # with the image's own
     with client.create(image="busybox") as ct:
         ct.exec("echo from-a-container > /root/note; rm /bin/vi", check=True)
         ct.snapshot("mv-tpl-1")
@@ -240,6 +248,7 @@ def test_templates_and_forks_of_a_vm_hold_its_disk(client, daemon):
                 assert again.exec("test -e /bin/ls").exit_code == 1 and again.exec("test -e /bin/vi").exit_code == 1
                 # A layer on a layer: the VM-made one over the container's.
                 again.exec("echo third >> /root/note", check=True)
+                assert vm_layer_images(daemon) - images_before  # the container template's layer
         # The other walls cannot read a VM's disk: refused clearly, nothing made.
         before = {s["id"] for s in daemon.raw("GET", "/v1/sandboxes")[1]["sandboxes"]}
         status, body = daemon.raw("POST", "/v1/sandboxes", body={"from": "mv-tpl-2", "isolation": "container"})
@@ -248,6 +257,10 @@ def test_templates_and_forks_of_a_vm_hold_its_disk(client, daemon):
     finally:
         for n in made:
             daemon.raw("DELETE", f"/v1/snapshots/{n}")
+    deadline = time.time() + 30  # the last sandboxes' teardowns collect the layers
+    while vm_layer_images(daemon) - images_before:
+        assert time.time() < deadline, vm_layer_images(daemon) - images_before
+        time.sleep(0.2)
 
 
 def test_hibernate_saves_the_whole_vm_and_the_restore_renews_its_clock(client, daemon):

@@ -1,5 +1,6 @@
 """Daemon restarts (clean and kill -9) keep running sandboxes usable; cycles leak nothing."""
 import signal
+import time
 
 
 def test_kill9_then_restart_keeps_running_sandboxes(fresh_daemon):
@@ -109,3 +110,28 @@ def test_load_burst_and_concurrent_clients(fresh_daemon):
     # Still answers, and everything goes.
     assert d.raw("GET", "/v1/health", auth=False)[0] == 200
     d.wait_clean(timeout=120)
+
+
+def test_a_sandbox_whose_wall_this_sbxd_lacks_is_kept_as_it_is(fresh_daemon):
+    """Started once without gVisor, sbxd neither adopts a gVisor sandbox as a container nor
+    marks it failed: it stays listed as it was, calls on it are refused naming the wall,
+    and an sbxd with the wall again has it whole, its process still running."""
+    d = fresh_daemon
+    c = d.client()
+    sb = c.create(image="busybox", isolation="gvisor")
+    sb.exec("sleep 1000 > /dev/null 2>&1 &", check=True)
+    before = sb.exec("pidof sleep").stdout
+    d.stop()
+    d.extra_args = [*d.extra_args, "--runsc", "none"]
+    d.start()
+    got = d.raw("GET", f"/v1/sandboxes/{sb.id}")[1]
+    assert got["state"] == "running" and got["isolation"] == "gvisor", got
+    status, body = d.raw("POST", f"/v1/sandboxes/{sb.id}/exec", body={"cmd": ["true"]})
+    assert status == 409 and "isolation gvisor" in body["error"]["message"], body
+    time.sleep(1.5)  # a policy tick does not mark it failed either
+    assert d.raw("GET", f"/v1/sandboxes/{sb.id}")[1]["state"] == "running"
+    d.stop()
+    d.extra_args = d.extra_args[:-2]
+    d.start()
+    again = d.client().get(sb.id)
+    assert again.state == "running" and again.exec("pidof sleep").stdout == before

@@ -382,7 +382,7 @@ TEST_F(ManagerTest, IdlePauseWaitsForRunningExecsAndApiCalls) {
   now_ += 29'999;  // the exec's end was the last activity
   manager_->Tick();
   EXPECT_EQ(manager_->Get(id)->rec.state, "running");
-  manager_->Touch(id);  // an API call
+  ASSERT_TRUE(manager_->MarkActive(id));  // an API call on it
   now_ += 29'999;
   manager_->Tick();
   EXPECT_EQ(manager_->Get(id)->rec.state, "running");
@@ -405,6 +405,21 @@ TEST_F(ManagerTest, IdlePauseWaitsForRunningExecsAndApiCalls) {
   now_ += 3'000'000;  // 50 minutes, inside its TTL
   manager_->Tick();
   EXPECT_EQ(manager_->Get(never->rec.id)->rec.state, "running");
+}
+
+TEST_F(ManagerTest, ASandboxTokenNamesItsOwnSandboxByIdOrNameOnly) {
+  auto a = manager_->Create({.name = "mine"});
+  auto b = manager_->Create({.name = "other"});
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::string id = a->rec.id;
+  EXPECT_EQ(manager_->ResolveOwnSandbox(id, "mine", false), id);
+  EXPECT_EQ(manager_->ResolveOwnSandbox(id, id, false), id);
+  // Another's name, or a prefix even of its own id, is left as it is (then refused).
+  EXPECT_EQ(manager_->ResolveOwnSandbox(id, "other", false), "other");
+  EXPECT_EQ(manager_->ResolveOwnSandbox(id, id.substr(0, 6), false), id.substr(0, 6));
+  EXPECT_EQ(*manager_->ResolveSandbox("other", true), b->rec.id);
+  EXPECT_TRUE(manager_->MarkActive(id));
+  EXPECT_FALSE(manager_->MarkActive("sb-0000000000000000"));
 }
 
 TEST_F(ManagerTest, QuotasRefuseCreatesAndChangeNothing) {

@@ -131,6 +131,27 @@ TEST(Protocol, RequireFeatureIsConflictForAnOlderAgent) {
   EXPECT_TRUE(RequireFeature(current, "files", 2000).ok());
 }
 
+TEST(Protocol, AnErrorFrameKeepsItsCodeAndOlderAgentsWordsStillRead) {
+  // Every code goes over the wire and back as itself.
+  for (int c = static_cast<int>(Code::kOk); c <= static_cast<int>(Code::kInternal); ++c) {
+    const Code code = static_cast<Code>(c);
+    nlohmann::json frame = {{"message", "m"}, {"code", CodeName(code)}};
+    Error e = ErrorOfFrame(frame.dump());
+    EXPECT_EQ(e.code, code) << CodeName(code);
+    EXPECT_EQ(e.message, "m");
+  }
+  // What agents before it sent: the API's words.
+  EXPECT_EQ(ErrorOfFrame(R"({"message":"x","code":"invalid_request"})").code, Code::kInvalidArgument);
+  EXPECT_EQ(ErrorOfFrame(R"({"message":"x","code":"conflict"})").code, Code::kFailedPrecondition);
+  EXPECT_EQ(ErrorOfFrame(R"({"message":"x","code":"forbidden"})").code, Code::kPermissionDenied);
+  EXPECT_EQ(ErrorOfFrame(R"({"message":"x","code":"no-such-word"})").code, Code::kInternal);
+  // A frame without a code is the caller's default; one that is no JSON is its own message.
+  Error spawn = ErrorOfFrame(R"({"message":"sbx: exec nope: No such file"})", Code::kInvalidArgument);
+  EXPECT_EQ(spawn.code, Code::kInvalidArgument);
+  EXPECT_EQ(spawn.message, "sbx: exec nope: No such file");
+  EXPECT_EQ(ErrorOfFrame("not json").message, "not json");
+}
+
 TEST(Users, FindsNamesUidsAndGroups) {
   const char* passwd =
       "root:x:0:0:root:/root:/bin/bash\n# a comment\nbroken line\nuser:x:1000:1000::/home/user:/bin/bash\n"

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <set>
 #include <cstring>
 
 #include "base/fs.h"
@@ -232,15 +233,33 @@ Status LayerImages::Build(const std::string& layer, const std::string& image) {
   auto rm = Reaper::Get().Run({"debugfs", "-w", "-R", "rmdir /lost+found", tmp}, "", 0, nullptr, 60000);
   if (!rm.ok() || rm->exit_code != 0) SBX_LOG(kWarn) << "debugfs could not remove lost+found from " << tmp;
   if (::chmod(tmp.c_str(), 0644) != 0) return ErrnoError("chmod " + tmp);
+  // Which layer it is of, for Forget (a layer is collected by its folder).
+  SBX_RETURN_IF_ERROR(fs::WriteFileAtomic(LayerNoteOf(image), layer, 0600));
   if (::rename(tmp.c_str(), image.c_str()) != 0) return ErrnoError("rename " + tmp);
   return OkStatus();
 }
 
+std::string LayerImages::LayerNoteOf(const std::string& image) {
+  return image.substr(0, image.size() - std::string(".ext4").size()) + ".layer";
+}
+
 void LayerImages::Forget(const std::string& layer) {
-  const std::string image = PathOf(layer);
+  // The images of `layer` and of any layer inside its folder (a capture's root is a
+  // folder in it), by the notes beside them; an image made before notes, by its name.
+  std::set<std::string> images = {PathOf(layer)};
+  if (auto names = fs::ListDir(dir_); names.ok())
+    for (const auto& n : *names) {
+      if (n.size() < 6 || n.compare(n.size() - 6, 6, ".layer") != 0) continue;
+      auto of = fs::ReadFile(dir_ + "/" + n, 1 << 16);
+      if (of.ok() && (*of == layer || of->rfind(layer + "/", 0) == 0))
+        images.insert(dir_ + "/" + n.substr(0, n.size() - 6) + ".ext4");
+    }
   std::unique_lock<std::mutex> l(mu_);
-  cv_.wait(l, [&] { return !building_.count(image); });
-  if (::unlink(image.c_str()) != 0 && errno != ENOENT) SBX_LOG(kWarn) << "remove " << image << ": " << std::strerror(errno);
+  for (const auto& image : images) {
+    cv_.wait(l, [&] { return !building_.count(image); });
+    if (::unlink(image.c_str()) != 0 && errno != ENOENT) SBX_LOG(kWarn) << "remove " << image << ": " << std::strerror(errno);
+    (void)::unlink(LayerNoteOf(image).c_str());
+  }
 }
 
 Status MakeOwnDisk(const std::string& path, uint64_t bytes) {

@@ -56,11 +56,14 @@ class LayerImages {
     std::string image, root;
   };
   Result<Disk> ImageOf(const std::string& layer);
-  // Removes the image of a layer that is going (no error if there is none).
+  // Removes the images of a layer that is going, and of the layers inside its folder (no
+  // error if there is none).
   void Forget(const std::string& layer);
   std::string PathOf(const std::string& layer) const;
 
  private:
+  // The note beside an image that names its layer.
+  static std::string LayerNoteOf(const std::string& image);
   Status Build(const std::string& layer, const std::string& image);
   std::string dir_;
   uid_t uid_base_;

@@ -504,6 +504,7 @@ class MicrovmRuntime : public Runtime {
     images_.Forget(path);
     return fs::RemoveTree(path);
   }
+  void ForgetLayer(const std::string& path) override { images_.Forget(path); }
 
   Status Freeze(const std::string& id) override { return Cgroup(id).Freeze(); }
   Status Thaw(const std::string& id) override { return Cgroup(id).Thaw(); }
