@@ -134,7 +134,12 @@ struct InitArgs {
     }
   char c = 0;
   if (::read(3, &c, 1) != 1 || c != 'G') ::_exit(125);
-  if (::setresgid(0, 0, 0) != 0 || ::setgroups(0, nullptr) != 0 || ::setresuid(0, 0, 0) != 0) {
+  // Raw system calls: glibc's wrappers would broadcast the change to every thread it
+  // believes this process has (sbxd's, copied by the raw clone), under a lock that another
+  // thread of sbxd may have held at the clone, and wait forever (seen under 20 creates
+  // at once: the init hung in a futex until the ready timeout).
+  if (::syscall(SYS_setresgid, 0, 0, 0) != 0 || ::syscall(SYS_setgroups, 0, nullptr) != 0 ||
+      ::syscall(SYS_setresuid, 0, 0, 0) != 0) {
     static const char msg[] = "ERR cannot become root of the sandbox's user namespace\n";
     ssize_t u = ::write(4, msg, sizeof msg - 1);
     (void)u;
@@ -306,6 +311,9 @@ class ContainerRuntime : public Runtime {
         return fail(MakeError(Code::kInvalidArgument, "the image cannot boot a sandbox: " + msg));
       }
       if (line.rfind("ERR ", 0) == 0) return fail(MakeError(Code::kInternal, line.substr(4)));
+      if (line.empty() && !proc::PidfdWait(pfd->get(), 100))
+        return fail(MakeError(Code::kInternal, "the sandbox's agent did not finish its set-up within " +
+                                                   std::to_string(kReadyTimeoutMs / 1000) + " s"));
       return fail(MakeError(Code::kInternal, line.empty() ? "the sandbox's agent exited during set-up"
                                                           : "unexpected answer from the agent: " + line));
     }
