@@ -171,7 +171,7 @@ Result<core::CreateRequest> DecodeE2bCreate(const std::string& body, bool* is_sn
 
 Response E2bError(const Error& e) {
   Response r = Json(HttpStatus(e.code), {{"code", HttpStatus(e.code)}, {"message", e.message}});
-  if (e.retry_after_s > 0) r.headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
+  AddRetryHint(e, &r);
   return r;
 }
 

@@ -48,9 +48,13 @@ Response ErrorResponse(Code code, const std::string& message) {
   return r;
 }
 
+void AddRetryHint(const Error& e, Response* r) {
+  if (e.retry_after_s > 0) r->headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
+}
+
 Response ErrorResponse(const Error& e) {
   Response r = ErrorResponse(e.code, e.message);
-  if (e.retry_after_s > 0) r.headers.emplace_back("Retry-After", std::to_string(e.retry_after_s));
+  AddRetryHint(e, &r);
   return r;
 }
 

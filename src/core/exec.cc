@@ -178,29 +178,26 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
     co_return MakeError(Code::kInvalidArgument,
                         "timeout_seconds must be between 1 and " + std::to_string(opts_.max_exec_timeout_seconds));
   agent::ExecRequest areq;
-  agent::DialerPtr addr;
-  EntryPtr e;
+  std::shared_ptr<AgentLease> lease;  // held until the answer
   double usd_per_hour = 0;
   // One look at the table (two for a paused sandbox that wakes for the call).
-  for (bool may_wake = true; !e; may_wake = false) {
+  for (bool may_wake = true; !lease; may_wake = false) {
     {
       Lock lock(table_.mu);
       bool wake;
       auto found = CallableLocked(id, may_wake, &wake);
       if (!found.ok()) co_return found.error();
       if (!wake) {
-        e = *found;
-        if (req.user.empty()) req.user = e->rec.user;  // the sandbox's default
-        areq.env = ExecEnv(*e, req.env, req.as_root(), &areq.self_env);
-        addr = e->inst.agent;
-        ++e->active_execs;
+        const Entry& e = **found;
+        if (req.user.empty()) req.user = e.rec.user;  // the sandbox's default
+        areq.env = ExecEnv(e, req.env, req.as_root(), &areq.self_env);
+        lease = LeaseLocked(*found);
         ++execs_;
-        e->last_active_ms = Now();
-        auto t = types_.Find(e->rec.type);
+        auto t = types_.Find(e.rec.type);
         if (t.ok()) usd_per_hour = t->usd_per_hour;
       }
     }
-    if (!e)
+    if (!lease)
       if (Status st = co_await Wake(id); !st.ok()) co_return st.error();
   }
   areq.argv = req.argv;
@@ -215,9 +212,8 @@ asio::awaitable<Result<ExecResult>> SandboxManager::Exec(asio::any_io_executor e
   // expression twice.
   std::string stdin_data = req.stdin_data.value_or("");
   std::shared_ptr<CancelSignal> cancel = req.cancel;
-  auto res = co_await agent::Exec(ex, addr, std::move(areq), std::move(stdin_data), on_output, 10000, cancel);
-  --e->active_execs;  // atomic: no lock
-  e->last_active_ms = Now();
+  auto res = co_await agent::Exec(ex, lease->addr(), std::move(areq), std::move(stdin_data), on_output, 10000, cancel);
+  lease.reset();  // the exec's end: no lock (the counters are atomic)
   if (!res.ok()) co_return res.error().Wrap("exec in " + id);
   ExecResult out;
   out.exit = *res;

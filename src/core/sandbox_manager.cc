@@ -230,7 +230,6 @@ Result<SandboxView> SandboxManager::Update(const std::string& id, const UpdateRe
   return View(*e);
 }
 
-
 bool SandboxManager::PortsArePublic(const std::string& id) {
   Lock lock(table_.mu);
   auto e = table_.Get(id);
